@@ -1,0 +1,26 @@
+#include "gl_error.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+int gl_error_set(gl_error *err, const char *fmt, ...) {
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err->message, sizeof err->message, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+void gl_error_prefix(gl_error *err, const char *fmt, ...) {
+    if (!err) return;
+    char prefix[256], old[sizeof err->message];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    memcpy(old, err->message, sizeof old);
+    snprintf(err->message, sizeof err->message, "%s: %s", prefix, old);
+}

@@ -1,0 +1,37 @@
+/* sampler.h -- turns a row of logits into the next token.
+ *
+ * Order of operations (as in llama.cpp and vLLM): logit bias, repetition /
+ * presence / frequency penalties over the recent history, then greedy if
+ * temperature is 0, else temperature, top-k, top-p, min-p and a draw from the
+ * per-sampler RNG. Log-probabilities reported are those of the model's raw
+ * distribution (log-softmax of the logits before any processing). All
+ * scratch memory is allocated by sampler_new: sampling never allocates. */
+#ifndef GL_SAMPLER_H
+#define GL_SAMPLER_H
+
+#include <stdint.h>
+
+#include "genloop.h"
+
+typedef struct gl_sampler gl_sampler;
+
+/* Copies params (and the logit bias array). NULL on allocation failure. */
+gl_sampler *sampler_new(const gl_sampling_params *params, int n_vocab);
+void sampler_free(gl_sampler *s);
+
+/* Record a token in the penalty history (prompt tokens and generated ones). */
+void sampler_accept(gl_sampler *s, int32_t token);
+/* Forget the history (used when a preempted request restarts). */
+void sampler_reset(gl_sampler *s);
+
+/* Pick a token from logits[n_vocab] (logits is used as scratch and
+ * clobbered). Writes the chosen token's log-probability to *logprob and the
+ * params.n_logprobs most likely tokens, best first, to top (capacity
+ * params.n_logprobs). Does not call sampler_accept. */
+int32_t sampler_sample(gl_sampler *s, float *logits, float *logprob, gl_top_logprob *top);
+
+/* Log-softmax helper shared with prompt logprobs: fills top[0..n_top) with the
+ * n_top best entries of logits and returns log p(token). logits unchanged. */
+float sampler_logprob(const float *logits, int n_vocab, int32_t token, gl_top_logprob *top, int n_top);
+
+#endif

@@ -1,0 +1,1 @@
+/* placeholder while the module is written */ typedef int gl_placeholder_textstream;

@@ -1,0 +1,190 @@
+/* genloop.h -- the engine's public API.
+ *
+ * A model is loaded once and is read-only afterwards. An engine owns the KV
+ * cache and a scheduler: clients submit requests (token ids + sampling
+ * parameters) from any thread, and one thread calls gl_engine_step() in a loop;
+ * each step runs one batched forward pass over every scheduled sequence and
+ * reports generated text through a callback. The engine knows nothing of HTTP.
+ */
+#ifndef GENLOOP_H
+#define GENLOOP_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define GL_VERSION "0.1.0"
+
+/* ---- errors ---------------------------------------------------------------- */
+typedef struct gl_error {
+    char message[512];        /* one line, no trailing newline */
+} gl_error;
+
+/* ---- model ------------------------------------------------------------------ */
+typedef struct gl_model gl_model;
+
+typedef struct gl_model_info {
+    const char *name;         /* general.name, or the file name */
+    const char *arch;         /* general.architecture */
+    const char *path;         /* the GGUF file */
+    int n_vocab;
+    int n_ctx_train;          /* context length from metadata */
+    int n_embd;
+    int n_layers;
+    int n_heads;
+    int n_kv_heads;
+    int head_dim;
+    int n_ff;
+    uint64_t n_params;
+    uint64_t weight_bytes;    /* bytes of weights read per decoded token */
+    int bos_id, eos_id;       /* -1 when absent */
+    bool add_bos;             /* tokenizer adds BOS when asked for specials */
+    const char *chat_template;/* tokenizer.chat_template, or NULL */
+} gl_model_info;
+
+gl_model *gl_model_load(const char *path, gl_error *err);
+void gl_model_free(gl_model *model);
+const gl_model_info *gl_model_get_info(const gl_model *model);
+
+/* ---- tokenizer -------------------------------------------------------------- */
+enum {
+    GL_TOKENIZE_ADD_SPECIAL = 1,   /* add BOS/EOS as the model's metadata says */
+    GL_TOKENIZE_PARSE_SPECIAL = 2, /* "<|im_start|>" in text becomes that token */
+};
+
+/* Tokenize text (len bytes). Returns the number of ids written to *ids_out
+ * (malloc'd, caller frees), or -1 with err set (e.g. invalid UTF-8). */
+int gl_tokenize(const gl_model *model, const char *text, size_t len, int flags,
+                int32_t **ids_out, gl_error *err);
+/* Text of a token sequence (malloc'd, NUL-terminated); NULL with err on a bad id. */
+char *gl_detokenize(const gl_model *model, const int32_t *ids, size_t n, gl_error *err);
+/* Raw piece of one token as the vocabulary spells it (for display). */
+const char *gl_token_text(const gl_model *model, int32_t id);
+/* True for EOS and end-of-turn tokens (e.g. <|im_end|>, <|eot_id|>). */
+bool gl_token_is_eog(const gl_model *model, int32_t id);
+
+/* ---- sampling ---------------------------------------------------------------- */
+typedef struct gl_logit_bias {
+    int32_t token;
+    float bias;               /* added to the logit; -100 bans in practice */
+} gl_logit_bias;
+
+typedef struct gl_sampling_params {
+    float temperature;        /* 0 = greedy */
+    int top_k;                /* 0 = off */
+    float top_p;              /* 1 = off */
+    float min_p;              /* 0 = off */
+    float repetition_penalty; /* 1 = off; divides positive logits of seen tokens */
+    float presence_penalty;   /* 0 = off */
+    float frequency_penalty;  /* 0 = off */
+    int penalty_last_n;       /* window of generated+prompt tokens penalised; -1 = all */
+    uint64_t seed;            /* per-request RNG seed */
+    bool has_seed;            /* false: seed from the clock */
+    int n_logit_bias;
+    const gl_logit_bias *logit_bias;
+    int n_logprobs;           /* top alternatives to report per token, 0..20 */
+} gl_sampling_params;
+
+void gl_sampling_params_default(gl_sampling_params *p);
+
+/* ---- engine ----------------------------------------------------------------- */
+typedef struct gl_engine gl_engine;
+
+typedef struct gl_engine_params {
+    int n_threads;            /* compute threads; 0 = all cores */
+    int kv_cache_tokens;      /* KV pool size in tokens; 0 = from kv_cache_mib */
+    int kv_cache_mib;         /* KV pool size in MiB when kv_cache_tokens is 0 */
+    int block_size;           /* tokens per KV block */
+    bool kv_f32;              /* F32 K/V instead of F16 */
+    int max_batch_tokens;     /* token budget of one step */
+    int max_seqs;             /* sequences running at once */
+    int max_waiting;          /* waiting-queue bound; submit fails beyond it */
+    int n_ctx;                /* per-sequence context limit; 0 = model's */
+    bool prefix_caching;      /* reuse cached prompt blocks */
+} gl_engine_params;
+
+void gl_engine_params_default(gl_engine_params *p);
+
+typedef enum gl_finish_reason {
+    GL_FINISH_NONE = 0,
+    GL_FINISH_STOP,           /* EOS, end-of-turn token or stop string */
+    GL_FINISH_LENGTH,         /* max_tokens or the context limit */
+    GL_FINISH_CANCELLED,      /* gl_engine_cancel */
+    GL_FINISH_ERROR,          /* see event.error */
+} gl_finish_reason;
+
+const char *gl_finish_reason_str(gl_finish_reason r); /* "stop", "length", ... */
+
+typedef struct gl_request {
+    const int32_t *prompt;    /* token ids (copied by submit) */
+    int n_prompt;
+    int max_tokens;           /* generated tokens at most; <= 0 = up to the context */
+    gl_sampling_params sampling;
+    int n_stop;
+    const char *const *stop;  /* stop strings (copied) */
+    bool ignore_eos;
+    void *user;               /* passed back in events */
+} gl_request;
+
+typedef struct gl_top_logprob {
+    int32_t token;
+    float logprob;
+} gl_top_logprob;
+
+typedef enum gl_event_type {
+    GL_EVENT_TOKEN,           /* one generated token (text may be empty while held back) */
+    GL_EVENT_FINISHED,        /* last event of a request */
+} gl_event_type;
+
+typedef struct gl_event {
+    gl_event_type type;
+    uint64_t request_id;
+    void *user;
+    int32_t token;            /* TOKEN: the sampled id */
+    const char *text;         /* TOKEN/FINISHED: new complete-UTF-8 text, may be "" */
+    size_t text_len;
+    float logprob;            /* TOKEN: log-probability of the token */
+    int n_top;                /* TOKEN: entries in top */
+    const gl_top_logprob *top;
+    gl_finish_reason finish;  /* FINISHED */
+    const char *error;        /* FINISHED with GL_FINISH_ERROR */
+    int n_prompt_tokens;      /* FINISHED: usage */
+    int n_cached_tokens;      /* FINISHED: prompt tokens served from the prefix cache */
+    int n_generated;          /* TOKEN/FINISHED: tokens generated so far */
+    double t_queued;          /* FINISHED: seconds spent waiting */
+    double t_first_token;     /* FINISHED: seconds from submit to the first token */
+    double t_total;           /* FINISHED: seconds from submit to finish */
+} gl_event;
+
+typedef void (*gl_event_fn)(const gl_event *ev, void *ctx);
+
+typedef struct gl_engine_stats {
+    int n_running;            /* sequences in the batch */
+    int n_waiting;            /* queued, not yet admitted */
+    int n_blocks_total;
+    int n_blocks_used;        /* held by running sequences */
+    int block_size;
+    uint64_t n_preemptions;
+    uint64_t prefix_queries;  /* prompt tokens looked up in the prefix cache */
+    uint64_t prefix_hits;     /* of which found */
+    uint64_t n_steps;
+} gl_engine_stats;
+
+gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_error *err);
+void gl_engine_free(gl_engine *engine);
+
+/* Queue a request; thread-safe. Returns its id (> 0), or 0 with err set when
+ * the request can never run (prompt too long) or the waiting queue is full
+ * (*queue_full set). */
+uint64_t gl_engine_submit(gl_engine *engine, const gl_request *req, bool *queue_full, gl_error *err);
+/* Ask a request to stop; thread-safe; it finishes within one step. */
+void gl_engine_cancel(gl_engine *engine, uint64_t request_id);
+/* Run one step: schedule, one forward pass, sample, emit events. Returns
+ * the number of sequences that ran (0 = idle). Not thread-safe: one caller. */
+int gl_engine_step(gl_engine *engine, gl_event_fn on_event, void *ctx);
+/* Block until there is work or gl_engine_wake() is called. */
+void gl_engine_wait(gl_engine *engine);
+void gl_engine_wake(gl_engine *engine);
+void gl_engine_get_stats(gl_engine *engine, gl_engine_stats *out);
+
+#endif

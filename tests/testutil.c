@@ -1,0 +1,27 @@
+#include "testutil.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+bool test_in_ci(void) {
+    const char *ci = getenv("CI");
+    return ci && (strcmp(ci, "true") == 0 || strcmp(ci, "1") == 0);
+}
+
+const char *testdata_path(const char *relative) {
+    static char buf[4096];
+    const char *dir = getenv("GENLOOP_TESTDATA");
+    if (!dir || !*dir) dir = "../shared/testdata";
+    struct stat st;
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        if (test_in_ci()) {
+            fprintf(stderr, "test data folder %s is missing, and CI=true forbids skipping\n", dir);
+            exit(1);
+        }
+        return NULL;
+    }
+    snprintf(buf, sizeof buf, "%s/%s", dir, relative);
+    return buf;
+}

@@ -1,0 +1,18 @@
+/* testutil.h -- helpers shared by the C tests. */
+#ifndef GL_TESTUTIL_H
+#define GL_TESTUTIL_H
+
+#include <stdbool.h>
+
+/* Exit status meson reads as "skipped". */
+#define TEST_SKIP 77
+
+/* Path of a file under the shared test data ($GENLOOP_TESTDATA), or NULL when
+ * the folder is missing. Under CI=true a missing folder is a hard failure:
+ * prints why and exits 1, so CI can never pass by skipping. */
+const char *testdata_path(const char *relative);
+
+/* True when the environment says we are in CI (CI=true). */
+bool test_in_ci(void);
+
+#endif
