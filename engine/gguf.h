@@ -65,9 +65,11 @@ typedef struct gguf_file {
     uint64_t n_tensors;
     gguf_tensor *tensors;
     uint32_t alignment;       /* general.alignment, default 32 */
-    uint64_t data_offset;     /* file offset of the tensor data section */
+    uint64_t data_offset;     /* file offset of the tensor data section (past the
+                                 end in files without tensors, e.g. vocab-only) */
     const uint8_t *map;       /* the whole file */
     size_t map_size;
+    bool mapped;              /* map is ours (gguf_open): gguf_close unmaps it */
 } gguf_file;
 
 /* Open and validate. On failure returns NULL and err says

@@ -22,5 +22,6 @@ void gl_error_prefix(gl_error *err, const char *fmt, ...) {
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->message, sizeof old);
-    snprintf(err->message, sizeof err->message, "%s: %s", prefix, old);
+    int n = snprintf(err->message, sizeof err->message, "%s: ", prefix);
+    if (n > 0 && (size_t)n < sizeof err->message) snprintf(err->message + n, sizeof err->message - (size_t)n, "%.*s", (int)(sizeof err->message - (size_t)n - 1), old);
 }

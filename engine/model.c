@@ -1,1 +1,430 @@
-/* placeholder while the module is written */ typedef int gl_placeholder_model;
+/* model.c -- load a Llama GGUF and run the forward pass. */
+#include "model.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gl_error.h"
+#include "quant.h"
+
+/* ---- loading ----------------------------------------------------------------- */
+
+static char *str_dup(gguf_str s) {
+    char *out = malloc(s.len + 1);
+    if (!out) return NULL;
+    memcpy(out, s.ptr, s.len);
+    out[s.len] = 0;
+    return out;
+}
+
+/* Metadata keys are "<arch>.<name>". */
+static bool arch_u32(const gguf_file *f, const char *arch, const char *name, uint32_t *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, name);
+    return gguf_get_u32(f, key, out);
+}
+
+static bool arch_f32(const gguf_file *f, const char *arch, const char *name, float *out) {
+    char key[128];
+    snprintf(key, sizeof key, "%s.%s", arch, name);
+    return gguf_get_f32(f, key, out);
+}
+
+static int load_config(gl_config *c, const gguf_file *f, const char *arch, gl_error *err) {
+    uint32_t v;
+#define REQUIRE(name, field)                                                             \
+    do {                                                                                 \
+        if (!arch_u32(f, arch, name, &v) || v == 0 || v > (1u << 24))                  \
+            return gl_error_set(err, "missing or invalid metadata %s.%s", arch, name);  \
+        c->field = (int)v;                                                               \
+    } while (0)
+    REQUIRE("embedding_length", n_embd);
+    REQUIRE("block_count", n_layers);
+    REQUIRE("attention.head_count", n_heads);
+    REQUIRE("feed_forward_length", n_ff);
+    REQUIRE("context_length", n_ctx_train);
+#undef REQUIRE
+    c->n_kv_heads = arch_u32(f, arch, "attention.head_count_kv", &v) ? (int)v : c->n_heads;
+    if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads)
+        return gl_error_set(err, "head_count %d is not a multiple of head_count_kv %d", c->n_heads, c->n_kv_heads);
+    if (c->n_embd % c->n_heads)
+        return gl_error_set(err, "embedding_length %d is not a multiple of head_count %d", c->n_embd, c->n_heads);
+    c->head_dim = c->n_embd / c->n_heads;
+    c->rope_dim = arch_u32(f, arch, "rope.dimension_count", &v) ? (int)v : c->head_dim;
+    if (c->rope_dim > c->head_dim || c->rope_dim % 2)
+        return gl_error_set(err, "rope.dimension_count %d invalid for head size %d", c->rope_dim, c->head_dim);
+    if (!arch_f32(f, arch, "rope.freq_base", &c->rope_freq_base)) c->rope_freq_base = 10000.0f;
+    if (!arch_f32(f, arch, "attention.layer_norm_rms_epsilon", &c->rms_eps)) c->rms_eps = 1e-5f;
+    if (!(c->rope_freq_base > 0) || !(c->rms_eps > 0))
+        return gl_error_set(err, "invalid rope.freq_base or layer_norm_rms_epsilon");
+    c->rope_freq_scale = 1.0f;
+    char key[128];
+    snprintf(key, sizeof key, "%s.rope.scaling.type", arch);
+    gguf_str scaling;
+    float factor = 0;
+    if (gguf_get_str(f, key, &scaling) && !gguf_str_eq(scaling, "none")) {
+        if (!gguf_str_eq(scaling, "linear"))
+            return gl_error_set(err, "unsupported rope scaling type '%.*s' (only linear)", (int)scaling.len, scaling.ptr);
+        if (!arch_f32(f, arch, "rope.scaling.factor", &factor))
+            return gl_error_set(err, "rope scaling is linear but %s.rope.scaling.factor is missing", arch);
+    } else if (!arch_f32(f, arch, "rope.scale_linear", &factor)) {
+        factor = 0;
+    }
+    if (factor > 0) c->rope_freq_scale = 1.0f / factor;
+    return 0;
+}
+
+/* Find a weight and check its shape and type. n_rows 0 = a 1-D vector. */
+static int load_tensor(gl_tensor *t, const gguf_file *f, const char *name, int64_t n_cols, int64_t n_rows,
+                       bool required, gl_error *err) {
+    int64_t i = gguf_find_tensor(f, name);
+    if (i < 0) {
+        if (required) return gl_error_set(err, "tensor %s is missing", name);
+        memset(t, 0, sizeof *t);
+        return 0;
+    }
+    const gguf_tensor *g = &f->tensors[i];
+    int64_t want_rows = n_rows ? n_rows : 1;
+    if (g->ne[0] != n_cols || g->ne[1] != want_rows || g->ne[2] != 1 || g->ne[3] != 1)
+        return gl_error_set(err, "tensor %s has shape [%lld, %lld, %lld, %lld], expected [%lld, %lld]", name,
+                            (long long)g->ne[0], (long long)g->ne[1], (long long)g->ne[2], (long long)g->ne[3],
+                            (long long)n_cols, (long long)want_rows);
+    if (!gl_type_supported(g->type)) {
+        const gl_type_traits *tt = gl_type_get(g->type);
+        return gl_error_set(err, "tensor %s has type %s, which genloop does not support", name,
+                            tt ? tt->name : "unknown");
+    }
+    if (n_rows == 0 && g->type != GL_TYPE_F32)
+        return gl_error_set(err, "tensor %s: norm weights must be F32, not %s", name, gl_type_get(g->type)->name);
+    t->type = g->type;
+    t->n_cols = g->ne[0];
+    t->n_rows = g->ne[1];
+    t->data = g->data;
+    t->n_bytes = g->n_bytes;
+    return 0;
+}
+
+static int load_weights(gl_model *m, gl_error *err) {
+    const gl_config *c = &m->config;
+    const gguf_file *f = m->file;
+    gl_weights *w = &m->weights;
+    int kv_dim = c->n_kv_heads * c->head_dim;
+    if (load_tensor(&w->token_embd, f, "token_embd.weight", c->n_embd, c->n_vocab, true, err) ||
+        load_tensor(&w->output_norm, f, "output_norm.weight", c->n_embd, 0, true, err) ||
+        load_tensor(&w->output, f, "output.weight", c->n_embd, c->n_vocab, false, err))
+        return -1;
+    if (!w->output.data) w->output = w->token_embd; /* tied embeddings */
+    w->layers = calloc((size_t)c->n_layers, sizeof *w->layers);
+    if (!w->layers) return gl_error_set(err, "out of memory");
+    for (int l = 0; l < c->n_layers; l++) {
+        gl_layer_weights *L = &w->layers[l];
+        struct {
+            gl_tensor *t;
+            const char *name;
+            int64_t cols, rows;
+        } specs[] = {
+            {&L->attn_norm, "attn_norm", c->n_embd, 0}, {&L->wq, "attn_q", c->n_embd, c->n_embd},
+            {&L->wk, "attn_k", c->n_embd, kv_dim},      {&L->wv, "attn_v", c->n_embd, kv_dim},
+            {&L->wo, "attn_output", c->n_embd, c->n_embd}, {&L->ffn_norm, "ffn_norm", c->n_embd, 0},
+            {&L->w_gate, "ffn_gate", c->n_embd, c->n_ff}, {&L->w_up, "ffn_up", c->n_embd, c->n_ff},
+            {&L->w_down, "ffn_down", c->n_ff, c->n_embd},
+        };
+        for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
+            char name[96];
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, specs[s].name);
+            if (load_tensor(specs[s].t, f, name, specs[s].cols, specs[s].rows, true, err)) return -1;
+        }
+    }
+    return 0;
+}
+
+static void fill_info(gl_model *m) {
+    gl_model_info *info = &m->info;
+    const gl_config *c = &m->config;
+    info->name = m->name;
+    info->arch = m->arch;
+    info->path = m->file->path;
+    info->n_vocab = tok_n_vocab(m->tokenizer);
+    info->n_ctx_train = c->n_ctx_train;
+    info->n_embd = c->n_embd;
+    info->n_layers = c->n_layers;
+    info->n_heads = c->n_heads;
+    info->n_kv_heads = c->n_kv_heads;
+    info->head_dim = c->head_dim;
+    info->n_ff = c->n_ff;
+    info->bos_id = tok_bos(m->tokenizer);
+    info->eos_id = tok_eos(m->tokenizer);
+    info->add_bos = tok_add_bos(m->tokenizer);
+    info->chat_template = m->chat_template;
+    if (m->vocab_only) return;
+    uint64_t params = 0, bytes = 0;
+    for (uint64_t i = 0; i < m->file->n_tensors; i++) {
+        const gguf_tensor *t = &m->file->tensors[i];
+        params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+    }
+    /* Per decoded token every matrix is read once, except the embedding
+     * table, of which one row is read (unless it doubles as the output). */
+    for (int l = 0; l < c->n_layers; l++) {
+        const gl_layer_weights *L = &m->weights.layers[l];
+        bytes += L->attn_norm.n_bytes + L->wq.n_bytes + L->wk.n_bytes + L->wv.n_bytes + L->wo.n_bytes +
+                 L->ffn_norm.n_bytes + L->w_gate.n_bytes + L->w_up.n_bytes + L->w_down.n_bytes;
+    }
+    bytes += m->weights.output_norm.n_bytes + m->weights.output.n_bytes;
+    if (m->weights.output.data != m->weights.token_embd.data)
+        bytes += gl_type_row_bytes(m->weights.token_embd.type, c->n_embd);
+    info->n_params = params;
+    info->weight_bytes = bytes;
+}
+
+gl_model *gl_model_load(const char *path, gl_error *err) {
+    gl_model *m = calloc(1, sizeof *m);
+    if (!m) {
+        gl_error_set(err, "%s: out of memory", path);
+        return NULL;
+    }
+    m->file = gguf_open(path, err); /* its messages already name the file */
+    if (!m->file) {
+        free(m);
+        return NULL;
+    }
+    const gguf_file *f = m->file;
+    gguf_str s;
+    m->arch = str_dup(gguf_get_str(f, "general.architecture", &s) ? s : (gguf_str){5, "llama"});
+    const char *base = strrchr(path, '/');
+    m->name = gguf_get_str(f, "general.name", &s) ? str_dup(s) : strdup(base ? base + 1 : path);
+    if (gguf_get_str(f, "tokenizer.chat_template", &s)) m->chat_template = str_dup(s);
+    if (!m->arch || !m->name) {
+        gl_error_set(err, "out of memory");
+        goto fail;
+    }
+    m->tokenizer = tok_load(f, err);
+    if (!m->tokenizer) goto fail;
+    m->vocab_only = f->n_tensors == 0;
+    if (!m->vocab_only) {
+        if (strcmp(m->arch, "llama") != 0) {
+            gl_error_set(err, "architecture '%s' is not supported (genloop runs llama)", m->arch);
+            goto fail;
+        }
+        if (load_config(&m->config, f, m->arch, err)) goto fail;
+        m->config.n_vocab = tok_n_vocab(m->tokenizer);
+        if (load_weights(m, err)) goto fail;
+    }
+    fill_info(m);
+    return m;
+fail:
+    gl_error_prefix(err, "%s", path);
+    gl_model_free(m);
+    return NULL;
+}
+
+void gl_model_free(gl_model *m) {
+    if (!m) return;
+    tok_free(m->tokenizer);
+    free(m->weights.layers);
+    free(m->name);
+    free(m->arch);
+    free(m->chat_template);
+    gguf_close(m->file);
+    free(m);
+}
+
+const gl_model_info *gl_model_get_info(const gl_model *m) { return &m->info; }
+
+int gl_tokenize(const gl_model *m, const char *text, size_t len, int flags, int32_t **ids_out, gl_error *err) {
+    return tok_encode(m->tokenizer, text, len, flags, ids_out, err);
+}
+
+char *gl_detokenize(const gl_model *m, const int32_t *ids, size_t n, gl_error *err) {
+    return tok_decode(m->tokenizer, ids, n, err);
+}
+
+const char *gl_token_text(const gl_model *m, int32_t id) { return tok_text(m->tokenizer, id); }
+
+bool gl_token_is_eog(const gl_model *m, int32_t id) { return tok_is_eog(m->tokenizer, id); }
+
+/* ---- forward ------------------------------------------------------------------ */
+
+struct gl_run_state {
+    int max_tokens, max_logits;
+    float *x;                 /* [T][n_embd] residual stream */
+    float *xb;                /* [T][n_embd] normalised input of a sublayer */
+    float *q;                 /* [T][n_heads * head_dim] */
+    float *k, *v;             /* [T][kv_dim] */
+    float *att;               /* [T][n_heads * head_dim] attention output */
+    float *proj;              /* [T][n_embd] sublayer output */
+    float *gate, *up;         /* [T][n_ff] */
+    float *out_rows;          /* [max_logits][n_embd] rows for the output head */
+};
+
+gl_run_state *model_run_state_new(const gl_model *m, int max_tokens, int max_logits, gl_error *err) {
+    const gl_config *c = &m->config;
+    gl_run_state *rs = calloc(1, sizeof *rs);
+    if (!rs) goto oom;
+    size_t T = (size_t)max_tokens, kv_dim = (size_t)(c->n_kv_heads * c->head_dim);
+    rs->max_tokens = max_tokens;
+    rs->max_logits = max_logits;
+    rs->x = malloc(T * (size_t)c->n_embd * sizeof(float));
+    rs->xb = malloc(T * (size_t)c->n_embd * sizeof(float));
+    rs->q = malloc(T * (size_t)c->n_embd * sizeof(float));
+    rs->k = malloc(T * kv_dim * sizeof(float));
+    rs->v = malloc(T * kv_dim * sizeof(float));
+    rs->att = malloc(T * (size_t)c->n_embd * sizeof(float));
+    rs->proj = malloc(T * (size_t)c->n_embd * sizeof(float));
+    rs->gate = malloc(T * (size_t)c->n_ff * sizeof(float));
+    rs->up = malloc(T * (size_t)c->n_ff * sizeof(float));
+    rs->out_rows = malloc((size_t)max_logits * (size_t)c->n_embd * sizeof(float));
+    if (!rs->x || !rs->xb || !rs->q || !rs->k || !rs->v || !rs->att || !rs->proj || !rs->gate || !rs->up ||
+        !rs->out_rows)
+        goto oom;
+    return rs;
+oom:
+    model_run_state_free(rs);
+    gl_error_set(err, "out of memory for activations of %d tokens", max_tokens);
+    return NULL;
+}
+
+void model_run_state_free(gl_run_state *rs) {
+    if (!rs) return;
+    free(rs->x);
+    free(rs->xb);
+    free(rs->q);
+    free(rs->k);
+    free(rs->v);
+    free(rs->att);
+    free(rs->proj);
+    free(rs->gate);
+    free(rs->up);
+    free(rs->out_rows);
+    free(rs);
+}
+
+/* Attention of one query head of one token over its sequence's cached
+ * positions 0..pos, with an online softmax so no score buffer is needed. */
+typedef struct attn_job {
+    const gl_config *c;
+    const gl_kv_cache *kv;
+    const gl_batch *batch;
+    const float *q;
+    float *out;
+    int layer;
+    atomic_int next;          /* next (token, head) pair to take */
+} attn_job;
+
+static float kv_dot(const gl_kv_cache *kv, const void *row, const float *q, int n) {
+    if (!kv->f16) return kern_dot(row, q, n);
+    const uint16_t *h = row;
+    float s = 0;
+    for (int i = 0; i < n; i++) s += gl_fp16_to_fp32(h[i]) * q[i];
+    return s;
+}
+
+static void kv_axpy(const gl_kv_cache *kv, float *acc, float a, const void *row, int n) {
+    if (!kv->f16) {
+        const float *r = row;
+        for (int i = 0; i < n; i++) acc[i] += a * r[i];
+        return;
+    }
+    const uint16_t *h = row;
+    for (int i = 0; i < n; i++) acc[i] += a * gl_fp16_to_fp32(h[i]);
+}
+
+static void attn_worker(void *arg, int ith, int nth) {
+    attn_job *job = arg;
+    const gl_config *c = job->c;
+    const gl_kv_cache *kv = job->kv;
+    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
+    int n_pairs = job->batch->n_tokens * c->n_heads;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (;;) {
+        int pair = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+        if (pair >= n_pairs) break;
+        int t = pair / c->n_heads, h = pair % c->n_heads;
+        int pos = job->batch->positions[t];
+        const int32_t *table = job->batch->block_tables[job->batch->seq_of_token[t]];
+        const float *q = job->q + (size_t)t * (size_t)c->n_embd + (size_t)h * (size_t)hd;
+        float *out = job->out + (size_t)t * (size_t)c->n_embd + (size_t)h * (size_t)hd;
+        size_t kv_off = (size_t)(h / group) * (size_t)hd * kv->elem_size;
+        float max = -INFINITY, sum = 0;
+        memset(out, 0, (size_t)hd * sizeof *out);
+        for (int p = 0; p <= pos; p++) {
+            int block = table[p / kv->block_size], slot = p % kv->block_size;
+            const uint8_t *krow = (const uint8_t *)kv_k_row(kv, job->layer, block, slot) + kv_off;
+            float score = kv_dot(kv, krow, q, hd) * scale;
+            /* Online softmax: rescale what was accumulated when the max grows. */
+            if (score > max) {
+                float r = expf(max - score);
+                sum *= r;
+                for (int i = 0; i < hd; i++) out[i] *= r;
+                max = score;
+            }
+            float w = expf(score - max);
+            sum += w;
+            const uint8_t *vrow = (const uint8_t *)kv_v_row(kv, job->layer, block, slot) + kv_off;
+            kv_axpy(kv, out, w, vrow, hd);
+        }
+        for (int i = 0; i < hd; i++) out[i] /= sum;
+    }
+    (void)ith;
+    (void)nth;
+}
+
+int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_cache *kv, const gl_batch *b,
+                  float *logits, gl_error *err) {
+    const gl_config *c = &m->config;
+    const gl_weights *w = &m->weights;
+    int T = b->n_tokens, D = c->n_embd, kv_dim = c->n_kv_heads * c->head_dim;
+    if (m->vocab_only) return gl_error_set(err, "model has no weights (vocab-only GGUF)");
+    if (T <= 0 || T > rs->max_tokens || b->n_logits > rs->max_logits)
+        return gl_error_set(err, "batch of %d tokens / %d logits exceeds the run state", T, b->n_logits);
+
+    for (int t = 0; t < T; t++) {
+        if (b->tokens[t] < 0 || b->tokens[t] >= c->n_vocab)
+            return gl_error_set(err, "token id %d out of range", b->tokens[t]);
+        kern_get_row(&w->token_embd, b->tokens[t], rs->x + (size_t)t * D);
+    }
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const gl_layer_weights *L = &w->layers[l];
+
+        /* attention: x += Wo * attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) */
+        for (int t = 0; t < T; t++)
+            kern_rmsnorm(rs->xb + (size_t)t * D, rs->x + (size_t)t * D, L->attn_norm.data, D, c->rms_eps);
+        kern_matmul(pool, &L->wq, rs->xb, T, rs->q);
+        kern_matmul(pool, &L->wk, rs->xb, T, rs->k);
+        kern_matmul(pool, &L->wv, rs->xb, T, rs->v);
+        for (int t = 0; t < T; t++) {
+            int pos = b->positions[t];
+            kern_rope(rs->q + (size_t)t * D, c->n_heads, c->head_dim, c->rope_dim, pos, c->rope_freq_base,
+                      c->rope_freq_scale);
+            kern_rope(rs->k + (size_t)t * kv_dim, c->n_kv_heads, c->head_dim, c->rope_dim, pos,
+                      c->rope_freq_base, c->rope_freq_scale);
+            const int32_t *table = b->block_tables[b->seq_of_token[t]];
+            kv_store(kv, l, table[pos / kv->block_size], pos % kv->block_size, rs->k + (size_t)t * kv_dim,
+                     rs->v + (size_t)t * kv_dim);
+        }
+        attn_job job = {.c = c, .kv = kv, .batch = b, .q = rs->q, .out = rs->att, .layer = l};
+        atomic_init(&job.next, 0);
+        kern_pool_run(pool, attn_worker, &job);
+        kern_matmul(pool, &L->wo, rs->att, T, rs->proj);
+        for (size_t i = 0; i < (size_t)T * D; i++) rs->x[i] += rs->proj[i];
+
+        /* feed-forward: x += W_down (silu(W_gate h) * W_up h), h = rmsnorm(x) */
+        for (int t = 0; t < T; t++)
+            kern_rmsnorm(rs->xb + (size_t)t * D, rs->x + (size_t)t * D, L->ffn_norm.data, D, c->rms_eps);
+        kern_matmul(pool, &L->w_gate, rs->xb, T, rs->gate);
+        kern_matmul(pool, &L->w_up, rs->xb, T, rs->up);
+        kern_swiglu(rs->gate, rs->up, T * c->n_ff);
+        kern_matmul(pool, &L->w_down, rs->gate, T, rs->proj);
+        for (size_t i = 0; i < (size_t)T * D; i++) rs->x[i] += rs->proj[i];
+    }
+
+    /* Output head only for the rows someone will sample from. */
+    for (int i = 0; i < b->n_logits; i++)
+        kern_rmsnorm(rs->out_rows + (size_t)i * D, rs->x + (size_t)b->logit_tokens[i] * D, w->output_norm.data, D,
+                     c->rms_eps);
+    if (b->n_logits > 0) kern_matmul(pool, &w->output, rs->out_rows, b->n_logits, logits);
+    return 0;
+}

@@ -1,1 +1,460 @@
-/* placeholder while the module is written */ typedef int gl_placeholder_sampler;
+/* sampler.c -- logits to the next token: bias, penalties, temperature,
+ * top-k, top-p, min-p and a draw from a per-sampler xoshiro256** RNG.
+ *
+ * The candidate set is either the whole vocabulary or a list of ids in
+ * s->cand; w[] holds the unnormalised probabilities exp((l - max) / T),
+ * indexed by token id, so the best token always has weight exactly 1.
+ * Nothing here sorts the vocabulary: top-k is a heap selection, top-p pops a
+ * heap only as far as the nucleus reaches, after a cheap bound has thrown
+ * out the tokens that can never be in it. */
+#include <float.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "sampler.h"
+
+/* ---- params --------------------------------------------------------------- */
+
+void gl_sampling_params_default(gl_sampling_params *p) {
+    memset(p, 0, sizeof *p);
+    p->temperature = 1.0f;
+    p->top_k = 0;
+    p->top_p = 1.0f;
+    p->min_p = 0.0f;
+    p->repetition_penalty = 1.0f;
+    p->presence_penalty = 0.0f;
+    p->frequency_penalty = 0.0f;
+    p->penalty_last_n = 64;
+    p->has_seed = false;
+    p->n_logit_bias = 0;
+    p->logit_bias = NULL;
+    p->n_logprobs = 0;
+}
+
+/* ---- RNG: xoshiro256**, seeded through splitmix64 ------------------------- */
+
+static uint64_t splitmix64(uint64_t *x) {
+    uint64_t z = (*x += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+
+static uint64_t xoshiro_next(uint64_t st[4]) {
+    uint64_t result = rotl(st[1] * 5, 7) * 9;
+    uint64_t t = st[1] << 17;
+    st[2] ^= st[0];
+    st[3] ^= st[1];
+    st[1] ^= st[2];
+    st[0] ^= st[3];
+    st[2] ^= t;
+    st[3] = rotl(st[3], 45);
+    return result;
+}
+
+/* Uniform in [0, 1) with 53 random bits. */
+static double rng_uniform(uint64_t st[4]) {
+    return (double)(xoshiro_next(st) >> 11) * 0x1.0p-53;
+}
+
+static void rng_seed(uint64_t st[4], uint64_t seed) {
+    for (int i = 0; i < 4; i++) st[i] = splitmix64(&seed);
+}
+
+/* Unseeded requests made in the same nanosecond must still differ. */
+static atomic_uint_fast64_t unseeded_counter;
+
+static uint64_t clock_seed(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t n = atomic_fetch_add(&unseeded_counter, 1);
+    return ((uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec) ^ (n * 0xD1B54A32D192ED03ull);
+}
+
+/* ---- the sampler ---------------------------------------------------------- */
+
+struct gl_sampler {
+    gl_sampling_params params;  /* logit_bias points at bias below */
+    gl_logit_bias *bias;        /* own copy of the caller's array */
+    int n_vocab;
+    uint64_t rng[4];
+
+    /* Penalty history: counts of the tokens in the window, kept as a dense
+     * list of distinct tokens so applying penalties costs O(distinct). */
+    bool penalize;              /* some penalty is on and the window is not 0 */
+    int32_t *ring;              /* last window tokens, oldest at ring_head; NULL for -1 */
+    int ring_cap, ring_len, ring_head;
+    int32_t *slot_of;           /* [n_vocab] index into hist_tok, -1 = not in window */
+    int32_t *hist_tok;          /* distinct tokens in the window */
+    int32_t *hist_cnt;          /* their counts */
+    int n_hist;
+
+    /* Scratch for one sample call. */
+    int32_t *cand;              /* [n_vocab] candidate ids */
+    float *w;                   /* [n_vocab] exp((l - max) / T) by token id */
+    gl_logit_bias *saved;       /* raw logits of entries bias/penalties overwrote */
+    int n_saved, saved_cap;
+};
+
+void sampler_free(gl_sampler *s) {
+    if (!s) return;
+    free(s->bias);
+    free(s->ring);
+    free(s->slot_of);
+    free(s->hist_tok);
+    free(s->hist_cnt);
+    free(s->cand);
+    free(s->w);
+    free(s->saved);
+    free(s);
+}
+
+gl_sampler *sampler_new(const gl_sampling_params *params, int n_vocab) {
+    if (n_vocab <= 0) return NULL;
+    gl_sampler *s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->params = *params;
+    s->n_vocab = n_vocab;
+    gl_sampling_params *p = &s->params;
+    if (p->n_logprobs < 0) p->n_logprobs = 0;
+    if (p->n_logprobs > n_vocab) p->n_logprobs = n_vocab;
+    if (p->n_logit_bias < 0 || !p->logit_bias) p->n_logit_bias = 0;
+
+    if (p->n_logit_bias > 0) {
+        s->bias = malloc((size_t)p->n_logit_bias * sizeof *s->bias);
+        if (!s->bias) goto fail;
+        memcpy(s->bias, params->logit_bias, (size_t)p->n_logit_bias * sizeof *s->bias);
+    }
+    p->logit_bias = s->bias;
+
+    int window = p->penalty_last_n;
+    s->penalize = window != 0 && (p->repetition_penalty != 1.0f ||
+                                  p->presence_penalty != 0.0f || p->frequency_penalty != 0.0f);
+    int hist_cap = 0;
+    if (s->penalize) {
+        hist_cap = (window < 0 || window > n_vocab) ? n_vocab : window;
+        if (window > 0) {
+            s->ring_cap = window;
+            s->ring = malloc((size_t)window * sizeof *s->ring);
+            if (!s->ring) goto fail;
+        }
+        s->slot_of = malloc((size_t)n_vocab * sizeof *s->slot_of);
+        s->hist_tok = malloc((size_t)hist_cap * sizeof *s->hist_tok);
+        s->hist_cnt = malloc((size_t)hist_cap * sizeof *s->hist_cnt);
+        if (!s->slot_of || !s->hist_tok || !s->hist_cnt) goto fail;
+        for (int i = 0; i < n_vocab; i++) s->slot_of[i] = -1;
+    }
+
+    s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
+    s->w = malloc((size_t)n_vocab * sizeof *s->w);
+    s->saved_cap = p->n_logit_bias + hist_cap;
+    if (s->saved_cap > 0) s->saved = malloc((size_t)s->saved_cap * sizeof *s->saved);
+    if (!s->cand || !s->w || (s->saved_cap > 0 && !s->saved)) goto fail;
+
+    rng_seed(s->rng, p->has_seed ? p->seed : clock_seed());
+    return s;
+fail:
+    sampler_free(s);
+    return NULL;
+}
+
+/* ---- penalty history ------------------------------------------------------ */
+
+static void hist_add(gl_sampler *s, int32_t t) {
+    int k = s->slot_of[t];
+    if (k >= 0) {
+        s->hist_cnt[k]++;
+        return;
+    }
+    k = s->n_hist++;
+    s->slot_of[t] = k;
+    s->hist_tok[k] = t;
+    s->hist_cnt[k] = 1;
+}
+
+static void hist_remove(gl_sampler *s, int32_t t) {
+    int k = s->slot_of[t];
+    if (--s->hist_cnt[k] > 0) return;
+    int last = --s->n_hist;  /* fill the hole with the last entry */
+    s->hist_tok[k] = s->hist_tok[last];
+    s->hist_cnt[k] = s->hist_cnt[last];
+    s->slot_of[s->hist_tok[k]] = k;
+    s->slot_of[t] = -1;
+}
+
+void sampler_accept(gl_sampler *s, int32_t token) {
+    if (!s->penalize || token < 0 || token >= s->n_vocab) return;
+    if (s->ring) {
+        if (s->ring_len == s->ring_cap) {
+            hist_remove(s, s->ring[s->ring_head]);
+            s->ring[s->ring_head] = token;
+            s->ring_head = (s->ring_head + 1) % s->ring_cap;
+        } else {
+            s->ring[(s->ring_head + s->ring_len++) % s->ring_cap] = token;
+        }
+    }
+    hist_add(s, token);
+}
+
+void sampler_reset(gl_sampler *s) {
+    /* The RNG keeps going: a restarted request keeps its generated tokens. */
+    if (!s->penalize) return;
+    for (int k = 0; k < s->n_hist; k++) s->slot_of[s->hist_tok[k]] = -1;
+    s->n_hist = 0;
+    s->ring_len = s->ring_head = 0;
+}
+
+/* ---- log-probabilities ---------------------------------------------------- */
+
+/* NaN means "impossible"; +inf would poison max-subtraction, so it becomes
+ * the largest finite logit. */
+static inline float clean_logit(float x) {
+    if (isnan(x)) return -INFINITY;
+    if (x == INFINITY) return FLT_MAX;
+    return x;
+}
+
+/* "a ranks above b": larger logit, ties to the lower id, so every selection
+ * here is deterministic. */
+static inline bool better(const float *key, int32_t a, int32_t b) {
+    return key[a] > key[b] || (key[a] == key[b] && a < b);
+}
+
+/* log sum exp of the logits, and their n_top best entries (raw logits, best
+ * first) in top. Entries past n_vocab are {-1, -inf}. */
+static double log_normalizer(const float *logits, int n_vocab, gl_top_logprob *top, int n_top) {
+    float max = -INFINITY;
+    for (int i = 0; i < n_vocab; i++) {
+        float l = clean_logit(logits[i]);
+        if (l > max) max = l;
+    }
+    for (int j = 0; j < n_top; j++) top[j] = (gl_top_logprob){-1, -INFINITY};
+    if (max == -INFINITY) return -INFINITY;
+
+    double sum = 0;
+    int n_filled = 0;
+    for (int i = 0; i < n_vocab; i++) {
+        float l = clean_logit(logits[i]);
+        sum += expf(l - max);
+        if (n_top == 0 || (n_filled == n_top && !(l > top[n_top - 1].logprob))) continue;
+        /* insertion into the short sorted list; ids arrive ascending, so
+         * equal logits stay in id order */
+        int j = n_filled < n_top ? n_filled++ : n_top - 1;
+        while (j > 0 && top[j - 1].logprob < l) {
+            top[j] = top[j - 1];
+            j--;
+        }
+        top[j] = (gl_top_logprob){i, l};
+    }
+    return max + log(sum);
+}
+
+static float logprob_of(float raw, double lse) {
+    if (lse == -INFINITY || raw == -INFINITY) return -INFINITY;
+    return (float)((double)raw - lse);
+}
+
+float sampler_logprob(const float *logits, int n_vocab, int32_t token, gl_top_logprob *top, int n_top) {
+    double lse = log_normalizer(logits, n_vocab, top, n_top);
+    for (int j = 0; j < n_top && top[j].token >= 0; j++) top[j].logprob = logprob_of(top[j].logprob, lse);
+    if (token < 0 || token >= n_vocab) return -INFINITY;
+    return logprob_of(clean_logit(logits[token]), lse);
+}
+
+/* ---- logit processing ----------------------------------------------------- */
+
+/* Remember a raw logit before overwriting it, so the chosen token's raw
+ * log-probability is known without copying the whole row. */
+static void save_raw(gl_sampler *s, int32_t t, float raw) {
+    s->saved[s->n_saved++] = (gl_logit_bias){t, raw};
+}
+
+static float raw_logit(const gl_sampler *s, const float *logits, int32_t t) {
+    for (int k = 0; k < s->n_saved; k++)
+        if (s->saved[k].token == t) return s->saved[k].bias;
+    return logits[t];
+}
+
+static void apply_bias(gl_sampler *s, float *logits) {
+    for (int k = 0; k < s->params.n_logit_bias; k++) {
+        int32_t t = s->bias[k].token;
+        if (t < 0 || t >= s->n_vocab) continue;
+        save_raw(s, t, logits[t]);
+        logits[t] += s->bias[k].bias;
+    }
+}
+
+/* Repetition penalty as in CTRL / llama.cpp (pushes the logit towards
+ * "less likely" whatever its sign), then OpenAI's presence and frequency. */
+static void apply_penalties(gl_sampler *s, float *logits) {
+    if (!s->penalize) return;
+    const gl_sampling_params *p = &s->params;
+    for (int k = 0; k < s->n_hist; k++) {
+        int32_t t = s->hist_tok[k];
+        int count = s->hist_cnt[k];
+        float l = logits[t];
+        save_raw(s, t, l);
+        if (p->repetition_penalty != 1.0f) l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
+        l -= (float)count * p->frequency_penalty + p->presence_penalty;
+        logits[t] = l;
+    }
+}
+
+static int32_t argmax(const float *logits, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (logits[i] > logits[best]) best = i;
+    return best;
+}
+
+/* ---- heaps over candidate ids --------------------------------------------- */
+
+/* best_on_top: max-heap (root = best); otherwise min-heap (root = worst). */
+static inline bool above(const float *key, int32_t a, int32_t b, bool best_on_top) {
+    return best_on_top ? better(key, a, b) : better(key, b, a);
+}
+
+static void sift_down(int32_t *h, int n, int i, const float *key, bool best_on_top) {
+    for (;;) {
+        int c = 2 * i + 1;
+        if (c >= n) return;
+        if (c + 1 < n && above(key, h[c + 1], h[c], best_on_top)) c++;
+        if (!above(key, h[c], h[i], best_on_top)) return;
+        int32_t tmp = h[c];
+        h[c] = h[i];
+        h[i] = tmp;
+        i = c;
+    }
+}
+
+static void heapify(int32_t *h, int n, const float *key, bool best_on_top) {
+    for (int i = n / 2 - 1; i >= 0; i--) sift_down(h, n, i, key, best_on_top);
+}
+
+/* The k best ids of the vocabulary into cand[0..k), in no order: a min-heap
+ * of the k best so far; most tokens lose one comparison with its root. */
+static void select_top_k(int32_t *cand, const float *logits, int n_vocab, int k) {
+    for (int i = 0; i < k; i++) cand[i] = i;
+    heapify(cand, k, logits, false);
+    for (int i = k; i < n_vocab; i++) {
+        if (!better(logits, i, cand[0])) continue;
+        cand[0] = i;
+        sift_down(cand, k, 0, logits, false);
+    }
+}
+
+/* ---- sampling ------------------------------------------------------------- */
+
+/* The candidate set: all n tokens when ids is NULL, else ids[0..n). */
+typedef struct cand_set {
+    int32_t *ids;
+    int n;
+} cand_set;
+
+static inline int32_t cand_id(cand_set c, int j) { return c.ids ? c.ids[j] : j; }
+
+/* Keep the candidates with weight >= threshold, compacted into dst. */
+static cand_set filter_weight(cand_set c, const float *w, float threshold, int32_t *dst) {
+    int n = 0;
+    for (int j = 0; j < c.n; j++) {
+        int32_t t = cand_id(c, j);
+        if (w[t] >= threshold) dst[n++] = t;
+    }
+    return (cand_set){dst, n};
+}
+
+/* Top-p: the smallest best-first prefix whose mass reaches top_p * z.
+ * A token with probability below (1 - p) / (n - 1) can never be in it (the
+ * tokens above the bound already hold more than p), so only the survivors
+ * are heaped, and the heap is popped only as far as the nucleus reaches.
+ * min_w (min-p) filters in the same pass: both sets are best-first prefixes,
+ * so their intersection is the shorter one. */
+static cand_set nucleus(cand_set c, const float *w, const float *key, double z, float top_p,
+                        float min_w, int32_t *dst) {
+    double bound = c.n > 1 ? (1.0 - top_p) / (c.n - 1) * z : 0.0;
+    float threshold = fmaxf((float)bound, min_w);
+    if (threshold > 1.0f) threshold = 1.0f; /* the best token (weight 1) always survives */
+    cand_set f = filter_weight(c, w, threshold, dst);
+
+    heapify(f.ids, f.n, key, true);
+    double target = (double)top_p * z, mass = 0;
+    int left = f.n; /* popped tokens collect at the end of the array */
+    while (left > 0 && (left == f.n || mass < target)) { /* at least one */
+        int32_t best = f.ids[0];
+        mass += w[best];
+        f.ids[0] = f.ids[--left];
+        f.ids[left] = best;
+        sift_down(f.ids, left, 0, key, true);
+    }
+    return (cand_set){f.ids + left, f.n - left};
+}
+
+int32_t sampler_sample(gl_sampler *s, float *logits, float *logprob, gl_top_logprob *top) {
+    const gl_sampling_params *p = &s->params;
+    int n_vocab = s->n_vocab;
+
+    int n_top = top ? p->n_logprobs : 0;
+    for (int i = 0; i < n_vocab; i++) logits[i] = clean_logit(logits[i]);
+    double lse = log_normalizer(logits, n_vocab, top, n_top);
+
+    s->n_saved = 0;
+    apply_bias(s, logits);
+    apply_penalties(s, logits);
+
+    int32_t chosen;
+    if (p->temperature <= 1e-6f || p->top_k == 1) {
+        chosen = argmax(logits, n_vocab);
+    } else {
+        cand_set c = {NULL, n_vocab};
+        if (p->top_k > 0 && p->top_k < n_vocab) {
+            select_top_k(s->cand, logits, n_vocab, p->top_k);
+            c = (cand_set){s->cand, p->top_k};
+        }
+        float max = -INFINITY;
+        for (int j = 0; j < c.n; j++) max = fmaxf(max, logits[cand_id(c, j)]);
+
+        if (max == -INFINITY) {
+            chosen = argmax(logits, n_vocab); /* everything banned: no distribution to draw from */
+        } else {
+            float inv_t = 1.0f / p->temperature;
+            double z = 0;
+            for (int j = 0; j < c.n; j++) {
+                int32_t t = cand_id(c, j);
+                s->w[t] = expf((logits[t] - max) * inv_t);
+                z += s->w[t];
+            }
+            float min_w = p->min_p > 0 ? fminf(p->min_p, 1.0f) : 0.0f;
+            if (p->top_p < 1.0f)
+                c = nucleus(c, s->w, logits, z, p->top_p, min_w, s->cand);
+            else if (min_w > 0)
+                c = filter_weight(c, s->w, min_w, s->cand);
+
+            double kept = 0;
+            for (int j = 0; j < c.n; j++) kept += s->w[cand_id(c, j)];
+            double r = rng_uniform(s->rng) * kept, mass = 0;
+            chosen = -1;
+            int32_t last_positive = cand_id(c, 0);
+            for (int j = 0; j < c.n; j++) {
+                int32_t t = cand_id(c, j);
+                if (s->w[t] <= 0) continue;
+                last_positive = t;
+                mass += s->w[t];
+                if (mass > r) {
+                    chosen = t;
+                    break;
+                }
+            }
+            if (chosen < 0) chosen = last_positive; /* r landed on rounding error */
+        }
+    }
+
+    if (logprob) *logprob = logprob_of(raw_logit(s, logits, chosen), lse);
+    for (int j = 0; j < n_top && top[j].token >= 0; j++)
+        top[j].logprob = logprob_of(top[j].logprob, lse);
+    return chosen;
+}

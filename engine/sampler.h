@@ -24,14 +24,16 @@ void sampler_accept(gl_sampler *s, int32_t token);
 /* Forget the history (used when a preempted request restarts). */
 void sampler_reset(gl_sampler *s);
 
-/* Pick a token from logits[n_vocab] (logits is used as scratch and
- * clobbered). Writes the chosen token's log-probability to *logprob and the
- * params.n_logprobs most likely tokens, best first, to top (capacity
- * params.n_logprobs). Does not call sampler_accept. */
+/* Pick a token from logits[n_vocab], used as scratch: on return it holds the
+ * biased and penalised logits (NaN read as -inf). Writes the chosen token's
+ * raw log-probability to *logprob (may be NULL) and the params.n_logprobs
+ * most likely tokens, best first, to top (capacity params.n_logprobs, which
+ * sampler_new clamps to n_vocab; top may be NULL). Does not call sampler_accept. */
 int32_t sampler_sample(gl_sampler *s, float *logits, float *logprob, gl_top_logprob *top);
 
 /* Log-softmax helper shared with prompt logprobs: fills top[0..n_top) with the
- * n_top best entries of logits and returns log p(token). logits unchanged. */
+ * n_top best entries of logits (ties: lower id first; slots past n_vocab get
+ * token -1) and returns log p(token). NaN counts as -inf. logits unchanged. */
 float sampler_logprob(const float *logits, int n_vocab, int32_t token, gl_top_logprob *top, int n_top);
 
 #endif

@@ -123,6 +123,8 @@ typedef struct gl_request {
     int n_stop;
     const char *const *stop;  /* stop strings (copied) */
     bool ignore_eos;
+    int prompt_logprobs;      /* -1: none; else report each prompt token's logprob
+                                 with this many top alternatives (for echo) */
     void *user;               /* passed back in events */
 } gl_request;
 
@@ -132,6 +134,8 @@ typedef struct gl_top_logprob {
 } gl_top_logprob;
 
 typedef enum gl_event_type {
+    GL_EVENT_PROMPT_TOKEN,    /* prompt_logprobs: one per prompt token, in order;
+                                 the first has logprob NAN (nothing predicts it) */
     GL_EVENT_TOKEN,           /* one generated token (text may be empty while held back) */
     GL_EVENT_FINISHED,        /* last event of a request */
 } gl_event_type;
@@ -140,11 +144,11 @@ typedef struct gl_event {
     gl_event_type type;
     uint64_t request_id;
     void *user;
-    int32_t token;            /* TOKEN: the sampled id */
+    int32_t token;            /* TOKEN: the sampled id; PROMPT_TOKEN: the prompt id */
     const char *text;         /* TOKEN/FINISHED: new complete-UTF-8 text, may be "" */
     size_t text_len;
-    float logprob;            /* TOKEN: log-probability of the token */
-    int n_top;                /* TOKEN: entries in top */
+    float logprob;            /* TOKEN, PROMPT_TOKEN: log-probability of the token */
+    int n_top;                /* TOKEN, PROMPT_TOKEN: entries in top */
     const gl_top_logprob *top;
     gl_finish_reason finish;  /* FINISHED */
     const char *error;        /* FINISHED with GL_FINISH_ERROR */

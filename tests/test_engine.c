@@ -1,1 +1,364 @@
-int main(void) { return 77; }
+/* test_engine.c -- the generation loop end to end on stories260K: greedy
+ * reference continuations, stop conditions, cancellation, and batch
+ * invariance under staggered arrivals and preemption. */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "genloop.h"
+#include "testutil.h"
+
+#define MAX_REQ 32
+#define MAX_GEN 256
+
+typedef struct req_out {
+    int32_t tokens[MAX_GEN];
+    int n_tokens;
+    char text[4096];
+    size_t text_len;
+    bool finished;
+    gl_finish_reason finish;
+    int n_prompt_events;
+    float first_prompt_logprob;
+    int n_generated;
+} req_out;
+
+static req_out outs[MAX_REQ];
+
+static void on_event(const gl_event *ev, void *ctx) {
+    (void)ctx;
+    req_out *o = ev->user;
+    ck_assert_msg(!o->finished, "event after FINISHED");
+    if (ev->text_len) {
+        ck_assert_uint_lt(o->text_len + ev->text_len, sizeof o->text);
+        memcpy(o->text + o->text_len, ev->text, ev->text_len);
+        o->text_len += ev->text_len;
+    }
+    if (ev->type == GL_EVENT_PROMPT_TOKEN) {
+        if (o->n_prompt_events == 0) o->first_prompt_logprob = ev->logprob;
+        else ck_assert(ev->logprob <= 0 && isfinite(ev->logprob));
+        o->n_prompt_events++;
+    } else if (ev->type == GL_EVENT_TOKEN) {
+        ck_assert_int_lt(o->n_tokens, MAX_GEN);
+        o->tokens[o->n_tokens++] = ev->token;
+    } else {
+        o->finished = true;
+        o->finish = ev->finish;
+        o->n_generated = ev->n_generated;
+    }
+}
+
+static gl_model *model;
+static cJSON *reference;
+
+static void setup(void) {
+    const char *path = testdata_path("models/stories260K.gguf");
+    if (!path) exit(TEST_SKIP);
+    gl_error err;
+    model = gl_model_load(path, &err);
+    ck_assert_msg(model != NULL, "%s", err.message);
+    const char *ref_path = testdata_path("models/stories260K_greedy_llamacpp.json");
+    FILE *f = fopen(ref_path, "rb");
+    ck_assert_ptr_nonnull(f);
+    static char buf[1 << 16];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    reference = cJSON_Parse(buf);
+    ck_assert_ptr_nonnull(reference);
+    memset(outs, 0, sizeof outs);
+}
+
+static void teardown(void) {
+    gl_model_free(model);
+    cJSON_Delete(reference);
+}
+
+static gl_engine *make_engine(int kv_tokens, int max_batch_tokens, int max_seqs) {
+    gl_engine_params p;
+    gl_engine_params_default(&p);
+    p.n_threads = 2;
+    p.kv_cache_tokens = kv_tokens;
+    p.max_batch_tokens = max_batch_tokens;
+    p.max_seqs = max_seqs;
+    gl_error err;
+    gl_engine *e = gl_engine_create(model, &p, &err);
+    ck_assert_msg(e != NULL, "%s", err.message);
+    return e;
+}
+
+static int json_ids(const cJSON *arr, int32_t *ids) {
+    int n = 0;
+    const cJSON *it;
+    cJSON_ArrayForEach(it, arr) ids[n++] = (int32_t)it->valueint;
+    return n;
+}
+
+static gl_request greedy_request(const int32_t *prompt, int n_prompt, int max_tokens, req_out *out) {
+    gl_request r = {.prompt = prompt, .n_prompt = n_prompt, .max_tokens = max_tokens, .user = out,
+                    .prompt_logprobs = -1};
+    gl_sampling_params_default(&r.sampling);
+    r.sampling.temperature = 0;
+    return r;
+}
+
+static void run_until_idle(gl_engine *e) {
+    for (int guard = 0; guard < 100000; guard++)
+        if (gl_engine_step(e, on_event, NULL) == 0) {
+            gl_engine_stats st;
+            gl_engine_get_stats(e, &st);
+            if (st.n_running == 0 && st.n_waiting == 0) return;
+        }
+    ck_abort_msg("engine did not go idle");
+}
+
+static void assert_pool_empty(gl_engine *e) {
+    gl_engine_stats st;
+    gl_engine_get_stats(e, &st);
+    ck_assert_int_eq(st.n_blocks_used, 0);
+    ck_assert_int_eq(st.n_running, 0);
+    ck_assert_int_eq(st.n_waiting, 0);
+}
+
+START_TEST(greedy_matches_reference) {
+    gl_engine *e = make_engine(0, 512, 4);
+    const cJSON *c;
+    int i = 0;
+    cJSON_ArrayForEach(c, cJSON_GetObjectItem(reference, "cases")) {
+        int32_t prompt[64], want[128];
+        int n_prompt = json_ids(cJSON_GetObjectItem(c, "prompt_token_ids"), prompt);
+        int n_want = json_ids(cJSON_GetObjectItem(c, "generated_token_ids"), want);
+        /* the tokenizer gives the same prompt ids */
+        int32_t *ids;
+        gl_error err;
+        const char *text = cJSON_GetObjectItem(c, "prompt")->valuestring;
+        int n = gl_tokenize(model, text, strlen(text), GL_TOKENIZE_ADD_SPECIAL, &ids, &err);
+        ck_assert_int_eq(n, n_prompt);
+        ck_assert_mem_eq(ids, prompt, (size_t)n * sizeof *ids);
+        free(ids);
+
+        gl_request r = greedy_request(prompt, n_prompt, n_want, &outs[i]);
+        r.ignore_eos = true;
+        ck_assert(gl_engine_submit(e, &r, NULL, &err) > 0);
+        run_until_idle(e);
+        ck_assert_int_eq(outs[i].n_tokens, n_want);
+        ck_assert_mem_eq(outs[i].tokens, want, (size_t)n_want * sizeof *want);
+        outs[i].text[outs[i].text_len] = 0;
+        ck_assert_str_eq(outs[i].text, cJSON_GetObjectItem(c, "generated_text")->valuestring);
+        ck_assert_int_eq(outs[i].finish, GL_FINISH_LENGTH);
+        i++;
+    }
+    ck_assert_int_eq(i, 3);
+    assert_pool_empty(e);
+    gl_engine_free(e);
+}
+END_TEST
+
+/* 16 requests of mixed prompts arriving at staggered steps, in a pool so
+ * small that some must be preempted: each output equals its solo run. */
+static void check_batch_invariance(int kv_tokens, int max_batch_tokens) {
+    const cJSON *cases = cJSON_GetObjectItem(reference, "cases");
+    int32_t prompts[3][64], wants[3][128];
+    int n_prompts[3], n_wants[3];
+    for (int c = 0; c < 3; c++) {
+        const cJSON *cs = cJSON_GetArrayItem(cases, c);
+        n_prompts[c] = json_ids(cJSON_GetObjectItem(cs, "prompt_token_ids"), prompts[c]);
+        n_wants[c] = json_ids(cJSON_GetObjectItem(cs, "generated_token_ids"), wants[c]);
+    }
+    gl_engine *e = make_engine(kv_tokens, max_batch_tokens, 16);
+    int submitted = 0;
+    gl_error err;
+    for (int step = 0; step < 100000; step++) {
+        if (submitted < 16 && step % 3 == 0) {
+            int c = submitted % 3;
+            /* vary lengths: a prompt extended by part of its own continuation */
+            int extra = submitted % 5;
+            int32_t prompt[128];
+            memcpy(prompt, prompts[c], (size_t)n_prompts[c] * sizeof *prompt);
+            memcpy(prompt + n_prompts[c], wants[c], (size_t)extra * sizeof *prompt);
+            gl_request r = greedy_request(prompt, n_prompts[c] + extra, 40 - extra, &outs[submitted]);
+            r.ignore_eos = true;
+            ck_assert_msg(gl_engine_submit(e, &r, NULL, &err) > 0, "%s", err.message);
+            submitted++;
+        }
+        int ran = gl_engine_step(e, on_event, NULL);
+        gl_engine_stats st;
+        gl_engine_get_stats(e, &st);
+        ck_assert_int_le(st.n_blocks_used, st.n_blocks_total);
+        if (submitted == 16 && ran == 0 && st.n_running == 0 && st.n_waiting == 0) break;
+    }
+    for (int i = 0; i < 16; i++) {
+        int c = i % 3, extra = i % 5;
+        ck_assert_msg(outs[i].finished, "request %d unfinished", i);
+        ck_assert_int_eq(outs[i].n_tokens, 40 - extra);
+        ck_assert_msg(memcmp(outs[i].tokens, wants[c] + extra, (size_t)(40 - extra) * sizeof(int32_t)) == 0,
+                      "request %d differs from its solo run", i);
+    }
+    assert_pool_empty(e);
+    gl_engine_stats st;
+    gl_engine_get_stats(e, &st);
+    if (kv_tokens <= 256) ck_assert_msg(st.n_preemptions > 0, "tiny pool did not preempt");
+    gl_engine_free(e);
+}
+
+START_TEST(batch_invariance) { check_batch_invariance(4096, 512); }
+END_TEST
+
+START_TEST(batch_invariance_small_budget_and_preemption) { check_batch_invariance(160, 24); }
+END_TEST
+
+START_TEST(stop_string_and_max_tokens) {
+    gl_engine *e = make_engine(0, 512, 4);
+    int32_t prompt[] = {1, 403, 407, 261, 378};
+    gl_request r = greedy_request(prompt, 5, 64, &outs[0]);
+    const char *stops[] = {"Lily"};
+    r.stop = stops;
+    r.n_stop = 1;
+    gl_error err;
+    ck_assert(gl_engine_submit(e, &r, NULL, &err) > 0);
+    r = greedy_request(prompt, 5, 5, &outs[1]);
+    ck_assert(gl_engine_submit(e, &r, NULL, &err) > 0);
+    run_until_idle(e);
+    outs[0].text[outs[0].text_len] = 0;
+    ck_assert_str_eq(outs[0].text, ", there was a little girl named ");
+    ck_assert_int_eq(outs[0].finish, GL_FINISH_STOP);
+    ck_assert_int_eq(outs[1].n_tokens, 5);
+    ck_assert_int_eq(outs[1].finish, GL_FINISH_LENGTH);
+    assert_pool_empty(e);
+    gl_engine_free(e);
+}
+END_TEST
+
+START_TEST(context_limit_and_errors) {
+    gl_engine *e = make_engine(0, 512, 4);
+    int32_t prompt[200];
+    for (int i = 0; i < 200; i++) prompt[i] = 300 + i % 100;
+    prompt[0] = 1;
+    gl_error err;
+    bool full;
+    gl_request r = greedy_request(prompt, 128, 10, &outs[0]);
+    ck_assert(gl_engine_submit(e, &r, &full, &err) == 0);
+    ck_assert(!full);
+    ck_assert_ptr_nonnull(strstr(err.message, "context"));
+    prompt[3] = 512; /* out of vocabulary */
+    r = greedy_request(prompt, 10, 10, &outs[0]);
+    ck_assert(gl_engine_submit(e, &r, &full, &err) == 0);
+    prompt[3] = 300;
+    /* max_tokens 0: up to the context (128 positions) */
+    r = greedy_request(prompt, 100, 0, &outs[0]);
+    r.ignore_eos = true;
+    ck_assert(gl_engine_submit(e, &r, &full, &err) > 0);
+    run_until_idle(e);
+    ck_assert_int_eq(outs[0].n_tokens, 28);
+    ck_assert_int_eq(outs[0].finish, GL_FINISH_LENGTH);
+    assert_pool_empty(e);
+    gl_engine_free(e);
+}
+END_TEST
+
+START_TEST(cancel_frees_within_a_step) {
+    gl_engine *e = make_engine(0, 512, 4);
+    int32_t prompt[] = {1, 403, 407, 261, 378};
+    gl_request r = greedy_request(prompt, 5, 100, &outs[0]);
+    r.ignore_eos = true;
+    gl_error err;
+    uint64_t id = gl_engine_submit(e, &r, NULL, &err);
+    r.user = &outs[1];
+    uint64_t id_waiting = gl_engine_submit(e, &r, NULL, &err);
+    gl_engine_step(e, on_event, NULL);
+    gl_engine_step(e, on_event, NULL);
+    gl_engine_cancel(e, id);
+    gl_engine_cancel(e, id_waiting);
+    gl_engine_step(e, on_event, NULL);
+    ck_assert(outs[0].finished && outs[1].finished);
+    ck_assert_int_eq(outs[0].finish, GL_FINISH_CANCELLED);
+    ck_assert_int_eq(outs[1].finish, GL_FINISH_CANCELLED);
+    assert_pool_empty(e);
+    gl_engine_free(e);
+}
+END_TEST
+
+START_TEST(queue_bound) {
+    gl_engine_params p;
+    gl_engine_params_default(&p);
+    p.max_waiting = 2;
+    p.n_threads = 1;
+    gl_error err;
+    gl_engine *e = gl_engine_create(model, &p, &err);
+    int32_t prompt[] = {1, 403};
+    bool full = false;
+    for (int i = 0; i < 2; i++) {
+        gl_request r = greedy_request(prompt, 2, 4, &outs[i]);
+        ck_assert(gl_engine_submit(e, &r, &full, &err) > 0);
+    }
+    gl_request r = greedy_request(prompt, 2, 4, &outs[2]);
+    ck_assert(gl_engine_submit(e, &r, &full, &err) == 0);
+    ck_assert(full);
+    run_until_idle(e);
+    gl_engine_free(e);
+}
+END_TEST
+
+START_TEST(seeded_sampling_reproducible) {
+    gl_engine *e = make_engine(0, 512, 4);
+    int32_t prompt[] = {1, 403, 407, 261, 378};
+    gl_error err;
+    for (int i = 0; i < 3; i++) {
+        gl_request r = greedy_request(prompt, 5, 30, &outs[i]);
+        r.sampling.temperature = 1.0f;
+        r.sampling.seed = i < 2 ? 42 : 43;
+        r.sampling.has_seed = true;
+        r.ignore_eos = true;
+        ck_assert(gl_engine_submit(e, &r, NULL, &err) > 0);
+    }
+    run_until_idle(e);
+    ck_assert_int_eq(outs[0].n_tokens, 30);
+    ck_assert_mem_eq(outs[0].tokens, outs[1].tokens, 30 * sizeof(int32_t));
+    ck_assert(memcmp(outs[0].tokens, outs[2].tokens, 30 * sizeof(int32_t)) != 0);
+    gl_engine_free(e);
+}
+END_TEST
+
+START_TEST(prompt_logprobs) {
+    gl_engine *e = make_engine(0, 512, 4);
+    int32_t prompt[] = {1, 403, 407, 261, 378};
+    gl_request r = greedy_request(prompt, 5, 2, &outs[0]);
+    r.prompt_logprobs = 2;
+    gl_error err;
+    ck_assert(gl_engine_submit(e, &r, NULL, &err) > 0);
+    run_until_idle(e);
+    ck_assert_int_eq(outs[0].n_prompt_events, 5);
+    ck_assert(isnan(outs[0].first_prompt_logprob));
+    ck_assert_int_eq(outs[0].n_tokens, 2);
+    gl_engine_free(e);
+}
+END_TEST
+
+int main(void) {
+    if (!testdata_path("models/stories260K.gguf")) {
+        printf("SKIP: shared test data not found\n");
+        return TEST_SKIP;
+    }
+    Suite *s = suite_create("engine");
+    TCase *tc = tcase_create("stories260K");
+    tcase_add_checked_fixture(tc, setup, teardown);
+    tcase_set_timeout(tc, 600);
+    tcase_add_test(tc, greedy_matches_reference);
+    tcase_add_test(tc, batch_invariance);
+    tcase_add_test(tc, batch_invariance_small_budget_and_preemption);
+    tcase_add_test(tc, stop_string_and_max_tokens);
+    tcase_add_test(tc, context_limit_and_errors);
+    tcase_add_test(tc, cancel_frees_within_a_step);
+    tcase_add_test(tc, queue_bound);
+    tcase_add_test(tc, seeded_sampling_reproducible);
+    tcase_add_test(tc, prompt_logprobs);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

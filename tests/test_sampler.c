@@ -1,1 +1,655 @@
-int main(void) { return 77; }
+/* test_sampler.c -- the sampler against hand-computed cases and a naive
+ * reference pipeline. Every random test is seeded, so nothing is flaky. */
+#include <check.h>
+#include <float.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "sampler.h"
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static gl_sampling_params params_default(void) {
+    gl_sampling_params p;
+    gl_sampling_params_default(&p);
+    p.has_seed = true;
+    p.seed = 1234;
+    return p;
+}
+
+/* One sample from a fresh copy of logits (sampling clobbers them). */
+static int32_t sample_copy(gl_sampler *s, const float *logits, int n, float *logprob, gl_top_logprob *top) {
+    float buf[4096];
+    ck_assert_int_le(n, 4096);
+    memcpy(buf, logits, (size_t)n * sizeof *buf);
+    return sampler_sample(s, buf, logprob, top);
+}
+
+/* Draw n_draws times and count the tokens. */
+static void histogram(const gl_sampling_params *p, const float *logits, int n, int n_draws, int *counts) {
+    gl_sampler *s = sampler_new(p, n);
+    ck_assert_ptr_nonnull(s);
+    memset(counts, 0, (size_t)n * sizeof *counts);
+    for (int i = 0; i < n_draws; i++) {
+        int32_t t = sample_copy(s, logits, n, NULL, NULL);
+        ck_assert(t >= 0 && t < n);
+        counts[t]++;
+    }
+    sampler_free(s);
+}
+
+/* Pearson chi-square of counts against probabilities; cells with p = 0
+ * must be empty. */
+static double chi_square(const int *counts, const double *probs, int n, int n_draws) {
+    double chi = 0;
+    for (int i = 0; i < n; i++) {
+        if (probs[i] == 0) {
+            ck_assert_msg(counts[i] == 0, "token %d has p=0 but was drawn %d times", i, counts[i]);
+            continue;
+        }
+        double expected = probs[i] * n_draws;
+        chi += (counts[i] - expected) * (counts[i] - expected) / expected;
+    }
+    return chi;
+}
+
+static uint64_t test_rng = 88172645463325252ull;
+static double urand(void) { /* xorshift64, independent of the sampler's RNG */
+    test_rng ^= test_rng << 13;
+    test_rng ^= test_rng >> 7;
+    test_rng ^= test_rng << 17;
+    return (double)(test_rng >> 11) * 0x1.0p-53;
+}
+
+static void random_logits(float *l, int n, float scale) {
+    for (int i = 0; i < n; i++) l[i] = (float)((urand() * 2 - 1) * scale);
+}
+
+static int32_t naive_argmax(const float *l, int n) {
+    int32_t best = 0;
+    for (int i = 1; i < n; i++)
+        if (l[i] > l[best]) best = i;
+    return best;
+}
+
+/* ---- the naive reference: full sort, in the documented order -------------- */
+
+static const float *sort_key;
+static int by_logit_desc(const void *a, const void *b) {
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    if (sort_key[x] != sort_key[y]) return sort_key[x] > sort_key[y] ? -1 : 1;
+    return x - y;
+}
+
+/* Probabilities the sampler should draw from (no bias/penalties). */
+static void reference_probs(const float *logits, int n, float temp, int top_k, float top_p, float min_p, double *out) {
+    int32_t order[64];
+    for (int i = 0; i < n; i++) order[i] = i;
+    sort_key = logits;
+    qsort(order, (size_t)n, sizeof *order, by_logit_desc);
+    int kept = (top_k > 0 && top_k < n) ? top_k : n;
+    double w[64], z = 0;
+    for (int j = 0; j < kept; j++) z += w[j] = exp(((double)logits[order[j]] - logits[order[0]]) / temp);
+    if (top_p < 1) {
+        double cum = 0;
+        int j = 0;
+        while (j < kept) {
+            cum += w[j++] / z;
+            if (cum >= top_p) break;
+        }
+        kept = j;
+    }
+    int j = 0;
+    while (j < kept && w[j] >= min_p * w[0]) j++;
+    kept = j;
+    double total = 0;
+    for (j = 0; j < kept; j++) total += w[j];
+    for (int i = 0; i < n; i++) out[i] = 0;
+    for (j = 0; j < kept; j++) out[order[j]] = w[j] / total;
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+START_TEST(test_defaults) {
+    gl_sampling_params p;
+    memset(&p, 0x5a, sizeof p);
+    gl_sampling_params_default(&p);
+    ck_assert_float_eq(p.temperature, 1.0f);
+    ck_assert_int_eq(p.top_k, 0);
+    ck_assert_float_eq(p.top_p, 1.0f);
+    ck_assert_float_eq(p.min_p, 0.0f);
+    ck_assert_float_eq(p.repetition_penalty, 1.0f);
+    ck_assert_float_eq(p.presence_penalty, 0.0f);
+    ck_assert_float_eq(p.frequency_penalty, 0.0f);
+    ck_assert_int_eq(p.penalty_last_n, 64);
+    ck_assert(!p.has_seed);
+    ck_assert_int_eq(p.n_logit_bias, 0);
+    ck_assert_ptr_null(p.logit_bias);
+    ck_assert_int_eq(p.n_logprobs, 0);
+}
+END_TEST
+
+START_TEST(test_greedy_argmax_and_ties) {
+    gl_sampling_params p = params_default();
+    p.temperature = 0;
+    gl_sampler *s = sampler_new(&p, 5);
+    ck_assert_int_eq(sample_copy(s, (float[]){1, 5, 3, -2, 4.9f}, 5, NULL, NULL), 1);
+    ck_assert_int_eq(sample_copy(s, (float[]){1, 5, 5, 2, 5}, 5, NULL, NULL), 1);  /* ties: lowest id */
+    ck_assert_int_eq(sample_copy(s, (float[]){-3, -1, -2, -1, -7}, 5, NULL, NULL), 1);
+    ck_assert_int_eq(sample_copy(s, (float[]){7, 7, 7, 7, 7}, 5, NULL, NULL), 0);
+    sampler_free(s);
+
+    p.temperature = 1e-7f; /* below the greedy threshold */
+    s = sampler_new(&p, 5);
+    for (int i = 0; i < 100; i++) ck_assert_int_eq(sample_copy(s, (float[]){1, 2, 3, 2.99f, 0}, 5, NULL, NULL), 2);
+    sampler_free(s);
+}
+END_TEST
+
+START_TEST(test_top_k_1_is_greedy) {
+    float logits[1000];
+    const float temps[] = {0.1f, 1.0f, 5.0f, 1000.0f};
+    for (int round = 0; round < 20; round++) {
+        random_logits(logits, 1000, 3);
+        if (round % 5 == 0) logits[17] = logits[naive_argmax(logits, 1000)]; /* a tie */
+        int32_t want = naive_argmax(logits, 1000);
+        for (int k = 0; k < 4; k++) {
+            gl_sampling_params p = params_default();
+            p.temperature = temps[k];
+            p.top_k = 1;
+            p.top_p = 0.9f;
+            gl_sampler *s = sampler_new(&p, 1000);
+            for (int i = 0; i < 5; i++) ck_assert_int_eq(sample_copy(s, logits, 1000, NULL, NULL), want);
+            sampler_free(s);
+        }
+    }
+}
+END_TEST
+
+START_TEST(test_top_p_tiny_keeps_max) {
+    float logits[100];
+    random_logits(logits, 100, 2);
+    int32_t want = naive_argmax(logits, 100);
+    const float ps[] = {1e-6f, 0.0f, -1.0f};
+    for (int k = 0; k < 3; k++) {
+        gl_sampling_params p = params_default();
+        p.top_p = ps[k];
+        p.temperature = 3.0f;
+        gl_sampler *s = sampler_new(&p, 100);
+        for (int i = 0; i < 500; i++) ck_assert_int_eq(sample_copy(s, logits, 100, NULL, NULL), want);
+        sampler_free(s);
+    }
+    /* a flat distribution: the bound must not throw everything out */
+    float flat[100];
+    for (int i = 0; i < 100; i++) flat[i] = 0.5f;
+    gl_sampling_params p = params_default();
+    p.top_p = 0.001f;
+    gl_sampler *s = sampler_new(&p, 100);
+    for (int i = 0; i < 50; i++) ck_assert_int_eq(sample_copy(s, flat, 100, NULL, NULL), 0);
+    sampler_free(s);
+}
+END_TEST
+
+START_TEST(test_no_filter_keeps_all) {
+    const float logits[6] = {0, -1, -2, -3, -4, -5};
+    int counts[6];
+    gl_sampling_params p = params_default(); /* top_p 1, top_k 0, min_p 0 */
+    histogram(&p, logits, 6, 20000, counts);
+    for (int i = 0; i < 6; i++) ck_assert_int_gt(counts[i], 0);
+    p.top_k = 6; /* top_k >= n_vocab is off */
+    histogram(&p, logits, 6, 20000, counts);
+    for (int i = 0; i < 6; i++) ck_assert_int_gt(counts[i], 0);
+}
+END_TEST
+
+START_TEST(test_min_p_edges) {
+    const float logits[5] = {3, 1, 3, 0, -1};
+    int counts[5];
+    gl_sampling_params p = params_default();
+    p.min_p = 1.0f; /* only the maxima survive */
+    histogram(&p, logits, 5, 4000, counts);
+    ck_assert_int_gt(counts[0], 1500);
+    ck_assert_int_gt(counts[2], 1500);
+    ck_assert_int_eq(counts[0] + counts[2], 4000);
+
+    p.min_p = 0.0f; /* off */
+    histogram(&p, logits, 5, 20000, counts);
+    for (int i = 0; i < 5; i++) ck_assert_int_gt(counts[i], 0);
+
+    p.min_p = 1e-9f; /* on, but keeps everything */
+    histogram(&p, logits, 5, 20000, counts);
+    for (int i = 0; i < 5; i++) ck_assert_int_gt(counts[i], 0);
+}
+END_TEST
+
+START_TEST(test_high_temperature_spreads) {
+    const float logits[4] = {0, -5, -10, -20};
+    int counts[4];
+    gl_sampling_params p = params_default();
+    p.temperature = 1000.0f;
+    histogram(&p, logits, 4, 20000, counts);
+    for (int i = 0; i < 4; i++) ck_assert_int_gt(counts[i], 4500); /* ~5000 each */
+    p.temperature = 1.0f;
+    histogram(&p, logits, 4, 20000, counts);
+    ck_assert_int_gt(counts[0], 19800);
+}
+END_TEST
+
+START_TEST(test_seeded_reproducible) {
+    float logits[50];
+    random_logits(logits, 50, 1);
+    gl_sampling_params p = params_default();
+    p.seed = 42;
+    gl_sampler *a = sampler_new(&p, 50), *b = sampler_new(&p, 50);
+    p.seed = 43;
+    gl_sampler *c = sampler_new(&p, 50);
+    int n_diff = 0;
+    for (int i = 0; i < 1000; i++) {
+        int32_t ta = sample_copy(a, logits, 50, NULL, NULL);
+        ck_assert_int_eq(ta, sample_copy(b, logits, 50, NULL, NULL));
+        n_diff += ta != sample_copy(c, logits, 50, NULL, NULL);
+    }
+    ck_assert_int_gt(n_diff, 500);
+    sampler_free(a);
+    sampler_free(b);
+    sampler_free(c);
+
+    /* unseeded samplers created back to back still differ */
+    p.has_seed = false;
+    a = sampler_new(&p, 50);
+    b = sampler_new(&p, 50);
+    n_diff = 0;
+    for (int i = 0; i < 200; i++)
+        n_diff += sample_copy(a, logits, 50, NULL, NULL) != sample_copy(b, logits, 50, NULL, NULL);
+    ck_assert_int_gt(n_diff, 0);
+    sampler_free(a);
+    sampler_free(b);
+}
+END_TEST
+
+START_TEST(test_distribution_matches_softmax) {
+    /* 3 degrees of freedom: chi-square > 30 has probability ~1e-6. */
+    const float logits[4] = {1.0f, 0.5f, -0.3f, -1.2f};
+    const float temps[] = {1.0f, 0.7f, 2.0f};
+    for (int k = 0; k < 3; k++) {
+        gl_sampling_params p = params_default();
+        p.temperature = temps[k];
+        p.seed = 7 + (uint64_t)k;
+        double probs[4];
+        reference_probs(logits, 4, temps[k], 0, 1, 0, probs);
+        int counts[4];
+        histogram(&p, logits, 4, 20000, counts);
+        double chi = chi_square(counts, probs, 4, 20000);
+        ck_assert_msg(chi < 30, "T=%g chi-square %g", temps[k], chi);
+    }
+}
+END_TEST
+
+/* Probabilities .5 .3 .15 .05 make the truncations easy to check by hand. */
+START_TEST(test_truncations_by_hand) {
+    const float logits[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
+    struct {
+        int top_k;
+        float top_p, min_p;
+        double want[4];
+    } cases[] = {
+        {2, 1.0f, 0, {0.625, 0.375, 0, 0}},
+        {0, 0.7f, 0, {0.625, 0.375, 0, 0}},
+        {0, 0.85f, 0, {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}},
+        {0, 1.0f, 0.5f, {0.625, 0.375, 0, 0}},
+        {0, 1.0f, 0.2f, {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}},
+        {3, 0.6f, 0, {0.625, 0.375, 0, 0}},           /* top-p on the renormalised top-3 */
+        {0, 0.85f, 0.5f, {0.625, 0.375, 0, 0}},       /* min-p cuts the nucleus */
+        {0, 0.7f, 0.1f, {0.625, 0.375, 0, 0}},        /* top-p cuts the min-p set */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        gl_sampling_params p = params_default();
+        p.top_k = cases[c].top_k;
+        p.top_p = cases[c].top_p;
+        p.min_p = cases[c].min_p;
+        p.seed = 100 + c;
+        int counts[4];
+        histogram(&p, logits, 4, 20000, counts);
+        double chi = chi_square(counts, cases[c].want, 4, 20000);
+        ck_assert_msg(chi < 30, "case %zu chi-square %g", c, chi);
+    }
+}
+END_TEST
+
+/* Random logits and settings against the full-sort reference. */
+START_TEST(test_matches_reference_pipeline) {
+    for (int round = 0; round < 30; round++) {
+        float logits[8];
+        random_logits(logits, 8, 2.5f);
+        gl_sampling_params p = params_default();
+        p.temperature = (float)(0.3 + urand() * 2);
+        p.top_k = urand() < 0.5 ? 0 : 1 + (int)(urand() * 7);
+        p.top_p = urand() < 0.3 ? 1.0f : (float)(0.2 + urand() * 0.75);
+        p.min_p = urand() < 0.5 ? 0.0f : (float)(urand() * 0.3);
+        p.seed = 1000 + (uint64_t)round;
+        double probs[8];
+        reference_probs(logits, 8, p.temperature, p.top_k, p.top_p, p.min_p, probs);
+        int counts[8], dof = -1;
+        for (int i = 0; i < 8; i++) dof += probs[i] > 0;
+        histogram(&p, logits, 8, 20000, counts);
+        double chi = chi_square(counts, probs, 8, 20000);
+        ck_assert_msg(chi < 30 + 5 * dof, "round %d (T=%g k=%d p=%g min_p=%g) chi-square %g",
+                      round, p.temperature, p.top_k, p.top_p, p.min_p, chi);
+    }
+}
+END_TEST
+
+/* A real-size vocabulary: the heap paths must pick from the right sets. */
+START_TEST(test_large_vocab_sets) {
+    enum { N = 256000 };
+    float *logits = malloc(N * sizeof *logits), *work = malloc(N * sizeof *work);
+    int32_t *order = malloc(N * sizeof *order);
+    random_logits(logits, N, 8);
+    for (int i = 0; i < N; i++) order[i] = i;
+    sort_key = logits;
+    qsort(order, N, sizeof *order, by_logit_desc);
+
+    gl_sampling_params p = params_default();
+    p.top_k = 40;
+    gl_sampler *s = sampler_new(&p, N);
+    for (int i = 0; i < 50; i++) {
+        memcpy(work, logits, N * sizeof *work);
+        int32_t t = sampler_sample(s, work, NULL, NULL);
+        ck_assert_float_ge(logits[t], logits[order[39]]);
+    }
+    sampler_free(s);
+
+    /* the nucleus for p = 0.5, from the full sort */
+    double z = 0, cum = 0;
+    for (int i = 0; i < N; i++) z += exp((double)logits[i] - logits[order[0]]);
+    int n_nucleus = 0;
+    while (cum < 0.5 * z) cum += exp((double)logits[order[n_nucleus++]] - logits[order[0]]);
+    p = params_default();
+    p.top_p = 0.5f;
+    s = sampler_new(&p, N);
+    for (int i = 0; i < 50; i++) {
+        memcpy(work, logits, N * sizeof *work);
+        int32_t t = sampler_sample(s, work, NULL, NULL);
+        ck_assert_float_ge(logits[t], logits[order[n_nucleus - 1]]);
+    }
+    sampler_free(s);
+    free(logits);
+    free(work);
+    free(order);
+}
+END_TEST
+
+START_TEST(test_logit_bias_bans_and_forces) {
+    float logits[10];
+    for (int i = 0; i < 10; i++) logits[i] = 1.0f;
+    gl_logit_bias ban[] = {{3, -100}, {-5, 50}, {99, 50}}; /* out-of-range ids are ignored */
+    gl_sampling_params p = params_default();
+    p.logit_bias = ban;
+    p.n_logit_bias = 3;
+    int counts[10];
+    histogram(&p, logits, 10, 5000, counts);
+    ck_assert_int_eq(counts[3], 0);
+    for (int i = 0; i < 10; i++)
+        if (i != 3) ck_assert_int_gt(counts[i], 0);
+
+    gl_logit_bias force[] = {{7, 100}};
+    p.logit_bias = force;
+    p.n_logit_bias = 1;
+    p.n_logprobs = 2;
+    gl_sampler *s = sampler_new(&p, 10);
+    force[0].token = 2; /* the sampler keeps its own copy */
+    for (int i = 0; i < 500; i++) {
+        float lp;
+        gl_top_logprob top[2];
+        ck_assert_int_eq(sample_copy(s, logits, 10, &lp, top), 7);
+        ck_assert_float_eq_tol(lp, logf(0.1f), 1e-5); /* raw distribution, not the biased one */
+        ck_assert_int_eq(top[0].token, 0);
+        ck_assert_int_eq(top[1].token, 1);
+    }
+    sampler_free(s);
+
+    p.temperature = 0;
+    force[0].token = 9;
+    s = sampler_new(&p, 10);
+    ck_assert_int_eq(sample_copy(s, logits, 10, NULL, NULL), 9);
+    sampler_free(s);
+}
+END_TEST
+
+/* The sampler leaves the processed logits in its scratch buffer. */
+static void processed(gl_sampler *s, const float *logits, int n, float *out) {
+    memcpy(out, logits, (size_t)n * sizeof *out);
+    sampler_sample(s, out, NULL, NULL);
+}
+
+START_TEST(test_penalties) {
+    const float logits[5] = {4, -4, 2, 1, 0.5f};
+    float out[5];
+
+    gl_sampling_params p = params_default();
+    p.repetition_penalty = 2.0f;
+    gl_sampler *s = sampler_new(&p, 5);
+    sampler_accept(s, 0);
+    sampler_accept(s, 1);
+    sampler_accept(s, 1);
+    processed(s, logits, 5, out);
+    ck_assert_float_eq(out[0], 2.0f);   /* positive: divided */
+    ck_assert_float_eq(out[1], -8.0f);  /* negative: multiplied, once however often seen */
+    ck_assert_float_eq(out[2], 2.0f);
+    ck_assert_float_eq(out[3], 1.0f);
+    sampler_reset(s);
+    processed(s, logits, 5, out);
+    for (int i = 0; i < 5; i++) ck_assert_float_eq(out[i], logits[i]);
+    sampler_free(s);
+
+    p = params_default();
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.25f;
+    s = sampler_new(&p, 5);
+    for (int i = 0; i < 3; i++) sampler_accept(s, 2);
+    sampler_accept(s, 3);
+    sampler_accept(s, 77); /* out of range: ignored */
+    processed(s, logits, 5, out);
+    ck_assert_float_eq(out[0], 4.0f);
+    ck_assert_float_eq_tol(out[2], 2.0f - 3 * 0.25f - 0.5f, 1e-6);
+    ck_assert_float_eq_tol(out[3], 1.0f - 0.25f - 0.5f, 1e-6);
+    ck_assert_float_eq(out[4], 0.5f);
+    sampler_free(s);
+
+    /* all three on one token: repetition first, then presence and frequency */
+    p = params_default();
+    p.repetition_penalty = 1.5f;
+    p.presence_penalty = 0.1f;
+    p.frequency_penalty = 0.2f;
+    s = sampler_new(&p, 5);
+    sampler_accept(s, 0);
+    sampler_accept(s, 0);
+    processed(s, logits, 5, out);
+    ck_assert_float_eq_tol(out[0], 4.0f / 1.5f - 0.4f - 0.1f, 1e-6);
+    sampler_free(s);
+}
+END_TEST
+
+START_TEST(test_penalty_window) {
+    const float logits[5] = {1, 1, 1, 1, 1};
+    float out[5];
+    gl_sampling_params p = params_default();
+    p.frequency_penalty = 1.0f;
+    p.penalty_last_n = 3;
+    gl_sampler *s = sampler_new(&p, 5);
+    const int32_t seq[] = {0, 0, 1, 2, 2, 3};
+    for (int i = 0; i < 6; i++) sampler_accept(s, seq[i]);
+    processed(s, logits, 5, out); /* window: 2 2 3 */
+    ck_assert_float_eq(out[0], 1.0f);
+    ck_assert_float_eq(out[1], 1.0f);
+    ck_assert_float_eq(out[2], -1.0f);
+    ck_assert_float_eq(out[3], 0.0f);
+    sampler_accept(s, 4);
+    sampler_accept(s, 4);
+    processed(s, logits, 5, out); /* window: 3 4 4 */
+    ck_assert_float_eq(out[2], 1.0f);
+    ck_assert_float_eq(out[3], 0.0f);
+    ck_assert_float_eq(out[4], -1.0f);
+    sampler_free(s);
+
+    p.penalty_last_n = -1; /* everything */
+    s = sampler_new(&p, 5);
+    for (int i = 0; i < 6; i++) sampler_accept(s, seq[i]);
+    processed(s, logits, 5, out);
+    ck_assert_float_eq(out[0], -1.0f);
+    ck_assert_float_eq(out[1], 0.0f);
+    ck_assert_float_eq(out[2], -1.0f);
+    ck_assert_float_eq(out[3], 0.0f);
+    ck_assert_float_eq(out[4], 1.0f);
+    sampler_free(s);
+
+    p.penalty_last_n = 0; /* off */
+    s = sampler_new(&p, 5);
+    for (int i = 0; i < 6; i++) sampler_accept(s, seq[i]);
+    processed(s, logits, 5, out);
+    for (int i = 0; i < 5; i++) ck_assert_float_eq(out[i], 1.0f);
+    sampler_free(s);
+}
+END_TEST
+
+START_TEST(test_logprobs) {
+    enum { N = 1000 };
+    float logits[N];
+    random_logits(logits, N, 6);
+    logits[500] = logits[naive_argmax(logits, N)]; /* a tie for first place */
+    double max = logits[naive_argmax(logits, N)], z = 0;
+    for (int i = 0; i < N; i++) z += exp(logits[i] - max);
+    double lse = max + log(z);
+
+    gl_top_logprob top[20];
+    double total = 0;
+    for (int i = 0; i < N; i++) {
+        float lp = sampler_logprob(logits, N, i, top, 20);
+        ck_assert_float_eq_tol(lp, logits[i] - lse, 1e-4);
+        total += exp(lp);
+    }
+    ck_assert_float_eq_tol(total, 1.0, 1e-4);
+    int32_t order[N];
+    for (int i = 0; i < N; i++) order[i] = i;
+    sort_key = logits;
+    qsort(order, N, sizeof *order, by_logit_desc);
+    for (int j = 0; j < 20; j++) {
+        ck_assert_int_eq(top[j].token, order[j]);
+        if (j > 0) ck_assert_float_le(top[j].logprob, top[j - 1].logprob);
+    }
+    ck_assert(sampler_logprob(logits, N, -1, NULL, 0) == -INFINITY);
+
+    /* sampler_sample reports the raw distribution whatever the processing */
+    gl_sampling_params p = params_default();
+    p.temperature = 0.5f;
+    p.top_k = 10;
+    p.repetition_penalty = 1.3f;
+    p.n_logprobs = 5;
+    gl_logit_bias bias[] = {{order[7], 3.0f}};
+    p.logit_bias = bias;
+    p.n_logit_bias = 1;
+    gl_sampler *s = sampler_new(&p, N);
+    sampler_accept(s, order[0]);
+    for (int i = 0; i < 200; i++) {
+        float lp;
+        gl_top_logprob top5[5];
+        int32_t t = sample_copy(s, logits, N, &lp, top5);
+        ck_assert_float_eq_tol(lp, logits[t] - lse, 1e-4);
+        for (int j = 0; j < 5; j++) {
+            ck_assert_int_eq(top5[j].token, order[j]);
+            ck_assert_float_eq_tol(top5[j].logprob, logits[order[j]] - lse, 1e-4);
+        }
+    }
+    sampler_free(s);
+
+    /* more alternatives asked for than the vocabulary has */
+    p = params_default();
+    p.n_logprobs = 20;
+    s = sampler_new(&p, 3);
+    gl_top_logprob top3[3];
+    float lp;
+    sample_copy(s, (float[]){0, 0, 0}, 3, &lp, top3);
+    ck_assert_float_eq_tol(lp, logf(1.0f / 3), 1e-6);
+    for (int j = 0; j < 3; j++) ck_assert_int_eq(top3[j].token, j);
+    sampler_free(s);
+    sampler_logprob((float[]){0, 0}, 2, 0, top, 4);
+    ck_assert_int_eq(top[2].token, -1);
+    ck_assert_int_eq(top[3].token, -1);
+}
+END_TEST
+
+START_TEST(test_nan_and_inf) {
+    const float nan = NAN, inf = INFINITY;
+    gl_top_logprob top[3];
+    float lp;
+
+    /* NaN is -inf; +inf wins */
+    const float with_nan[4] = {nan, 1, nan, 0.5f};
+    const float with_inf[4] = {nan, 1, inf, -inf};
+    const float all_bad[4] = {nan, -inf, nan, -inf};
+    const float *rows[] = {with_nan, with_inf, all_bad};
+    const float temps[] = {0, 1, 0.5f};
+    for (int k = 0; k < 3; k++) {
+        gl_sampling_params p = params_default();
+        p.temperature = temps[k];
+        p.n_logprobs = 3;
+        p.top_p = k == 2 ? 0.9f : 1.0f;
+        p.min_p = k == 2 ? 0.1f : 0.0f;
+        gl_sampler *s = sampler_new(&p, 4);
+        int counts[4] = {0};
+        for (int i = 0; i < 300; i++) {
+            int32_t t = sample_copy(s, rows[0], 4, &lp, top);
+            counts[t]++;
+            ck_assert(!isnan(lp));
+            ck_assert_int_eq(top[0].token, 1);
+            ck_assert_int_eq(top[1].token, 3);
+            ck_assert_float_eq_tol(lp, t == 1 ? 1 - logf(expf(1) + expf(0.5f)) : 0.5f - logf(expf(1) + expf(0.5f)), 1e-5);
+            ck_assert_int_eq(sample_copy(s, rows[1], 4, &lp, top), 2);
+            ck_assert_float_eq_tol(lp, 0, 1e-6);
+            int32_t u = sample_copy(s, rows[2], 4, &lp, top);
+            ck_assert(u >= 0 && u < 4);
+            ck_assert(lp == -INFINITY);
+        }
+        ck_assert_int_eq(counts[0] + counts[2], 0);
+        sampler_free(s);
+    }
+    float l = sampler_logprob(with_nan, 4, 0, top, 3);
+    ck_assert(l == -INFINITY);
+    ck_assert_float_eq_tol(expf(sampler_logprob(with_nan, 4, 1, NULL, 0)) +
+                           expf(sampler_logprob(with_nan, 4, 3, NULL, 0)), 1.0f, 1e-6);
+}
+END_TEST
+
+static Suite *sampler_suite(void) {
+    Suite *s = suite_create("sampler");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_defaults);
+    tcase_add_test(tc, test_greedy_argmax_and_ties);
+    tcase_add_test(tc, test_top_k_1_is_greedy);
+    tcase_add_test(tc, test_top_p_tiny_keeps_max);
+    tcase_add_test(tc, test_no_filter_keeps_all);
+    tcase_add_test(tc, test_min_p_edges);
+    tcase_add_test(tc, test_high_temperature_spreads);
+    tcase_add_test(tc, test_seeded_reproducible);
+    tcase_add_test(tc, test_distribution_matches_softmax);
+    tcase_add_test(tc, test_truncations_by_hand);
+    tcase_add_test(tc, test_matches_reference_pipeline);
+    tcase_add_test(tc, test_large_vocab_sets);
+    tcase_add_test(tc, test_logit_bias_bans_and_forces);
+    tcase_add_test(tc, test_penalties);
+    tcase_add_test(tc, test_penalty_window);
+    tcase_add_test(tc, test_logprobs);
+    tcase_add_test(tc, test_nan_and_inf);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(sampler_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
