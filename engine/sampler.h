@@ -28,7 +28,8 @@ void sampler_reset(gl_sampler *s);
  * biased and penalised logits (NaN read as -inf). Writes the chosen token's
  * raw log-probability to *logprob (may be NULL) and the params.n_logprobs
  * most likely tokens, best first, to top (capacity params.n_logprobs, which
- * sampler_new clamps to n_vocab; top may be NULL). Does not call sampler_accept. */
+ * sampler_new clamps to n_vocab; top may be NULL). Does not call
+ * sampler_accept. */
 int32_t sampler_sample(gl_sampler *s, float *logits, float *logprob, gl_top_logprob *top);
 
 /* Log-softmax helper shared with prompt logprobs: fills top[0..n_top) with the
