@@ -34,6 +34,8 @@ typedef struct gl_seq {
     int num_computed_tokens;  /* positions whose K/V are in the cache */
     int32_t *block_table;     /* [cap_blocks] */
     int n_blocks;
+    uint64_t *block_hashes;   /* [cap_blocks] prefix hash of each full block */
+    int n_hashed;             /* leading blocks hashed and published */
     int max_generated;        /* generated tokens at most */
     int n_generated;
     int n_cached;             /* prompt tokens served from the prefix cache */
@@ -227,6 +229,7 @@ static void seq_free(gl_engine *e, gl_seq *s) {
     ts_free(s->text);
     free(s->tokens);
     free(s->block_table);
+    free(s->block_hashes);
     free(s);
 }
 
@@ -291,9 +294,10 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     s->tokens = malloc((size_t)limit * sizeof *s->tokens);
     int cap_blocks = (limit + e->params.block_size - 1) / e->params.block_size;
     s->block_table = malloc((size_t)cap_blocks * sizeof *s->block_table);
+    s->block_hashes = malloc((size_t)cap_blocks * sizeof *s->block_hashes);
     s->sampler = sampler_new(&req->sampling, n_vocab);
     s->text = ts_new(req->stop, req->n_stop);
-    if (!s->tokens || !s->block_table || !s->sampler || !s->text) goto oom;
+    if (!s->tokens || !s->block_table || !s->block_hashes || !s->sampler || !s->text) goto oom;
     memcpy(s->tokens, req->prompt, (size_t)req->n_prompt * sizeof *s->tokens);
     s->n_tokens = s->n_prompt = req->n_prompt;
     for (int i = 0; i < req->n_prompt; i++) sampler_accept(s->sampler, req->prompt[i]);
@@ -435,6 +439,7 @@ static void preempt(gl_engine *e, int i) {
     running_remove(e, i);
     for (int b = 0; b < s->n_blocks; b++) kv_release_block(e->kv, s->block_table[b]);
     s->n_blocks = 0;
+    s->n_hashed = 0;
     s->num_computed_tokens = 0;
     queue_push_front(&e->waiting, s);
     e->stats.n_preemptions++;
@@ -481,6 +486,45 @@ static void schedule(gl_engine *e, gl_seq *s, int n, int *n_batch_tokens, int *n
         if (e->b_logit_first[si] < 0) e->b_logit_first[si] = *n_logits;
         if (samples && j == n - 1) e->b_sample_row[si] = *n_logits;
         e->b_logit_tokens[(*n_logits)++] = e->b_first[si] + j;
+    }
+}
+
+/* Take the cached blocks that hold a prefix of s (a sequence with no
+ * blocks yet). The last token is always recomputed: its logits are needed. */
+static void prefix_lookup(gl_engine *e, gl_seq *s) {
+    int bs = e->params.block_size;
+    int max_blocks = (s->n_tokens - 1) / bs;
+    uint64_t parent = 0;
+    while (s->n_blocks < max_blocks) {
+        const int32_t *toks = s->tokens + (size_t)s->n_blocks * (size_t)bs;
+        uint64_t h = kv_hash_block(parent, toks, bs);
+        int b = kv_lookup(e->kv, h, parent, toks);
+        if (b < 0) break;
+        kv_share_block(e->kv, b);
+        s->block_hashes[s->n_blocks] = h;
+        s->block_table[s->n_blocks++] = b;
+        parent = h;
+    }
+    s->n_hashed = s->n_blocks;
+    s->num_computed_tokens = s->n_blocks * bs;
+}
+
+/* Give back what prefix_lookup took (the sequence could not be admitted). */
+static void prefix_unlookup(gl_engine *e, gl_seq *s) {
+    for (int b = 0; b < s->n_blocks; b++) kv_release_block(e->kv, s->block_table[b]);
+    s->n_blocks = s->n_hashed = s->num_computed_tokens = 0;
+}
+
+/* Publish the blocks of s that became full and computed. */
+static void prefix_publish(gl_engine *e, gl_seq *s) {
+    int bs = e->params.block_size;
+    while ((s->n_hashed + 1) * bs <= s->num_computed_tokens) {
+        int i = s->n_hashed;
+        uint64_t parent = i ? s->block_hashes[i - 1] : 0;
+        const int32_t *toks = s->tokens + (size_t)i * (size_t)bs;
+        s->block_hashes[i] = kv_hash_block(parent, toks, bs);
+        kv_register(e->kv, s->block_table[i], s->block_hashes[i], parent, toks);
+        s->n_hashed++;
     }
 }
 
@@ -582,8 +626,19 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
     /* 3. admit waiting sequences, first come first served */
     while (e->waiting.head && budget > 0 && e->n_running < e->params.max_seqs) {
         gl_seq *w = e->waiting.head;
+        /* cached positions produce no logits, so prompt logprobs need them all computed */
+        if (e->params.prefix_caching && !(w->prompt_logprobs >= 0 && w->prompt_logprobs_sent < w->n_prompt))
+            prefix_lookup(e, w);
         int n = chunk_size(e, w, budget, e->max_logits - n_logits - (e->n_running - n_seqs) - 1);
-        if (n == 0) break;
+        if (n == 0) {
+            prefix_unlookup(e, w);
+            break;
+        }
+        if (w->t_scheduled == 0) { /* first admission: count cache use once */
+            w->n_cached = w->num_computed_tokens;
+            e->stats.prefix_queries += (uint64_t)w->n_prompt;
+            e->stats.prefix_hits += (uint64_t)w->n_cached;
+        }
         queue_pop(&e->waiting);
         pthread_mutex_lock(&e->mutex);
         e->n_queued--;
@@ -617,6 +672,7 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
         gl_seq *r = e->b_seqs[si];
         if (r->prompt_logprobs >= 0 && r->num_computed_tokens < r->n_prompt) emit_prompt_logprobs(e, r, si, fn, ctx);
         r->num_computed_tokens += e->b_count[si];
+        if (e->params.prefix_caching) prefix_publish(e, r);
         if (e->b_sample_row[si] < 0) continue; /* mid-prompt chunk */
         float *row = e->logits + (size_t)e->b_sample_row[si] * (size_t)n_vocab;
         float logprob;

@@ -259,12 +259,11 @@ static bool name_set_add(name_set *set, const gguf_str *name) {
 /* ---- parsing -------------------------------------------------------------------- */
 
 static int parse_header(reader *r, gguf_file *f, uint64_t *n_tensors, uint64_t *n_kv) {
-    if (r->size < 4) {
-        if (r->size == 0) return fail(r, 0, "truncated: the file is empty");
-        if (memcmp(r->buf, GGUF_MAGIC, r->size) == 0)
-            return fail(r, 0, "truncated: only %llu bytes of the GGUF magic", (unsigned long long)r->size);
-    }
-    if (r->size >= 4 && memcmp(r->buf, GGUF_MAGIC, 4) != 0) return fail(r, 0, "not a GGUF file (bad magic)");
+    if (r->size == 0) return fail(r, 0, "truncated: the file is empty");
+    uint64_t magic_len = r->size < 4 ? r->size : 4;
+    if (memcmp(r->buf, GGUF_MAGIC, magic_len) != 0) return fail(r, 0, "not a GGUF file (bad magic)");
+    if (magic_len < 4)
+        return fail(r, 0, "truncated: only %llu bytes of the GGUF magic", (unsigned long long)r->size);
     r->pos = 4;
     if (read_u32(r, &f->version, "version")) return -1;
     if (f->version == 1) return fail(r, 4, "GGUF v1 is not supported (only v2 and v3)");

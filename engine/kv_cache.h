@@ -4,7 +4,13 @@
  * A block holds K and V of block_size consecutive positions of one sequence
  * for every layer. A sequence owns a block table (block ids in position
  * order); attention reads through it. Blocks are reference-counted so several
- * sequences can share the blocks of a common prompt prefix. */
+ * sequences can share the blocks of a common prompt prefix.
+ *
+ * Prefix caching: a full block is identified by the hash of (its parent
+ * block's hash, its token ids), so equal hashes mean equal prefixes. Freed
+ * blocks keep their contents and stay findable in a hash map; they wait in
+ * an LRU free queue and are evicted (unregistered) only when the pool needs
+ * a fresh block. */
 #ifndef GL_KV_CACHE_H
 #define GL_KV_CACHE_H
 
@@ -23,8 +29,16 @@ typedef struct gl_kv_cache {
     size_t elem_size;         /* 2 or 4 */
     uint8_t *k, *v;           /* [n_layers][n_blocks][block_size][kv_dim] */
     int *ref_count;           /* [n_blocks] sequences holding each block */
-    int *free_blocks;         /* stack of free block ids */
-    int n_free;
+    int *free_prev, *free_next; /* [n_blocks] LRU free queue links, -1 = none */
+    int free_head, free_tail; /* oldest and newest free block, -1 when empty */
+    int n_free;               /* blocks with ref_count 0 (cached or not) */
+    bool *cached;             /* [n_blocks] registered in the hash map */
+    uint64_t *hash;           /* [n_blocks] block hash when cached */
+    uint64_t *parent_hash;    /* [n_blocks] parent's hash, to tell collisions apart */
+    int32_t *block_tokens;    /* [n_blocks][block_size] token ids when cached */
+    int *bucket;              /* [n_buckets] first block of each hash chain, -1 */
+    int *chain_next;          /* [n_blocks] next block in the same chain */
+    int n_buckets;            /* power of two */
 } gl_kv_cache;
 
 gl_kv_cache *kv_new(int n_layers, int kv_dim, int block_size, int n_blocks, bool f16, gl_error *err);
@@ -32,13 +46,22 @@ void kv_free(gl_kv_cache *kv);
 /* Bytes one block takes (K and V, all layers): for sizing the pool. */
 size_t kv_block_bytes(int n_layers, int kv_dim, int block_size, bool f16);
 
-/* Take a free block (ref count 1), or -1 when the pool is empty. */
+/* Take the least recently freed block (ref count 1), evicting it from the
+ * prefix cache; -1 when every block is in use. */
 int kv_alloc_block(gl_kv_cache *kv);
-/* Another holder for a block in use. */
+/* Another holder for a block: in use, or cached in the free queue. */
 void kv_share_block(gl_kv_cache *kv, int block);
-/* Drop one holder; the block is free when none is left. */
+/* Drop one holder; at zero the block joins the free queue (still cached). */
 void kv_release_block(gl_kv_cache *kv, int block);
 int kv_n_free(const gl_kv_cache *kv);
+
+/* Hash of a full block given its parent's hash (0 for the first block). */
+uint64_t kv_hash_block(uint64_t parent_hash, const int32_t *tokens, int n);
+/* The cached block with this hash, parent and tokens, or -1. */
+int kv_lookup(const gl_kv_cache *kv, uint64_t hash, uint64_t parent_hash, const int32_t *tokens);
+/* Publish a full, computed block for reuse (no-op when an equal block is
+ * already published). */
+void kv_register(gl_kv_cache *kv, int block, uint64_t hash, uint64_t parent_hash, const int32_t *tokens);
 
 /* Address of the K (or V) row of one position: layer, block, slot in block. */
 static inline void *kv_k_row(const gl_kv_cache *kv, int layer, int block, int slot) {

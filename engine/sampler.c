@@ -312,40 +312,93 @@ static int32_t argmax(const float *logits, int n) {
     return best;
 }
 
-/* ---- heaps over candidate ids --------------------------------------------- */
+/* ---- ranking candidate ids ------------------------------------------------ */
 
-/* best_on_top: max-heap (root = best); otherwise min-heap (root = worst). */
-static inline bool above(const float *key, int32_t a, int32_t b, bool best_on_top) {
-    return best_on_top ? better(key, a, b) : better(key, b, a);
+static inline void swap_ids(int32_t *a, int32_t *b) {
+    int32_t t = *a;
+    *a = *b;
+    *b = t;
 }
 
-static void sift_down(int32_t *h, int n, int i, const float *key, bool best_on_top) {
+/* Min-heap by rank: the root is the worst id in the heap. */
+static void sift_down(int32_t *h, int n, int i, const float *key) {
     for (;;) {
         int c = 2 * i + 1;
         if (c >= n) return;
-        if (c + 1 < n && above(key, h[c + 1], h[c], best_on_top)) c++;
-        if (!above(key, h[c], h[i], best_on_top)) return;
-        int32_t tmp = h[c];
-        h[c] = h[i];
-        h[i] = tmp;
+        if (c + 1 < n && better(key, h[c], h[c + 1])) c++;
+        if (!better(key, h[i], h[c])) return;
+        swap_ids(&h[i], &h[c]);
         i = c;
     }
 }
 
-static void heapify(int32_t *h, int n, const float *key, bool best_on_top) {
-    for (int i = n / 2 - 1; i >= 0; i--) sift_down(h, n, i, key, best_on_top);
+static void heapify(int32_t *h, int n, const float *key) {
+    for (int i = n / 2 - 1; i >= 0; i--) sift_down(h, n, i, key);
 }
 
 /* The k best ids of the vocabulary into cand[0..k), in no order: a min-heap
  * of the k best so far; most tokens lose one comparison with its root. */
 static void select_top_k(int32_t *cand, const float *logits, int n_vocab, int k) {
     for (int i = 0; i < k; i++) cand[i] = i;
-    heapify(cand, k, logits, false);
+    heapify(cand, k, logits);
     for (int i = k; i < n_vocab; i++) {
         if (!better(logits, i, cand[0])) continue;
         cand[0] = i;
-        sift_down(cand, k, 0, logits, false);
+        sift_down(cand, k, 0, logits);
     }
+}
+
+/* Best first: insertion sort for short runs, heapsort otherwise (the
+ * min-heap hands out the worst id, which goes to the back). */
+static void sort_best_first(int32_t *ids, int n, const float *key) {
+    if (n <= 32) {
+        for (int i = 1; i < n; i++)
+            for (int j = i; j > 0 && better(key, ids[j], ids[j - 1]); j--) swap_ids(&ids[j], &ids[j - 1]);
+        return;
+    }
+    heapify(ids, n, key);
+    for (int end = n - 1; end > 0; end--) {
+        swap_ids(&ids[0], &ids[end]);
+        sift_down(ids, end, 0, key);
+    }
+}
+
+/* Reorders ids so that ids[0..end) is the smallest best-first prefix whose
+ * weight reaches target, and returns end (n if rounding keeps it short).
+ * A quickselect on mass: partition around a pivot, keep the side the
+ * prefix ends in; expected O(n), with a heapsort once a bad run of pivots
+ * has used up its budget. */
+static int nucleus_end(int32_t *ids, int n, const float *w, const float *key, double target) {
+    int lo = 0, hi = n; /* ids[0..lo) are in and rank above ids[lo..n); the end is <= hi */
+    double mass = 0;    /* of ids[0..lo) */
+    for (int budget = 64; hi - lo > 32 && budget > 0; budget--) {
+        int mid = lo + (hi - lo) / 2;
+        if (better(key, ids[mid], ids[lo])) swap_ids(&ids[mid], &ids[lo]);
+        if (better(key, ids[hi - 1], ids[lo])) swap_ids(&ids[hi - 1], &ids[lo]);
+        if (better(key, ids[mid], ids[hi - 1])) swap_ids(&ids[mid], &ids[hi - 1]);
+        int32_t pivot = ids[hi - 1]; /* the median of the three */
+        int q = lo;
+        double upper = 0;
+        for (int j = lo; j < hi - 1; j++) {
+            if (!better(key, ids[j], pivot)) continue;
+            swap_ids(&ids[q], &ids[j]);
+            upper += w[ids[q++]];
+        }
+        swap_ids(&ids[q], &ids[hi - 1]);
+        if (mass + upper >= target) {
+            hi = q;
+        } else {
+            mass += upper + w[pivot];
+            lo = q + 1;
+            if (mass >= target) return lo;
+        }
+    }
+    sort_best_first(ids + lo, hi - lo, key);
+    for (int j = lo; j < hi; j++) {
+        mass += w[ids[j]];
+        if (mass >= target) return j + 1;
+    }
+    return hi;
 }
 
 /* ---- sampling ------------------------------------------------------------- */
@@ -371,27 +424,17 @@ static cand_set filter_weight(cand_set c, const float *w, float threshold, int32
 /* Top-p: the smallest best-first prefix whose mass reaches top_p * z.
  * A token with probability below (1 - p) / (n - 1) can never be in it (the
  * tokens above the bound already hold more than p), so only the survivors
- * are heaped, and the heap is popped only as far as the nucleus reaches.
- * min_w (min-p) filters in the same pass: both sets are best-first prefixes,
- * so their intersection is the shorter one. */
+ * are ranked. min_w (min-p) filters in the same pass: both sets are
+ * best-first prefixes, so their intersection is the shorter one. */
 static cand_set nucleus(cand_set c, const float *w, const float *key, double z, float top_p,
                         float min_w, int32_t *dst) {
     double bound = c.n > 1 ? (1.0 - top_p) / (c.n - 1) * z : 0.0;
     float threshold = fmaxf((float)bound, min_w);
     if (threshold > 1.0f) threshold = 1.0f; /* the best token (weight 1) always survives */
     cand_set f = filter_weight(c, w, threshold, dst);
-
-    heapify(f.ids, f.n, key, true);
-    double target = (double)top_p * z, mass = 0;
-    int left = f.n; /* popped tokens collect at the end of the array */
-    while (left > 0 && (left == f.n || mass < target)) { /* at least one */
-        int32_t best = f.ids[0];
-        mass += w[best];
-        f.ids[0] = f.ids[--left];
-        f.ids[left] = best;
-        sift_down(f.ids, left, 0, key, true);
-    }
-    return (cand_set){f.ids + left, f.n - left};
+    double target = fmax((double)top_p * z, 0.5); /* at least the best token */
+    f.n = nucleus_end(f.ids, f.n, w, key, target);
+    return f;
 }
 
 int32_t sampler_sample(gl_sampler *s, float *logits, float *logprob, gl_top_logprob *top) {
@@ -400,7 +443,7 @@ int32_t sampler_sample(gl_sampler *s, float *logits, float *logprob, gl_top_logp
 
     int n_top = top ? p->n_logprobs : 0;
     for (int i = 0; i < n_vocab; i++) logits[i] = clean_logit(logits[i]);
-    double lse = log_normalizer(logits, n_vocab, top, n_top);
+    double lse = (logprob || n_top > 0) ? log_normalizer(logits, n_vocab, top, n_top) : 0;
 
     s->n_saved = 0;
     apply_bias(s, logits);

@@ -24,6 +24,7 @@ typedef struct req_out {
     int n_prompt_events;
     float first_prompt_logprob;
     int n_generated;
+    int n_cached;
 } req_out;
 
 static req_out outs[MAX_REQ];
@@ -48,6 +49,7 @@ static void on_event(const gl_event *ev, void *ctx) {
         o->finished = true;
         o->finish = ev->finish;
         o->n_generated = ev->n_generated;
+        o->n_cached = ev->n_cached_tokens;
     }
 }
 
@@ -337,6 +339,32 @@ START_TEST(prompt_logprobs) {
 }
 END_TEST
 
+/* A repeated prompt reuses its cached blocks, and the output is unchanged. */
+START_TEST(prefix_cache_hit) {
+    gl_engine *e = make_engine(0, 512, 4);
+    int32_t prompt[70];
+    const cJSON *cs = cJSON_GetArrayItem(cJSON_GetObjectItem(reference, "cases"), 0);
+    int n = json_ids(cJSON_GetObjectItem(cs, "prompt_token_ids"), prompt);
+    n += json_ids(cJSON_GetObjectItem(cs, "generated_token_ids"), prompt + n) - 20; /* 49 tokens */
+    gl_error err;
+    for (int i = 0; i < 2; i++) {
+        gl_request r = greedy_request(prompt, n, 10, &outs[i]);
+        r.ignore_eos = true;
+        ck_assert(gl_engine_submit(e, &r, NULL, &err) > 0);
+        run_until_idle(e);
+    }
+    ck_assert_int_eq(outs[0].n_cached, 0);
+    ck_assert_int_eq(outs[1].n_cached, 48); /* 3 full blocks of 16 */
+    ck_assert_mem_eq(outs[0].tokens, outs[1].tokens, 10 * sizeof(int32_t));
+    gl_engine_stats st;
+    gl_engine_get_stats(e, &st);
+    ck_assert_uint_eq(st.prefix_queries, 2 * (uint64_t)n);
+    ck_assert_uint_eq(st.prefix_hits, 48);
+    assert_pool_empty(e);
+    gl_engine_free(e);
+}
+END_TEST
+
 int main(void) {
     if (!testdata_path("models/stories260K.gguf")) {
         printf("SKIP: shared test data not found\n");
@@ -355,6 +383,7 @@ int main(void) {
     tcase_add_test(tc, queue_bound);
     tcase_add_test(tc, seeded_sampling_reproducible);
     tcase_add_test(tc, prompt_logprobs);
+    tcase_add_test(tc, prefix_cache_hit);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

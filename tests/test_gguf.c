@@ -791,6 +791,9 @@ START_TEST(test_open_errors) {
     unlink(path);
     free(path);
 
+    f = gguf_open_buffer("ab", 2, "short", &err);
+    check_failure(f, &err, "short");
+    ck_assert_msg(strstr(err.message, "not a GGUF file"), "%s", err.message);
     f = gguf_open_buffer("", 0, NULL, &err);
     check_failure(f, &err, "(buffer)");
     f = gguf_open_buffer("GGUF", 4, "nullerr", NULL); /* err may be NULL */

@@ -51,12 +51,50 @@ START_TEST(invalid_shapes) {
 }
 END_TEST
 
+START_TEST(prefix_cache_lookup_evict_collision) {
+    gl_error err;
+    gl_kv_cache *kv = kv_new(1, 4, 4, 3, false, &err);
+    int32_t t1[4] = {1, 2, 3, 4}, t2[4] = {5, 6, 7, 8}, t3[4] = {1, 2, 3, 5};
+    uint64_t h1 = kv_hash_block(0, t1, 4), h2 = kv_hash_block(h1, t2, 4);
+    ck_assert(h1 != kv_hash_block(0, t3, 4));
+    ck_assert(h2 != kv_hash_block(0, t2, 4)); /* the parent is part of the identity */
+    int a = kv_alloc_block(kv), b = kv_alloc_block(kv);
+    kv_register(kv, a, h1, 0, t1);
+    kv_register(kv, b, h2, h1, t2);
+    ck_assert_int_eq(kv_lookup(kv, h1, 0, t1), a);
+    ck_assert_int_eq(kv_lookup(kv, h2, h1, t2), b);
+    /* same hash, different tokens (a forced collision): not a hit */
+    ck_assert_int_eq(kv_lookup(kv, h1, 0, t3), -1);
+    ck_assert_int_eq(kv_lookup(kv, h2, 0, t2), -1);
+    /* freed blocks stay cached, in LRU order: a freed first, evicted first */
+    kv_release_block(kv, a);
+    kv_release_block(kv, b);
+    ck_assert_int_eq(kv_n_free(kv), 3);
+    ck_assert_int_eq(kv_lookup(kv, h1, 0, t1), a);
+    kv_share_block(kv, b); /* reuse a cached free block */
+    ck_assert_int_eq(kv_n_free(kv), 2);
+    int c = kv_alloc_block(kv); /* the never-used block goes first */
+    ck_assert(c != a && c != b);
+    int d = kv_alloc_block(kv); /* then a: evicted from the cache */
+    ck_assert_int_eq(d, a);
+    ck_assert_int_eq(kv_lookup(kv, h1, 0, t1), -1);
+    ck_assert_int_eq(kv_lookup(kv, h2, h1, t2), b);
+    ck_assert_int_eq(kv_alloc_block(kv), -1);
+    kv_release_block(kv, b);
+    kv_release_block(kv, c);
+    kv_release_block(kv, d);
+    ck_assert_int_eq(kv_n_free(kv), 3);
+    kv_free(kv);
+}
+END_TEST
+
 int main(void) {
     Suite *s = suite_create("kv_cache");
     TCase *tc = tcase_create("blocks");
     tcase_add_test(tc, alloc_share_release);
     tcase_add_test(tc, store_round_trip);
     tcase_add_test(tc, invalid_shapes);
+    tcase_add_test(tc, prefix_cache_lookup_evict_collision);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

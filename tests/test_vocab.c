@@ -52,7 +52,7 @@ static bool is_wordpiece(const gguf_file *f) {
 
 /* Returns the number of failures for one vocabulary. */
 static int check_vectors(const char *name) {
-    char path[4096], inp_path[4200], out_path[4200];
+    char path[8192], inp_path[8200], out_path[8200];
     snprintf(path, sizeof path, "%s/%s", vocab_dir, name);
     snprintf(inp_path, sizeof inp_path, "%s.inp", path);
     snprintf(out_path, sizeof out_path, "%s.out", path);
@@ -125,7 +125,7 @@ START_TEST(all_vectors) {
     while ((e = readdir(d)) && n < 64) {
         size_t len = strlen(e->d_name);
         if (len > 9 && strcmp(e->d_name + len - 9, ".gguf.inp") == 0) {
-            snprintf(names[n], sizeof names[n], "%.*s", (int)(len - 4), e->d_name);
+            snprintf(names[n], sizeof names[n], "%.*s", (int)(len > 259 ? 255 : len - 4), e->d_name);
             n++;
         }
     }

@@ -1,0 +1,223 @@
+/* params.c -- one function per field kind; ranges follow the OpenAI API. */
+#include "params.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int params_fail(params_error *e, int status, const char *param, const char *code,
+                const char *fmt, ...) {
+    e->status = status;
+    e->type = status == 404 ? "not_found_error"
+            : status >= 500 ? "server_error"
+                            : "invalid_request_error";
+    e->code = code;
+    snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static const cJSON *field(const cJSON *body, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(body, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+int params_check_keys(const cJSON *body, const char *const *allowed, params_error *e) {
+    for (const cJSON *item = body->child; item; item = item->next) {
+        int known = 0;
+        for (int i = 0; allowed[i] && !known; i++) known = !strcmp(allowed[i], item->string);
+        if (!known)
+            return params_fail(e, 400, item->string, "unsupported_parameter",
+                               "Unrecognized request argument supplied: %s", item->string);
+    }
+    return 0;
+}
+
+static int is_integer(const cJSON *v) {
+    if (!cJSON_IsNumber(v)) return 0;
+    double d = v->valuedouble;
+    return isfinite(d) && d == floor(d);
+}
+
+int params_get_int(const cJSON *body, const char *key, long lo, long hi, int *out,
+                   params_error *e) {
+    const cJSON *v = field(body, key);
+    if (!v) return 0;
+    if (!is_integer(v))
+        return params_fail(e, 400, key, "invalid_type", "'%s' must be an integer", key);
+    if (v->valuedouble < (double)lo || v->valuedouble > (double)hi)
+        return params_fail(e, 400, key, "invalid_value", "'%s' must be between %ld and %ld, got %.0f",
+                           key, lo, hi, v->valuedouble);
+    *out = (int)v->valuedouble;
+    return 0;
+}
+
+int params_get_number(const cJSON *body, const char *key, double lo, double hi, bool lo_open,
+                      double *out, params_error *e) {
+    const cJSON *v = field(body, key);
+    if (!v) return 0;
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return params_fail(e, 400, key, "invalid_type", "'%s' must be a number", key);
+    double d = v->valuedouble;
+    if (d < lo || d > hi || (lo_open && d == lo))
+        return params_fail(e, 400, key, "invalid_value", "'%s' must be in %c%g, %g], got %g", key,
+                           lo_open ? '(' : '[', lo, hi, d);
+    *out = d;
+    return 0;
+}
+
+int params_get_bool(const cJSON *body, const char *key, bool *out, params_error *e) {
+    const cJSON *v = field(body, key);
+    if (!v) return 0;
+    if (!cJSON_IsBool(v))
+        return params_fail(e, 400, key, "invalid_type", "'%s' must be a boolean", key);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+bool params_utf8_valid(const char *s, size_t len) {
+    const unsigned char *p = (const unsigned char *)s, *end = p + len;
+    while (p < end) {
+        unsigned c = *p;
+        int n = c < 0x80 ? 0 : (c & 0xE0) == 0xC0 ? 1 : (c & 0xF0) == 0xE0 ? 2
+              : (c & 0xF8) == 0xF0 ? 3 : -1;
+        if (n < 0 || (n > 0 && end - p <= n)) return false;
+        if (n == 0) { p++; continue; }
+        unsigned cp = c & (0x3F >> n);
+        for (int i = 1; i <= n; i++) {
+            if ((p[i] & 0xC0) != 0x80) return false;
+            cp = (cp << 6) | (p[i] & 0x3F);
+        }
+        static const unsigned min_cp[4] = { 0, 0x80, 0x800, 0x10000 };
+        if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+        p += n + 1;
+    }
+    return true;
+}
+
+static int parse_stop(const cJSON *body, params_generation *g, params_error *e) {
+    const cJSON *v = field(body, "stop");
+    if (!v) return 0;
+    const cJSON *items[PARAMS_MAX_STOP];
+    int n = 0;
+    if (cJSON_IsString(v)) {
+        items[n++] = v;
+    } else if (cJSON_IsArray(v)) {
+        if (cJSON_GetArraySize(v) > PARAMS_MAX_STOP)
+            return params_fail(e, 400, "stop", "invalid_value",
+                               "'stop' takes at most %d strings", PARAMS_MAX_STOP);
+        for (const cJSON *s = v->child; s; s = s->next) {
+            if (!cJSON_IsString(s))
+                return params_fail(e, 400, "stop", "invalid_type", "'stop' must be a string or an array of strings");
+            items[n++] = s;
+        }
+    } else {
+        return params_fail(e, 400, "stop", "invalid_type", "'stop' must be a string or an array of strings");
+    }
+    for (int i = 0; i < n; i++) {
+        const char *s = items[i]->valuestring;
+        if (!s[0]) continue; /* an empty stop string would end every completion at once */
+        if (!params_utf8_valid(s, strlen(s)))
+            return params_fail(e, 400, "stop", "invalid_value", "'stop' is not valid UTF-8");
+        g->stop[g->n_stop] = strdup(s);
+        if (!g->stop[g->n_stop]) return params_fail(e, 500, "stop", NULL, "out of memory");
+        g->n_stop++;
+    }
+    return 0;
+}
+
+static int parse_logit_bias(const cJSON *body, const gl_model *model, params_generation *g,
+                            params_error *e) {
+    const cJSON *v = field(body, "logit_bias");
+    if (!v) return 0;
+    if (!cJSON_IsObject(v))
+        return params_fail(e, 400, "logit_bias", "invalid_type",
+                           "'logit_bias' must be an object mapping token ids to biases");
+    int n = cJSON_GetArraySize(v), n_vocab = gl_model_get_info(model)->n_vocab;
+    if (n > n_vocab) return params_fail(e, 400, "logit_bias", "invalid_value", "'logit_bias' has too many entries");
+    g->bias = malloc(sizeof(gl_logit_bias) * (size_t)(n ? n : 1));
+    if (!g->bias) return params_fail(e, 500, "logit_bias", NULL, "out of memory");
+    int k = 0;
+    for (const cJSON *item = v->child; item; item = item->next) {
+        char *end;
+        long id = strtol(item->string, &end, 10);
+        if (!item->string[0] || *end || id < 0 || id >= n_vocab)
+            return params_fail(e, 400, "logit_bias", "invalid_value",
+                               "'logit_bias' key '%.32s' is not a token id in 0..%d", item->string,
+                               n_vocab - 1);
+        if (!cJSON_IsNumber(item) || item->valuedouble < -100 || item->valuedouble > 100)
+            return params_fail(e, 400, "logit_bias", "invalid_value",
+                               "'logit_bias' values must be numbers in [-100, 100]");
+        g->bias[k++] = (gl_logit_bias){ (int32_t)id, (float)item->valuedouble };
+    }
+    g->sampling.logit_bias = g->bias;
+    g->sampling.n_logit_bias = k;
+    return 0;
+}
+
+int params_generation_parse(const cJSON *body, const gl_model *model, int max_n,
+                            const char *max_tokens_key, int max_tokens_cap,
+                            params_generation *g, params_error *e) {
+    memset(g, 0, sizeof(*g));
+    gl_sampling_params *sp = &g->sampling;
+    gl_sampling_params_default(sp);
+    sp->temperature = 1.0f;   /* OpenAI's defaults, not the CLI's */
+    sp->top_p = 1.0f;
+    g->max_tokens = 16;
+    g->n = 1;
+    double temperature = 1, top_p = 1, min_p = 0, rep = 1, presence = 0, frequency = 0;
+    int top_k = 0;
+    if (params_get_number(body, "temperature", 0, 2, false, &temperature, e) ||
+        params_get_number(body, "top_p", 0, 1, true, &top_p, e) ||
+        params_get_int(body, "top_k", 0, 1L << 30, &top_k, e) ||
+        params_get_number(body, "min_p", 0, 1, false, &min_p, e) ||
+        params_get_number(body, "repetition_penalty", 0, 10, true, &rep, e) ||
+        params_get_number(body, "presence_penalty", -2, 2, false, &presence, e) ||
+        params_get_number(body, "frequency_penalty", -2, 2, false, &frequency, e) ||
+        params_get_int(body, "n", 1, max_n, &g->n, e) ||
+        params_get_int(body, max_tokens_key, 0, max_tokens_cap, &g->max_tokens, e) ||
+        params_get_bool(body, "stream", &g->stream, e))
+        return -1;
+    sp->temperature = (float)temperature;
+    sp->top_p = (float)top_p;
+    sp->top_k = top_k;
+    sp->min_p = (float)min_p;
+    sp->repetition_penalty = (float)rep;
+    sp->presence_penalty = (float)presence;
+    sp->frequency_penalty = (float)frequency;
+
+    const cJSON *seed = field(body, "seed");
+    if (seed) {
+        if (!is_integer(seed) || fabs(seed->valuedouble) > 9007199254740992.0)
+            return params_fail(e, 400, "seed", "invalid_type", "'seed' must be an integer");
+        sp->seed = (uint64_t)(int64_t)seed->valuedouble;
+        sp->has_seed = true;
+    }
+    const cJSON *so = field(body, "stream_options");
+    if (so) {
+        if (!g->stream)
+            return params_fail(e, 400, "stream_options", "invalid_value",
+                               "'stream_options' is only allowed when 'stream' is true");
+        if (!cJSON_IsObject(so))
+            return params_fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
+        static const char *const so_keys[] = { "include_usage", NULL };
+        if (params_check_keys(so, so_keys, e)) return -1;
+        if (params_get_bool(so, "include_usage", &g->include_usage, e)) {
+            snprintf(e->param, sizeof(e->param), "stream_options.include_usage");
+            return -1;
+        }
+    }
+    if (parse_stop(body, g, e) || parse_logit_bias(body, model, g, e)) return -1;
+    return 0;
+}
+
+void params_generation_free(params_generation *g) {
+    for (int i = 0; i < g->n_stop; i++) free(g->stop[i]);
+    free(g->bias);
+    memset(g, 0, sizeof(*g));
+}
