@@ -137,8 +137,11 @@ static void value_free(gguf_value *v) {
     v->arr.items = NULL;
 }
 
+/* depth counts the arrays around a value: 0 for a metadata value itself. */
 static int read_value(reader *r, uint32_t type, gguf_value *v, int depth);
 
+/* Memory is bounded by the file: at most 2x its size for string arrays
+ * (16-byte gguf_str per 8-byte minimum string), about 4x for arrays of arrays. */
 static int read_array(reader *r, gguf_value *v, int depth) {
     uint64_t at = r->pos;
     if (depth > GGUF_MAX_DEPTH)

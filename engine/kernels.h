@@ -7,6 +7,7 @@
 #ifndef GL_KERNELS_H
 #define GL_KERNELS_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,9 +32,42 @@ int kern_pool_reserve(kern_pool *p, size_t n_floats);
 /* Run fn(arg, ith, nth) on every thread and wait for all of them. */
 void kern_pool_run(kern_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
 
+/* Size the pool's buffer of quantized activations for calls of up to
+ * max_tokens rows of up to max_cols; kern_matmul grows it on demand
+ * otherwise (allocating once). -1 on allocation failure. */
+int kern_pool_reserve_tokens(kern_pool *p, int max_tokens, int64_t max_cols);
+
 /* out[t][r] = sum_c w[r][c] * x[t][c] for t < n_tokens, r < w->n_rows.
- * x is n_tokens x n_cols, out is n_tokens x n_rows (row stride n_rows). */
+ * x is n_tokens x n_cols, out is n_tokens x n_rows (row stride n_rows).
+ * The fast paths quantize x to 8 bits per block once per call and use integer
+ * dot products (relative error ~1e-3 of the row's magnitude, as llama.cpp). */
 void kern_matmul(kern_pool *p, const gl_tensor *w, const float *x, int n_tokens, float *out);
+
+/* Kernel implementation: "scalar" (dequantize rows to float; the reference),
+ * "avx2", "avx512", or "auto" (the best the CPU runs, the default unless the
+ * environment sets GENLOOP_KERNELS to one of these names). Not thread-safe
+ * against running kernels. -1 when the CPU cannot run the one named. */
+int kern_set_backend(const char *name);
+const char *kern_backend(void);
+
+/* Attention for a batch of tokens over one layer of the paged KV cache:
+ * token t's query heads attend to positions 0..positions[t] of its sequence
+ * with an online softmax. Query head h uses KV head h / (n_heads / n_kv_heads). */
+typedef struct kern_attn {
+    int n_tokens;
+    int n_heads, n_kv_heads, head_dim;
+    const float *q;           /* [n_tokens][n_heads * head_dim], roped */
+    float *out;               /* [n_tokens][n_heads * head_dim] */
+    const int32_t *positions; /* [n_tokens] */
+    const int32_t *seq_of_token;          /* [n_tokens] */
+    const int32_t *const *block_tables;   /* per sequence: cache block ids */
+    const uint8_t *k, *v;     /* this layer's cache: [n_blocks][block_size][kv_dim] */
+    int block_size;           /* positions per cache block */
+    bool f16;                 /* K/V are IEEE half, else float */
+} kern_attn;
+
+/* -1 only when a per-thread buffer cannot be allocated. */
+int kern_attention(kern_pool *p, const kern_attn *a);
 
 /* One row of a weight matrix as floats (embedding lookup). */
 void kern_get_row(const gl_tensor *w, int64_t row, float *out);

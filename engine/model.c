@@ -97,6 +97,8 @@ static int load_tensor(gl_tensor *t, const gguf_file *f, const char *name, int64
         return gl_error_set(err, "tensor %s has type %s, which genloop does not support", name,
                             tt ? tt->name : "unknown");
     }
+    if ((uintptr_t)g->data % 4) /* kernels read F32 and block scales in place */
+        return gl_error_set(err, "tensor %s is not 4-byte aligned (general.alignment %u)", name, f->alignment);
     if (n_rows == 0 && g->type != GL_TYPE_F32)
         return gl_error_set(err, "tensor %s: norm weights must be F32, not %s", name, gl_type_get(g->type)->name);
     t->type = g->type;

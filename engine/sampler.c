@@ -307,8 +307,13 @@ static void apply_penalties(gl_sampler *s, float *logits) {
 
 static int32_t argmax(const float *logits, int n) {
     int32_t best = 0;
-    for (int i = 1; i < n; i++)
-        if (logits[i] > logits[best]) best = i;
+    float best_logit = logits[0];
+    for (int i = 1; i < n; i++) {
+        if (logits[i] > best_logit) {
+            best = i;
+            best_logit = logits[i];
+        }
+    }
     return best;
 }
 

@@ -19,7 +19,10 @@ void ts_free(ts_stream *s);
 
 /* Append bytes of one token. *out / *out_len receive the text that is now
  * safe to send (points into s, valid until the next call). Returns true when
- * a stop string matched: the stream is then finished and ignores input. */
+ * a stop string matched: the stream is then finished and ignores input
+ * (later pushes return true with no text). Running out of memory for a huge
+ * piece also ends the stream this way, as there is no other way to say so.
+ * Invalid UTF-8 comes out as U+FFFD, one per maximal invalid subpart. */
 bool ts_push(ts_stream *s, const char *bytes, size_t n, const char **out, size_t *out_len);
 
 /* End of generation: release what was held back for stop-string matching.

@@ -69,6 +69,7 @@ struct gl_tokenizer {
     bool add_bos, add_eos;
     bool add_space_prefix;    /* SPM: text starts with a (visible) space */
     bool remove_extra_ws;     /* SPM: trim and collapse runs of spaces */
+    bool spm_word_split;      /* SPM: no token has U+2581 after another char (see spm_encode) */
     int max_token_len;        /* WPM: longest spelling, bounds the greedy match */
 };
 
@@ -254,8 +255,8 @@ static bool spm_try_pair(const gl_tokenizer *t, scratch *s, const char *text, in
     return heap_push(s, p);
 }
 
-/* Tokenize already-escaped text (spaces as U+2581). */
-static bool spm_encode(const gl_tokenizer *t, scratch *s, const char *text, size_t n) {
+/* Tokenize one run of already-escaped text (spaces as U+2581). */
+static bool spm_encode_run(const gl_tokenizer *t, scratch *s, const char *text, size_t n) {
     if (n == 0) return true;
     if (!grow((void **)&s->sym, &s->sym_cap, n, sizeof(symbol))) return false;
     int count = 0;
@@ -302,6 +303,24 @@ static bool spm_encode(const gl_tokenizer *t, scratch *s, const char *text, size
     return true;
 }
 
+static bool is_mark_at(const char *text, size_t i) { return memcmp(text + i, SPACE_MARK, 3) == 0; }
+
+/* When no token has a U+2581 after another character, no merge can cross the
+ * start of a word (a U+2581 after something else), so the words merge on
+ * their own with the same result, and a small heap instead of one the size of
+ * the whole text. */
+static bool spm_encode(const gl_tokenizer *t, scratch *s, const char *text, size_t n) {
+    if (!t->spm_word_split) return spm_encode_run(t, s, text, n);
+    size_t start = 0;
+    for (size_t i = 3; i + 3 <= n; i++) {
+        if (text[i] != SPACE_MARK[0] || !is_mark_at(text, i) || is_mark_at(text, i - 3)) continue;
+        if (!spm_encode_run(t, s, text + start, i - start)) return false;
+        start = i;
+        i += 2;
+    }
+    return spm_encode_run(t, s, text + start, n - start);
+}
+
 /* Escape one run of plain text the SentencePiece way and tokenize it. */
 static bool spm_encode_text(const gl_tokenizer *t, scratch *s, const char *text, size_t n, bool prefix) {
     size_t start = 0, end = n;
@@ -334,9 +353,11 @@ static bool bpe_try_pair(const gl_tokenizer *t, scratch *s, int l, int r) {
     return heap_push(s, p);
 }
 
-static bool bpe_emit(const gl_tokenizer *t, scratch *s, int32_t id) {
-    if (id >= 0) return ids_push(&s->out, id);
-    return t->unk >= 0 ? ids_push(&s->out, t->unk) : true;
+/* A byte the vocabulary has no token for (SmolLM2 lacks a few, e.g. 0x04 and
+ * 0xF2) is dropped, as Hugging Face and llama.cpp do: an unknown token here
+ * could be <|endoftext|>. */
+static bool bpe_emit(scratch *s, int32_t id) {
+    return id >= 0 ? ids_push(&s->out, id) : true;
 }
 
 /* Merge one pre-tokenized word. */
@@ -349,7 +370,7 @@ static bool bpe_encode_word(const gl_tokenizer *t, scratch *s, const uint8_t *w,
         int32_t id = lookup(t, s->buf, m);
         if (id >= 0) return ids_push(&s->out, id);
     }
-    if (n == 1) return bpe_emit(t, s, t->byte_id[w[0]]);
+    if (n == 1) return bpe_emit(s, t->byte_id[w[0]]);
     if (!grow((void **)&s->sym, &s->sym_cap, n, sizeof(symbol))) return false;
     int count = (int)n;
     for (int i = 0; i < count; i++)
@@ -371,7 +392,7 @@ static bool bpe_encode_word(const gl_tokenizer *t, scratch *s, const uint8_t *w,
         if (!bpe_try_pair(t, s, l->prev, p.left) || !bpe_try_pair(t, s, p.left, l->next)) return false;
     }
     for (int i = 0; i >= 0; i = s->sym[i].next)
-        if (!bpe_emit(t, s, s->sym[i].id)) return false;
+        if (!bpe_emit(s, s->sym[i].id)) return false;
     return true;
 }
 
@@ -383,7 +404,8 @@ static int regex_split(const pcre2_code *re, scratch *s, const char *text, size_
         const char *subject = text + s->frag[2 * f];
         size_t len = s->frag[2 * f + 1], pos = 0, done = 0;
         while (pos < len) {
-            int rc = pcre2_match(re, (PCRE2_SPTR)subject, len, pos, 0, s->md, NULL);
+            /* The text was validated once up front; PCRE2 would re-check it on every call. */
+            int rc = pcre2_match(re, (PCRE2_SPTR)subject, len, pos, PCRE2_NO_UTF_CHECK, s->md, NULL);
             if (rc == PCRE2_ERROR_NOMATCH) break;
             if (rc < 0) {
                 char msg[120];
@@ -786,34 +808,37 @@ static int32_t special_id(const gguf_file *f, const char *key, int n_vocab, int3
     return v < (uint32_t)n_vocab ? (int32_t)v : -1;
 }
 
-static int cmp_special(const void *a, const void *b, void *ctx) {
-    const gl_tokenizer *t = ctx;
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    uint8_t bx = (uint8_t)text_of(t, x)[0], by = (uint8_t)text_of(t, y)[0];
-    if (bx != by) return bx < by ? -1 : 1;
-    if (t->text_len[x] != t->text_len[y]) return t->text_len[x] > t->text_len[y] ? -1 : 1;
-    return x < y ? -1 : x > y;
+/* Sort key of a special token: first byte, then longest first, then id. */
+typedef struct special_key { uint8_t first; uint32_t len; int32_t id; } special_key;
+
+static int cmp_special(const void *a, const void *b) {
+    const special_key *x = a, *y = b;
+    if (x->first != y->first) return x->first < y->first ? -1 : 1;
+    if (x->len != y->len) return x->len > y->len ? -1 : 1;
+    return (x->id > y->id) - (x->id < y->id);
 }
+
+static bool is_special_type(uint8_t ty) { return ty == TT_CONTROL || ty == TT_USER || ty == TT_UNKNOWN; }
 
 static int load_specials(gl_tokenizer *t, gl_error *err) {
     int n = 0;
-    for (int id = 0; id < t->n_vocab; id++) {
-        uint8_t ty = t->types[id];
-        if ((ty == TT_CONTROL || ty == TT_USER || ty == TT_UNKNOWN) && t->text_len[id] > 0) n++;
-    }
+    for (int id = 0; id < t->n_vocab; id++)
+        if (is_special_type(t->types[id]) && t->text_len[id] > 0) n++;
+    special_key *keys = malloc((size_t)(n ? n : 1) * sizeof *keys);
     t->special = malloc((size_t)(n ? n : 1) * sizeof *t->special);
-    if (!t->special) return gl_error_set(err, "out of memory");
+    if (!keys || !t->special) { free(keys); return gl_error_set(err, "out of memory"); }
     n = 0;
-    for (int id = 0; id < t->n_vocab; id++) {
-        uint8_t ty = t->types[id];
-        if ((ty == TT_CONTROL || ty == TT_USER || ty == TT_UNKNOWN) && t->text_len[id] > 0) t->special[n++] = id;
-    }
-    qsort_r(t->special, (size_t)n, sizeof *t->special, cmp_special, t);
+    for (int id = 0; id < t->n_vocab; id++)
+        if (is_special_type(t->types[id]) && t->text_len[id] > 0)
+            keys[n++] = (special_key){ (uint8_t)text_of(t, id)[0], t->text_len[id], id };
+    qsort(keys, (size_t)n, sizeof *keys, cmp_special);
+    for (int k = 0; k < n; k++) t->special[k] = keys[k].id;
     int k = 0;
     for (int b = 0; b <= 256; b++) {
-        while (k < n && (uint8_t)text_of(t, t->special[k])[0] < b) k++;
+        while (k < n && keys[k].first < b) k++;
         t->sp_begin[b] = b == 256 ? n : k;
     }
+    free(keys);
     return 0;
 }
 
@@ -935,6 +960,14 @@ gl_tokenizer *tok_load(const gguf_file *f, gl_error *err) {
         t->unk = special_id(f, "tokenizer.ggml.unknown_token_id", t->n_vocab, 0);
         t->add_bos = true;
         t->add_space_prefix = true;
+        t->spm_word_split = true;
+        for (int id = 0; id < t->n_vocab && t->spm_word_split; id++) {
+            const char *w = text_of(t, id);
+            size_t len = t->text_len[id], i = 0;
+            while (i + 3 <= len && is_mark_at(w, i)) i += 3;
+            for (; i + 3 <= len; i++)
+                if (is_mark_at(w, i)) t->spm_word_split = false;
+        }
     } else if (t->kind == KIND_BPE) {
         for (int b = 0; b < 256; b++) {
             uint32_t cp = byte_to_cp(b);

@@ -1,8 +1,9 @@
 /* tokenizer.h -- text <-> token ids from a GGUF's tokenizer.ggml.* metadata.
  *
- * Supports SentencePiece-style vocabularies (tokenizer.ggml.model = "llama")
- * and byte-level BPE ("gpt2") with the pre-tokenizer named by
- * tokenizer.ggml.pre. Anything else is refused at load with a message. */
+ * Supports SentencePiece-style vocabularies (tokenizer.ggml.model = "llama"),
+ * byte-level BPE ("gpt2") with the pre-tokenizer named by tokenizer.ggml.pre,
+ * and WordPiece ("bert"). Anything else ("t5", "rwkv", an unknown pre value)
+ * is refused at load with a message naming it. Thread-safe after load. */
 #ifndef GL_TOKENIZER_H
 #define GL_TOKENIZER_H
 
@@ -28,7 +29,13 @@ bool tok_is_control(const gl_tokenizer *t, int32_t id);
 const char *tok_text(const gl_tokenizer *t, int32_t id); /* vocab spelling, NUL-terminated */
 
 /* Encode len bytes of text. flags: GL_TOKENIZE_*. Returns count and a
- * malloc'd array in *out, or -1 with err set. */
+ * malloc'd array in *out, or -1 with err set; *out is NULL then.
+ * The text must be valid UTF-8 (no overlong forms or surrogates): otherwise
+ * -1 with "invalid UTF-8 at byte N" (N = offset of the first bad sequence).
+ * User-defined tokens (type 4) are always matched as whole tokens, as Hugging
+ * Face does for non-special added tokens; control tokens (type 3) only with
+ * GL_TOKENIZE_PARSE_SPECIAL. A byte a byte-level BPE vocabulary has no token
+ * for is dropped (never mapped to an unknown token). */
 int tok_encode(const gl_tokenizer *t, const char *text, size_t len, int flags,
                int32_t **out, gl_error *err);
 

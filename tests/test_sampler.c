@@ -28,11 +28,14 @@ static int32_t sample_copy(gl_sampler *s, const float *logits, int n, float *log
 
 /* Draw n_draws times and count the tokens. */
 static void histogram(const gl_sampling_params *p, const float *logits, int n, int n_draws, int *counts) {
+    static float buf[4096];
+    ck_assert_int_le(n, 4096);
     gl_sampler *s = sampler_new(p, n);
     ck_assert_ptr_nonnull(s);
     memset(counts, 0, (size_t)n * sizeof *counts);
     for (int i = 0; i < n_draws; i++) {
-        int32_t t = sample_copy(s, logits, n, NULL, NULL);
+        memcpy(buf, logits, (size_t)n * sizeof *buf);
+        int32_t t = sampler_sample(s, buf, NULL, NULL);
         ck_assert(t >= 0 && t < n);
         counts[t]++;
     }
@@ -340,6 +343,82 @@ START_TEST(test_matches_reference_pipeline) {
 }
 END_TEST
 
+/* Many random rows: every draw must lie in the nucleus of a full sort. */
+START_TEST(test_nucleus_membership) {
+    enum { N = 200 };
+    float logits[N], work[N];
+    int32_t order[N];
+    for (int round = 0; round < 2000; round++) {
+        random_logits(logits, N, 2);
+        gl_sampling_params p = params_default();
+        p.top_p = (float)(0.2 + urand() * 0.75);
+        p.temperature = (float)(0.5 + urand());
+        p.seed = (uint64_t)round;
+        for (int i = 0; i < N; i++) order[i] = i;
+        sort_key = logits;
+        qsort(order, N, sizeof *order, by_logit_desc);
+        double w[N], z = 0, cum = 0;
+        for (int j = 0; j < N; j++) z += w[j] = exp((logits[order[j]] - logits[order[0]]) / p.temperature);
+        int n_in = 0;
+        while (n_in < N && cum < p.top_p * z) cum += w[n_in++];
+        if (fabs(cum - w[n_in - 1] - p.top_p * z) < 1e-4 * z || fabs(cum - p.top_p * z) < 1e-4 * z)
+            continue; /* too close to call in float */
+        float worst_in = logits[order[n_in - 1]];
+        gl_sampler *s = sampler_new(&p, N);
+        for (int i = 0; i < 30; i++) {
+            memcpy(work, logits, sizeof work);
+            int32_t t = sampler_sample(s, work, NULL, NULL);
+            ck_assert_msg(logits[t] >= worst_in, "round %d: drew a token outside the nucleus", round);
+        }
+        sampler_free(s);
+    }
+}
+END_TEST
+
+/* Ties decide the nucleus boundary: 100 equal "high" tokens scattered over a
+ * 3000-token vocabulary, the rest equal and lower. Equal logits rank by id,
+ * so the nucleus is known exactly, and it is big enough to go through the
+ * partitioning path rather than the short-run sort. */
+START_TEST(test_nucleus_with_ties) {
+    enum { N = 3000, N_HIGH = 100 };
+    static float logits[N];
+    static bool high[N];
+    for (int i = 0; i < N; i++) logits[i] = -3.0f;
+    for (int placed = 0; placed < N_HIGH;) {
+        int i = (int)(urand() * N);
+        if (!high[i]) {
+            high[i] = true;
+            logits[i] = 0.0f;
+            placed++;
+        }
+    }
+    const double w_low = expf(-3.0f), z = N_HIGH + (N - N_HIGH) * w_low;
+    const float ps[] = {0.3f, 0.5f, 0.97f};
+    for (int k = 0; k < 3; k++) {
+        /* the nucleus: the first n_high high ids, then the first n_low low ids */
+        double target = ps[k] * z;
+        int n_high = target <= N_HIGH ? (int)ceil(target) : N_HIGH;
+        int n_low = target <= N_HIGH ? 0 : (int)ceil((target - N_HIGH) / w_low);
+        double slack = target <= N_HIGH ? n_high - target : n_low - (target - N_HIGH) / w_low;
+        ck_assert(slack > 0.01 && slack < 0.99); /* not on a rounding edge */
+        static bool in[N];
+        int seen_high = 0, seen_low = 0;
+        for (int i = 0; i < N; i++) {
+            in[i] = high[i] ? seen_high++ < n_high : seen_low++ < n_low;
+        }
+        gl_sampling_params p = params_default();
+        p.top_p = ps[k];
+        p.seed = 5 + (uint64_t)k;
+        static int counts[N];
+        histogram(&p, logits, N, 20000, counts);
+        for (int i = 0; i < N; i++) {
+            if (!in[i]) ck_assert_msg(counts[i] == 0, "p=%g: token %d outside the nucleus drawn", ps[k], i);
+            if (in[i] && high[i]) ck_assert_int_gt(counts[i], 0);
+        }
+    }
+}
+END_TEST
+
 /* A real-size vocabulary: the heap paths must pick from the right sets. */
 START_TEST(test_large_vocab_sets) {
     enum { N = 256000 };
@@ -636,6 +715,8 @@ static Suite *sampler_suite(void) {
     tcase_add_test(tc, test_distribution_matches_softmax);
     tcase_add_test(tc, test_truncations_by_hand);
     tcase_add_test(tc, test_matches_reference_pipeline);
+    tcase_add_test(tc, test_nucleus_membership);
+    tcase_add_test(tc, test_nucleus_with_ties);
     tcase_add_test(tc, test_large_vocab_sets);
     tcase_add_test(tc, test_logit_bias_bans_and_forces);
     tcase_add_test(tc, test_penalties);

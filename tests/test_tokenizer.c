@@ -34,14 +34,43 @@ static void assert_ids(const gl_tokenizer *t, const char *text, int flags, const
     free(ids);
 }
 
+/* Bytes some token decodes to on its own; byte-level BPE drops the others. */
+static bool representable(const gl_tokenizer *t, uint8_t byte) {
+    static const gl_tokenizer *cached;
+    static bool table[256];
+    if (cached != t) {
+        memset(table, 0, sizeof table);
+        for (int id = 0; id < tok_n_vocab(t); id++) {
+            size_t len;
+            const char *p = tok_piece(t, id, &len);
+            if (len == 1) table[(uint8_t)p[0]] = true;
+        }
+        cached = t;
+    }
+    return table[byte];
+}
+
+/* Encode, decode, and expect the text back less any unrepresentable bytes. */
 static void assert_round_trip(const gl_tokenizer *t, const char *text, size_t len) {
+    char *want = malloc(len + 1);
+    size_t want_len = 0;
+    for (size_t i = 0; i < len; i++)
+        if (representable(t, (uint8_t)text[i])) want[want_len++] = text[i];
     gl_error err = {0};
     int32_t *ids;
     int n = tok_encode(t, text, len, 0, &ids, &err);
     ck_assert_msg(n >= 0, "%s", err.message);
     char *back = tok_decode(t, ids, (size_t)n, &err);
     ck_assert_msg(back, "%s", err.message);
-    ck_assert_msg(strlen(back) == len && memcmp(back, text, len) == 0, "round trip of %zu bytes changed the text", len);
+    if (strlen(back) != want_len || memcmp(back, want, want_len) != 0) {
+        fprintf(stderr, "round trip changed:");
+        for (size_t i = 0; i < len; i++) fprintf(stderr, " %02x", (uint8_t)text[i]);
+        fprintf(stderr, "\nback:              ");
+        for (size_t i = 0; back[i]; i++) fprintf(stderr, " %02x", (uint8_t)back[i]);
+        fprintf(stderr, "\n");
+    }
+    ck_assert_msg(strlen(back) == want_len && memcmp(back, want, want_len) == 0, "round trip of %zu bytes changed the text", len);
+    free(want);
     free(back);
     free(ids);
 }
@@ -183,7 +212,7 @@ static void fuzz(const gl_tokenizer *t, int iterations, bool round_trip) {
     for (int it = 0; it < iterations; it++) {
         size_t len = 0, target = rnd() % 120;
         if (it % 2 == 0) { /* arbitrary bytes: must be rejected or encoded, never crash */
-            for (; len < target; len++) buf[len] = (char)(rnd() % 4 ? rnd() : "<|> \n\xe2\x96\x81"[rnd() % 7]);
+            for (; len < target; len++) buf[len] = (char)(rnd() % 4 ? rnd() : (uint64_t)(uint8_t)"<|> \n\xe2\x96\x81"[rnd() % 7]);
             gl_error err = {0};
             int32_t *ids;
             int n = tok_encode(t, buf, len, (int)(rnd() % 4), &ids, &err);
@@ -278,27 +307,30 @@ int main(void) {
     }
     const char *smol_p = smol_path();
     struct stat st;
-    if (stat(smol_p, &st) != 0) {
+    bool have_smol = stat(smol_p, &st) == 0;
+    if (!have_smol) {
         if (test_in_ci()) {
             fprintf(stderr, "%s is missing, and CI=true forbids skipping\n", smol_p);
             return 1;
         }
-        printf("SKIP: %s missing (scripts/fetch-model)\n", smol_p);
-        return TEST_SKIP;
+        printf("SKIP (SmolLM2 part): %s missing (scripts/fetch-model)\n", smol_p);
     }
     stories = open_tokenizer(stories_path, &stories_file);
-    smol = open_tokenizer(smol_p, &smol_file);
+    /* The invalid-UTF-8 test uses both; without SmolLM2 it runs on stories260K alone. */
+    smol = have_smol ? open_tokenizer(smol_p, &smol_file) : stories;
 
     Suite *s = suite_create("tokenizer");
     TCase *tc = tcase_create("tokenizer");
     tcase_set_timeout(tc, 600);
-    tcase_add_test(tc, smol_known_ids);
-    tcase_add_test(tc, smol_round_trip);
-    tcase_add_test(tc, smol_special_tokens);
-    tcase_add_test(tc, smol_pieces);
+    if (have_smol) {
+        tcase_add_test(tc, smol_known_ids);
+        tcase_add_test(tc, smol_round_trip);
+        tcase_add_test(tc, smol_special_tokens);
+        tcase_add_test(tc, smol_pieces);
+        tcase_add_test(tc, smol_pathological_runs);
+        tcase_add_test(tc, smol_fuzz);
+    }
     tcase_add_test(tc, smol_invalid_utf8);
-    tcase_add_test(tc, smol_pathological_runs);
-    tcase_add_test(tc, smol_fuzz);
     tcase_add_test(tc, stories_known_ids);
     tcase_add_test(tc, stories_bos_not_doubled);
     tcase_add_test(tc, stories_decode);
@@ -309,9 +341,9 @@ int main(void) {
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
-    tok_free(smol);
+    if (have_smol) tok_free(smol);
     tok_free(stories);
-    gguf_close(smol_file);
+    if (have_smol) gguf_close(smol_file);
     gguf_close(stories_file);
     return failed ? 1 : 0;
 }

@@ -53,7 +53,7 @@ static bool is_wordpiece(const gguf_file *f) {
 /* Returns the number of failures for one vocabulary. */
 static int check_vectors(const char *name) {
     char path[8192], inp_path[8200], out_path[8200];
-    snprintf(path, sizeof path, "%s/%s", vocab_dir, name);
+    snprintf(path, sizeof path, "%.4000s/%.255s", vocab_dir, name);
     snprintf(inp_path, sizeof inp_path, "%s.inp", path);
     snprintf(out_path, sizeof out_path, "%s.out", path);
     size_t inp_len, out_len;

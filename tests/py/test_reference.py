@@ -11,6 +11,7 @@ import ctypes
 import json
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -102,6 +103,15 @@ def test_reference_is_causal(tiny_model):
     path, full = tiny_model("F32")
     prefix = reference.forward(reference.Model(path), TINY_TOKENS[:5])
     np.testing.assert_allclose(prefix, full[:5], rtol=1e-9, atol=1e-9)
+
+
+def test_reference_command_line(tiny_model, tmp_path):
+    """reference.py MODEL OUT id... writes the n_tokens x n_vocab float32 layout."""
+    path, want = tiny_model("Q5_K")
+    out = tmp_path / "ref.f32"
+    script = SOURCE_DIR / "tests" / "py" / "reference.py"
+    subprocess.run([sys.executable, str(script), str(path), str(out)] + [str(t) for t in TINY_TOKENS], check=True)
+    np.testing.assert_array_equal(reference.read_logits(out, len(TINY_TOKENS)), want.astype(np.float32))
 
 
 def rope_neox_pairs(x, positions, rope_dim, base):

@@ -1,0 +1,71 @@
+/* chat_template.h -- turn a conversation into the prompt text a model expects.
+ *
+ * Models ship their prompt format as a Jinja template (tokenizer.chat_template
+ * in the GGUF). This module interprets the subset of Jinja that chat templates
+ * use, with the settings Hugging Face renders them with (trim_blocks,
+ * lstrip_blocks, no autoescape): text, {{ expr }}, {% if/elif/else %},
+ * {% for x in xs [if c] %} with loop.index/index0/first/last/length/...,
+ * {% set x = e %}, {% set ns.x = e %}, {% set x %}..{% endset %},
+ * {% generation %}, {# comments #}, whitespace control {%- -%} {{- -}}.
+ * Expressions: string/int/bool/none literals, lists, dicts, + - * // % ~,
+ * comparisons, in / not in, and / or / not, a if c else b, x.attr, x['k'],
+ * slices, filters (trim, length, upper, lower, default, join, tojson, ...),
+ * tests (is defined, is none, is string, ...), string and dict methods
+ * (strip, startswith, split, items, get, ...), range(), namespace(),
+ * raise_exception(msg).
+ *
+ * The same interpreter renders built-in templates for the common formats
+ * (chatml, llama2, llama3, mistral, gemma, phi3, zephyr), used when the model
+ * has no template, when its template cannot be parsed but is recognised by
+ * its special tokens, or when the user names one (--chat-template NAME).
+ *
+ * Hostile templates cannot crash or hang the process: source size, nesting
+ * depth, evaluation steps, memory and output size are all bounded, and every
+ * violation is an error. A template is read-only after creation, so several
+ * threads may render with it at once. */
+#ifndef GL_CHAT_TEMPLATE_H
+#define GL_CHAT_TEMPLATE_H
+
+#include <stdbool.h>
+
+#include "genloop.h" /* gl_error */
+
+typedef struct chat_message {
+    const char *role;         /* "system", "user", "assistant" (any string passes) */
+    const char *content;      /* already flattened to text; NULL renders as none */
+} chat_message;
+
+typedef struct chat_template chat_template;
+
+/* Build a template. override_name (e.g. "llama3", or "jinja" = insist on the
+ * model's own source) wins when given; otherwise the model's source is used
+ * when it parses, a built-in one recognised from the source's special tokens
+ * when it does not, and "chatml" when there is no source at all. bos / eos
+ * are the texts of the BOS / EOS tokens ("" when the model has none; NULL
+ * counts as ""). Returns NULL with err set when nothing usable is left. */
+chat_template *chat_template_new(const char *source, const char *override_name,
+                                 const char *bos, const char *eos, gl_error *err);
+void chat_template_free(chat_template *t);
+
+/* The prompt for n messages, malloc'd and NUL-terminated; with
+ * add_generation_prompt the text ends where the assistant's reply begins.
+ * Returns NULL with err set when the template rejects the conversation
+ * (raise_exception, e.g. "roles must alternate") or a limit is hit. */
+char *chat_template_render(const chat_template *t, const chat_message *msgs, int n,
+                           bool add_generation_prompt, gl_error *err);
+
+/* Format family: "chatml", "llama2", "llama3", "mistral", "gemma", "phi3",
+ * "zephyr", or "jinja" for a model template of no known family. */
+const char *chat_template_name(const chat_template *t);
+/* True when rendering uses the model's own template text, false when a
+ * built-in one stands in for it. */
+bool chat_template_is_model_source(const chat_template *t);
+/* Texts that end an assistant turn (e.g. "<|im_end|>"), for use as stop
+ * strings on top of the model's end-of-generation tokens; *n receives the
+ * count. Valid while t lives. */
+const char *const *chat_template_stop_strings(const chat_template *t, int *n);
+
+/* Names accepted by override_name, NULL-terminated (for --help). */
+extern const char *const chat_template_builtin_names[];
+
+#endif

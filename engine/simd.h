@@ -1,0 +1,70 @@
+/* simd.h -- the private contract between kernels.c and its per-instruction-
+ * set implementations (kernels_avx2.c, kernels_avx512.c, both built from
+ * simd_body.h). Not part of the engine's API; tests include it to compare
+ * every implementation with the scalar reference.
+ *
+ * Quantized weights are multiplied with activations quantized to 8 bits
+ * once per matmul: blocks of 32 (kq8_32) for the legacy types, of 256 with
+ * sums of 16 (kq8_256) for the K-quants. The integer dot products are exact;
+ * the only approximation is the activation rounding (at most d/2 per
+ * element, d = max|x| / 127 of the block). */
+#ifndef GL_SIMD_H
+#define GL_SIMD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kernels.h"
+
+typedef struct kq8_32 {
+    float d;                  /* scale: x ~ d * q */
+    float s;                  /* d * sum(q), for the weights' offset terms */
+    int8_t q[32];
+} kq8_32;
+
+typedef struct kq8_256 {
+    float d;
+    int16_t bsums[16];        /* sum of each 16 consecutive q */
+    int8_t q[256];
+} kq8_256;
+
+/* What a weight type multiplies with: float rows or one of the 8-bit forms. */
+typedef enum kern_act_kind { KERN_ACT_F32, KERN_ACT_Q8_32, KERN_ACT_Q8_256 } kern_act_kind;
+
+/* out[t * out_stride + r] = row r of w . activation row t, for r < n_rows and
+ * t < n_tok. act rows are act_stride bytes apart (floats or kq8 blocks as the
+ * weight type wants). Each output's summation order is fixed by the row and
+ * the activations alone, never by n_tok or n_rows. */
+typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
+                             const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride);
+
+/* Attention of every query head of one KV head's group, for one token. */
+typedef void (*kern_attend_fn)(const kern_attn *a, int token, int kv_head, float *scratch);
+
+typedef struct kern_impl {
+    const char *name;                                  /* "avx2", "avx512" */
+    void (*quantize_32)(const float *x, kq8_32 *y, int64_t n);   /* n % 32 == 0 */
+    void (*quantize_256)(const float *x, kq8_256 *y, int64_t n); /* n % 256 == 0 */
+    kern_rows_fn rows[40];                             /* by gl_type; NULL = scalar path */
+    kern_attend_fn attend;
+} kern_impl;
+
+/* NULL when the CPU (or the build target) lacks the instructions. */
+const kern_impl *kern_impl_avx2(void);
+const kern_impl *kern_impl_avx512(void);
+
+/* The scalar quantizers every implementation must match bit for bit. */
+void kern_quantize_32_ref(const float *x, kq8_32 *y, int64_t n);
+void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n);
+
+/* Which activation form a weight type takes under an implementation. */
+kern_act_kind kern_act_kind_of(uint32_t type);
+
+/* The implementation kern_matmul uses now; NULL = scalar. */
+const kern_impl *kern_impl_active(void);
+
+/* Scratch floats kern_attention needs per thread for a given shape. */
+size_t kern_attend_scratch(int group, int head_dim);
+
+#endif

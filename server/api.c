@@ -1,0 +1,376 @@
+/* api.c -- shared plumbing and the small endpoints (/health, /v1/models,
+ * /tokenize, /detokenize, /metrics). */
+#include "api.h"
+
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "api_completions.h"
+#include "jbuf.h"
+
+/* ---- metrics ------------------------------------------------------------------ */
+
+static const double time_buckets[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
+                                       0.5, 1, 2.5, 5, 10, 20, 30, 60 };
+static const double token_buckets[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024,
+                                        2048, 4096, 8192, 16384, 32768 };
+#define N_OF(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+void api_init(api_server *a, const config *cfg) {
+    memset(a, 0, sizeof(*a));
+    a->cfg = cfg;
+    metrics *r = a->registry = metrics_create("genloop_");
+    api_metrics *m = &a->m;
+    m->ttft = metrics_histogram(r, "time_to_first_token_seconds",
+        "Time from submission to the first generated token.", time_buckets, N_OF(time_buckets));
+    m->itl = metrics_histogram(r, "inter_token_latency_seconds",
+        "Time between consecutive generated tokens of a request.", time_buckets, N_OF(time_buckets));
+    m->e2e = metrics_histogram(r, "e2e_request_latency_seconds",
+        "Time from submission to the end of a request.", time_buckets, N_OF(time_buckets));
+    m->queue_time = metrics_histogram(r, "request_queue_time_seconds",
+        "Time a request waited before it was scheduled.", time_buckets, N_OF(time_buckets));
+    m->prompt_tokens = metrics_histogram(r, "request_prompt_tokens",
+        "Prompt tokens per finished request.", token_buckets, N_OF(token_buckets));
+    m->generation_tokens = metrics_histogram(r, "request_generation_tokens",
+        "Generated tokens per finished request.", token_buckets, N_OF(token_buckets));
+    m->prompt_tokens_total = metrics_counter(r, "prompt_tokens_total",
+        "Prompt tokens of finished requests.", NULL);
+    m->generation_tokens_total = metrics_counter(r, "generation_tokens_total",
+        "Generated tokens of finished requests.", NULL);
+    m->requests_total = metrics_counter(r, "requests_total",
+        "Finished engine requests by finish reason.", "finish_reason");
+    static const gl_finish_reason reasons[] = { GL_FINISH_STOP, GL_FINISH_LENGTH,
+                                                GL_FINISH_CANCELLED, GL_FINISH_ERROR };
+    for (int i = 0; i < N_OF(reasons); i++)
+        metrics_inc(m->requests_total, gl_finish_reason_str(reasons[i]), 0);
+    m->errors_total = metrics_counter(r, "request_errors_total",
+        "HTTP requests answered with an error, by status code.", "code");
+    m->running = metrics_gauge(r, "requests_running", "Sequences in the running batch.");
+    m->waiting = metrics_gauge(r, "requests_waiting", "Requests queued in the engine.");
+    m->kv_usage = metrics_gauge(r, "kv_cache_usage_ratio", "Fraction of KV cache blocks in use.");
+    m->preemptions = metrics_counter(r, "num_preemptions_total",
+        "Sequences preempted to free KV cache.", NULL);
+    m->prefix_queries = metrics_counter(r, "prefix_cache_queries_total",
+        "Prompt tokens looked up in the prefix cache.", NULL);
+    m->prefix_hits = metrics_counter(r, "prefix_cache_hits_total",
+        "Prompt tokens found in the prefix cache.", NULL);
+}
+
+void api_note_finished(api_server *a, const worker_event *ev) {
+    api_metrics *m = &a->m;
+    metrics_inc(m->requests_total, gl_finish_reason_str(ev->finish), 1);
+    metrics_inc(m->prompt_tokens_total, NULL, ev->n_prompt_tokens);
+    metrics_inc(m->generation_tokens_total, NULL, ev->n_generated);
+    metrics_observe(m->prompt_tokens, ev->n_prompt_tokens);
+    metrics_observe(m->generation_tokens, ev->n_generated);
+    metrics_observe(m->e2e, ev->t_total);
+    metrics_observe(m->queue_time, ev->t_queued);
+    if (ev->n_generated > 0) metrics_observe(m->ttft, ev->t_first_token);
+}
+
+void api_free(api_server *a) {
+    while (a->jobs) {
+        api_job *j = a->jobs;
+        api_job_remove(a, j);
+        j->destroy(j);
+    }
+    metrics_free(a->registry);
+    a->registry = NULL;
+}
+
+/* ---- jobs ----------------------------------------------------------------------- */
+
+void api_job_add(api_server *a, api_job *job) {
+    job->prev = NULL;
+    job->next = a->jobs;
+    if (a->jobs) a->jobs->prev = job;
+    a->jobs = job;
+    a->n_jobs++;
+}
+
+void api_job_remove(api_server *a, api_job *job) {
+    if (job->prev) job->prev->next = job->next; else a->jobs = job->next;
+    if (job->next) job->next->prev = job->prev;
+    job->prev = job->next = NULL;
+    a->n_jobs--;
+}
+
+void api_cancel_all(api_server *a) {
+    for (api_job *j = a->jobs; j; j = j->next) j->cancel(j);
+}
+
+/* ---- model readiness ------------------------------------------------------------ */
+
+static void on_ready(api_server *a) {
+    a->model = worker_model(a->worker);
+    const gl_model_info *info = gl_model_get_info(a->model);
+    a->n_ctx = a->cfg->n_ctx > 0 ? a->cfg->n_ctx : info->n_ctx_train;
+    if (a->cfg->alias[0]) {
+        snprintf(a->model_id, sizeof(a->model_id), "%s", a->cfg->alias);
+    } else {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s", a->cfg->model);
+        snprintf(a->model_id, sizeof(a->model_id), "%s", basename(path));
+    }
+    fprintf(stderr, "genloop: model %s loaded (%s, n_ctx %d); ready at %s\n", a->model_id,
+            info->arch ? info->arch : "?", a->n_ctx, a->url);
+    printf("ready: %s\n", a->url);
+    fflush(stdout);
+}
+
+void api_on_worker_event(const worker_event *ev, void *ctx) {
+    api_server *a = ctx;
+    if (ev->type == WORKER_READY) { on_ready(a); return; }
+    if (ev->type == WORKER_LOAD_FAILED) {
+        fprintf(stderr, "genloop: cannot load model: %s\n", ev->error);
+        if (a->on_load_failed) a->on_load_failed(a);
+        return;
+    }
+    api_sink *sink = ev->user;
+    if (sink) sink->on_event(sink, ev);
+}
+
+int api_model_matches(const api_server *a, const char *name) {
+    if (!strcmp(name, a->model_id) || !strcmp(name, a->cfg->alias[0] ? a->cfg->alias : a->model_id))
+        return 1;
+    const gl_model_info *info = gl_model_get_info(a->model);
+    if (info->name && !strcmp(name, info->name)) return 1;
+    char path[1024];
+    snprintf(path, sizeof(path), "%s", a->cfg->model);
+    const char *file = basename(path);
+    size_t n = strlen(file);
+    if (!strcmp(name, file)) return 1;
+    return n > 5 && !strcmp(file + n - 5, ".gguf") && strlen(name) == n - 5 &&
+           !strncmp(name, file, n - 5);
+}
+
+/* ---- replies ---------------------------------------------------------------------- */
+
+void api_reply_json(http_req *req, int status, cJSON *body) {
+    char *text = cJSON_PrintUnformatted(body);
+    cJSON_Delete(body);
+    if (!text) {
+        static const char oom[] = "{\"error\":{\"message\":\"out of memory\",\"type\":\"server_error\",\"param\":null,\"code\":null}}";
+        http_reply(req, 500, "application/json", oom, sizeof(oom) - 1);
+        return;
+    }
+    http_reply(req, status, "application/json", text, strlen(text));
+    cJSON_free(text);
+}
+
+void api_reply_error(api_server *a, http_req *req, const params_error *e) {
+    char code[16];
+    snprintf(code, sizeof(code), "%d", e->status);
+    metrics_inc(a->m.errors_total, code, 1);
+    if (e->status == 503) http_add_header(req, "Retry-After", "1");
+    cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
+    cJSON_AddStringToObject(err, "message", e->message);
+    cJSON_AddStringToObject(err, "type", e->type ? e->type : "invalid_request_error");
+    if (e->param[0]) cJSON_AddStringToObject(err, "param", e->param);
+    else cJSON_AddNullToObject(err, "param");
+    if (e->code) cJSON_AddStringToObject(err, "code", e->code);
+    else cJSON_AddNullToObject(err, "code");
+    http_req_log(req, "error=\"%s\"", e->message);
+    api_reply_json(req, e->status, root);
+}
+
+void api_http_error(http_req *req, int status, const char *message, void *ctx) {
+    params_error e;
+    const char *code = status == 404 ? "not_found" : status == 405 ? "method_not_allowed"
+                     : status == 413 ? "request_too_large" : NULL;
+    params_fail(&e, status, NULL, code, "%s", message);
+    api_reply_error(ctx, req, &e);
+}
+
+int api_reply_if_loading(api_server *a, http_req *req) {
+    if (a->model && !a->shutting_down) return 0;
+    params_error e;
+    params_fail(&e, 503, NULL, a->model ? "shutting_down" : "model_loading", "%s",
+                a->model ? "The server is shutting down" : "The model is still loading");
+    api_reply_error(a, req, &e);
+    return 1;
+}
+
+cJSON *api_parse_body(api_server *a, http_req *req) {
+    params_error e;
+    cJSON *body = cJSON_ParseWithLength(http_req_body(req), http_req_body_len(req));
+    if (!body) {
+        params_fail(&e, 400, NULL, "invalid_json", "The request body is not valid JSON");
+    } else if (!cJSON_IsObject(body)) {
+        params_fail(&e, 400, NULL, "invalid_json", "The request body must be a JSON object");
+    } else {
+        return body;
+    }
+    cJSON_Delete(body);
+    api_reply_error(a, req, &e);
+    return NULL;
+}
+
+/* ---- small endpoints --------------------------------------------------------------- */
+
+static void handle_health(http_req *req, void *ctx) {
+    api_server *a = ctx;
+    int ok = a->model && !a->shutting_down;
+    const char *body = !a->model ? "{\"status\":\"loading model\"}"
+                     : a->shutting_down ? "{\"status\":\"shutting down\"}"
+                                        : "{\"status\":\"ok\"}";
+    if (!ok) http_add_header(req, "Retry-After", "1");
+    http_reply(req, ok ? 200 : 503, "application/json", body, strlen(body));
+}
+
+static void handle_models(http_req *req, void *ctx) {
+    api_server *a = ctx;
+    if (api_reply_if_loading(a, req)) return;
+    const gl_model_info *info = gl_model_get_info(a->model);
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *m = cJSON_CreateObject();
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "data"), m);
+    cJSON_AddStringToObject(m, "id", a->model_id);
+    cJSON_AddStringToObject(m, "object", "model");
+    cJSON_AddNumberToObject(m, "created", 0);
+    cJSON_AddStringToObject(m, "owned_by", "genloop");
+    cJSON_AddNumberToObject(m, "context_length", a->n_ctx);
+    cJSON *meta = cJSON_AddObjectToObject(m, "meta");
+    if (info->name) cJSON_AddStringToObject(meta, "name", info->name);
+    if (info->arch) cJSON_AddStringToObject(meta, "arch", info->arch);
+    cJSON_AddNumberToObject(meta, "n_ctx_train", info->n_ctx_train);
+    cJSON_AddNumberToObject(meta, "n_vocab", info->n_vocab);
+    cJSON_AddNumberToObject(meta, "n_params", (double)info->n_params);
+    api_reply_json(req, 200, root);
+}
+
+static void handle_tokenize(http_req *req, void *ctx) {
+    api_server *a = ctx;
+    if (api_reply_if_loading(a, req)) return;
+    cJSON *body = api_parse_body(a, req);
+    if (!body) return;
+    static const char *const keys[] = { "content", "add_special", "parse_special", "with_pieces", NULL };
+    params_error e;
+    bool add_special = true, parse_special = true, with_pieces = false;
+    const cJSON *content = cJSON_GetObjectItemCaseSensitive(body, "content");
+    if (params_check_keys(body, keys, &e) ||
+        params_get_bool(body, "add_special", &add_special, &e) ||
+        params_get_bool(body, "parse_special", &parse_special, &e) ||
+        params_get_bool(body, "with_pieces", &with_pieces, &e) ||
+        (!cJSON_IsString(content) &&
+         params_fail(&e, 400, "content", "invalid_type", "'content' must be a string")) ||
+        (!params_utf8_valid(content->valuestring, strlen(content->valuestring)) &&
+         params_fail(&e, 400, "content", "invalid_value", "'content' is not valid UTF-8"))) {
+        cJSON_Delete(body);
+        api_reply_error(a, req, &e);
+        return;
+    }
+    int32_t *ids = NULL;
+    gl_error err = {{0}};
+    int flags = (add_special ? GL_TOKENIZE_ADD_SPECIAL : 0) | (parse_special ? GL_TOKENIZE_PARSE_SPECIAL : 0);
+    int n = gl_tokenize(a->model, content->valuestring, strlen(content->valuestring), flags, &ids, &err);
+    cJSON_Delete(body);
+    if (n < 0) {
+        params_fail(&e, 400, "content", "invalid_value", "%s", err.message);
+        api_reply_error(a, req, &e);
+        return;
+    }
+    jbuf out = {0};
+    jbuf_puts(&out, "{\"tokens\":[");
+    for (int i = 0; i < n; i++) {
+        if (i) jbuf_puts(&out, ",");
+        if (!with_pieces) { jbuf_printf(&out, "%d", ids[i]); continue; }
+        char *piece = gl_detokenize(a->model, &ids[i], 1, &err);
+        jbuf_printf(&out, "{\"id\":%d,\"piece\":", ids[i]);
+        jbuf_str(&out, piece ? piece : "", piece ? strlen(piece) : 0);
+        jbuf_puts(&out, "}");
+        free(piece);
+    }
+    jbuf_puts(&out, "]}");
+    free(ids);
+    http_reply(req, out.oom ? 500 : 200, "application/json", out.data, out.len);
+    jbuf_free(&out);
+}
+
+static void handle_detokenize(http_req *req, void *ctx) {
+    api_server *a = ctx;
+    if (api_reply_if_loading(a, req)) return;
+    cJSON *body = api_parse_body(a, req);
+    if (!body) return;
+    static const char *const keys[] = { "tokens", NULL };
+    params_error e;
+    const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(body, "tokens");
+    int n_vocab = gl_model_get_info(a->model)->n_vocab;
+    int32_t *ids = NULL;
+    int n = 0;
+    if (params_check_keys(body, keys, &e) ||
+        (!cJSON_IsArray(tokens) &&
+         params_fail(&e, 400, "tokens", "invalid_type", "'tokens' must be an array of token ids")))
+        goto fail;
+    ids = malloc(sizeof(int32_t) * (size_t)(cJSON_GetArraySize(tokens) + 1));
+    for (const cJSON *t = tokens->child; t; t = t->next) {
+        if (!cJSON_IsNumber(t) || t->valuedouble != (double)(int32_t)t->valuedouble ||
+            t->valuedouble < 0 || t->valuedouble >= n_vocab) {
+            params_fail(&e, 400, "tokens", "invalid_value", "'tokens' must hold token ids in 0..%d",
+                        n_vocab - 1);
+            goto fail;
+        }
+        ids[n++] = (int32_t)t->valuedouble;
+    }
+    gl_error err = {{0}};
+    char *text = gl_detokenize(a->model, ids, (size_t)n, &err);
+    if (!text) {
+        params_fail(&e, 400, "tokens", "invalid_value", "%s", err.message);
+        goto fail;
+    }
+    jbuf out = {0};
+    jbuf_puts(&out, "{\"content\":");
+    jbuf_str(&out, text, strlen(text));
+    jbuf_puts(&out, "}");
+    http_reply(req, out.oom ? 500 : 200, "application/json", out.data, out.len);
+    jbuf_free(&out);
+    free(text);
+    free(ids);
+    cJSON_Delete(body);
+    return;
+fail:
+    free(ids);
+    cJSON_Delete(body);
+    api_reply_error(a, req, &e);
+}
+
+static void handle_metrics(http_req *req, void *ctx) {
+    api_server *a = ctx;
+    if (a->model) {
+        gl_engine_stats st;
+        worker_stats(a->worker, &st);
+        metrics_set(a->m.running, NULL, st.n_running);
+        metrics_set(a->m.waiting, NULL, st.n_waiting);
+        metrics_set(a->m.kv_usage, NULL,
+                    st.n_blocks_total > 0 ? (double)st.n_blocks_used / st.n_blocks_total : 0);
+        metrics_set(a->m.preemptions, NULL, (double)st.n_preemptions);
+        metrics_set(a->m.prefix_queries, NULL, (double)st.prefix_queries);
+        metrics_set(a->m.prefix_hits, NULL, (double)st.prefix_hits);
+    }
+    size_t len = 0;
+    char *text = metrics_render(a->registry, &len);
+    if (!text) {
+        http_reply(req, 500, "text/plain", "out of memory\n", 14);
+        return;
+    }
+    http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
+    free(text);
+}
+
+static const http_route routes[] = {
+    { "GET", "/health", handle_health },
+    { "GET", "/v1/models", handle_models },
+    { "POST", "/v1/completions", completions_handle },
+    { "POST", "/tokenize", handle_tokenize },
+    { "POST", "/detokenize", handle_detokenize },
+    { "GET", "/metrics", handle_metrics },
+};
+
+const http_route *api_routes(int *n) {
+    *n = N_OF(routes);
+    return routes;
+}

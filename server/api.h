@@ -1,0 +1,82 @@
+/* api.h -- what the HTTP endpoints share: server state, the route table,
+ * error/JSON replies, metrics, and the dispatch of engine events to the
+ * requests (jobs) that wait for them.
+ *
+ * A job is an HTTP request with work in the engine. Each engine request's
+ * `user` pointer is an api_sink embedded in its job's data; the job itself
+ * is listed so shutdown can cancel everything. */
+#ifndef API_H
+#define API_H
+
+#include <cjson/cJSON.h>
+
+#include "config.h"
+#include "genloop.h"
+#include "http.h"
+#include "metrics.h"
+#include "params.h"
+#include "worker.h"
+
+typedef struct api_sink {
+    void (*on_event)(struct api_sink *self, const worker_event *ev);
+} api_sink;
+
+typedef struct api_job {
+    void (*cancel)(struct api_job *self);  /* cancel all its engine requests */
+    void (*destroy)(struct api_job *self); /* free; only at shutdown, after the worker stopped */
+    struct api_job *prev, *next;
+} api_job;
+
+typedef struct api_metrics {
+    metrics_family *ttft, *itl, *e2e, *queue_time;     /* seconds */
+    metrics_family *prompt_tokens, *generation_tokens; /* per request */
+    metrics_family *prompt_tokens_total, *generation_tokens_total;
+    metrics_family *requests_total, *errors_total;     /* {finish_reason}, {code} */
+    metrics_family *running, *waiting, *kv_usage;
+    metrics_family *preemptions, *prefix_queries, *prefix_hits;
+} api_metrics;
+
+typedef struct api_server {
+    const config *cfg;
+    worker *worker;
+    const gl_model *model;   /* NULL while loading */
+    int n_ctx;               /* context per sequence */
+    char model_id[256];      /* what /v1/models lists */
+    char url[300];           /* printed when ready */
+    int shutting_down;
+    void (*on_load_failed)(struct api_server *a); /* serve.c ends the process */
+    metrics *registry;
+    api_metrics m;
+    api_job *jobs;
+    int n_jobs;
+    uint64_t next_id;        /* for response ids */
+} api_server;
+
+void api_init(api_server *a, const config *cfg);
+/* Frees jobs left after the worker stopped, and the metrics. */
+void api_free(api_server *a);
+const http_route *api_routes(int *n);
+
+/* The worker's event function (ctx = api_server). */
+void api_on_worker_event(const worker_event *ev, void *ctx);
+/* http_options.error: errors found by the HTTP layer, as OpenAI errors. */
+void api_http_error(http_req *req, int status, const char *message, void *ctx);
+
+void api_reply_error(api_server *a, http_req *req, const params_error *e);
+void api_reply_json(http_req *req, int status, cJSON *body); /* frees body */
+/* 503 while the model loads; returns 1 when it replied. */
+int api_reply_if_loading(api_server *a, http_req *req);
+/* Parses the body as a JSON object, or replies 400 and returns NULL. */
+cJSON *api_parse_body(api_server *a, http_req *req);
+/* True when name refers to the loaded model (id, alias, general.name, file
+ * name with or without .gguf). */
+int api_model_matches(const api_server *a, const char *name);
+
+void api_job_add(api_server *a, api_job *job);
+void api_job_remove(api_server *a, api_job *job);
+void api_cancel_all(api_server *a);
+
+/* Metrics for one finished engine request. */
+void api_note_finished(api_server *a, const worker_event *ev);
+
+#endif

@@ -1,0 +1,168 @@
+/* serve.c -- process setup: settings, the loop, HTTP, the engine worker,
+ * signals, and an orderly shutdown.
+ *
+ * Startup listens first and loads the model on the worker thread, so
+ * /health answers 503 during the load. Shutdown stops accepting, cancels
+ * every request, gives them a few seconds to finish their replies, then
+ * closes connections, joins the worker and frees everything. */
+#include "serve.h"
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+#include <uv.h>
+
+#include "api.h"
+#include "config.h"
+#include "http.h"
+#include "worker.h"
+
+#define SHUTDOWN_GRACE_MS 5000
+
+typedef struct serve_state {
+    uv_loop_t loop;
+    config cfg;
+    api_server api;
+    http_server *http;
+    worker *worker;
+    uv_signal_t sigint, sigterm;
+    uv_timer_t shutdown_timer;
+    uint64_t shutdown_deadline;
+    int exit_code;
+    int stopping;
+} serve_state;
+
+static void finish_shutdown(serve_state *s) {
+    uv_timer_stop(&s->shutdown_timer);
+    http_free(s->http);          /* closes what is left; jobs cancel themselves */
+    s->http = NULL;
+    worker_stop(s->worker);      /* joins the engine thread */
+    s->worker = NULL;
+    api_free(&s->api);           /* jobs whose engine events will never come */
+    uv_close((uv_handle_t *)&s->sigint, NULL);
+    uv_close((uv_handle_t *)&s->sigterm, NULL);
+    uv_close((uv_handle_t *)&s->shutdown_timer, NULL);
+}
+
+static void on_shutdown_tick(uv_timer_t *t) {
+    serve_state *s = t->data;
+    if ((http_active(s->http) == 0 && s->api.n_jobs == 0) || uv_now(&s->loop) >= s->shutdown_deadline)
+        finish_shutdown(s);
+}
+
+static void begin_shutdown(serve_state *s, int exit_code) {
+    if (s->stopping) return;
+    s->stopping = 1;
+    s->exit_code = exit_code;
+    s->api.shutting_down = 1;
+    fprintf(stderr, "genloop: shutting down\n");
+    http_stop_accepting(s->http);
+    api_cancel_all(&s->api);
+    s->shutdown_deadline = uv_now(&s->loop) + SHUTDOWN_GRACE_MS;
+    uv_timer_start(&s->shutdown_timer, on_shutdown_tick, 0, 10);
+}
+
+static void on_signal(uv_signal_t *h, int signum) {
+    serve_state *s = h->data;
+    if (s->stopping) {
+        fprintf(stderr, "genloop: second signal; still shutting down\n");
+        return;
+    }
+    begin_shutdown(s, 0);
+}
+
+static void on_load_failed(api_server *a) {
+    serve_state *s = (serve_state *)((char *)a - offsetof(serve_state, api));
+    begin_shutdown(s, 1);
+}
+
+int serve_main(int argc, char **argv) {
+    static serve_state state;    /* large; lives for the whole process */
+    serve_state *s = &state;
+    memset(s, 0, sizeof(*s));
+    char err[1200];
+    const char *config_path = NULL;
+    int help = 0, print = 0;
+    config_default(&s->cfg);
+    config defaults = s->cfg;
+    /* Flags are applied twice: first to find --config, then over the file. */
+    if (config_parse_args(&s->cfg, argc, argv, &config_path, &help, &print, err, sizeof(err)))
+        goto bad_args;
+    if (help) {
+        config_print_help(stdout, &defaults);
+        return 0;
+    }
+    if (config_path) {
+        config_default(&s->cfg);
+        if (config_load_file(&s->cfg, config_path, err, sizeof(err)) ||
+            config_parse_args(&s->cfg, argc, argv, &config_path, &help, &print, err, sizeof(err)))
+            goto bad_args;
+    }
+    if (print) {
+        config_print_json(stdout, &s->cfg);
+        return 0;
+    }
+    if (config_validate(&s->cfg, err, sizeof(err))) goto bad_args;
+
+    signal(SIGPIPE, SIG_IGN);
+    uv_loop_init(&s->loop);
+    api_init(&s->api, &s->cfg);
+    s->api.on_load_failed = on_load_failed;
+
+    http_options opt = {
+        .host = s->cfg.host,
+        .port = s->cfg.port,
+        .timeout_s = s->cfg.timeout,
+        .max_body_bytes = (size_t)s->cfg.max_body_bytes,
+        .error = api_http_error,
+        .ctx = &s->api,
+    };
+    opt.routes = api_routes(&opt.n_routes);
+    s->http = http_start(&s->loop, &opt, err, sizeof(err));
+    if (!s->http) {
+        fprintf(stderr, "genloop serve: %s\n", err);
+        api_free(&s->api);
+        uv_loop_close(&s->loop);
+        return 1;
+    }
+    int v6 = strchr(s->cfg.host, ':') != NULL;
+    snprintf(s->api.url, sizeof(s->api.url), "http://%s%.255s%s:%d", v6 ? "[" : "", s->cfg.host,
+             v6 ? "]" : "", http_port(s->http));
+    fprintf(stderr, "genloop: listening on %s; loading %s\n", s->api.url, s->cfg.model);
+    printf("listening: %s\n", s->api.url);
+    fflush(stdout);
+
+    gl_engine_params ep;
+    gl_engine_params_default(&ep);
+    ep.n_threads = s->cfg.threads;
+    ep.kv_cache_tokens = 0;
+    ep.kv_cache_mib = s->cfg.kv_cache_mib;
+    ep.block_size = s->cfg.block_size;
+    ep.max_batch_tokens = s->cfg.max_batch_tokens;
+    ep.max_seqs = s->cfg.max_seqs;
+    ep.max_waiting = s->cfg.max_waiting;
+    ep.n_ctx = s->cfg.n_ctx;
+    s->worker = s->api.worker = worker_start(&s->loop, s->cfg.model, &ep, api_on_worker_event, &s->api);
+    if (!s->worker) {
+        fprintf(stderr, "genloop serve: cannot start the engine thread\n");
+        return 1;
+    }
+
+    uv_signal_init(&s->loop, &s->sigint);
+    uv_signal_init(&s->loop, &s->sigterm);
+    s->sigint.data = s->sigterm.data = s;
+    uv_signal_start(&s->sigint, on_signal, SIGINT);
+    uv_signal_start(&s->sigterm, on_signal, SIGTERM);
+    uv_timer_init(&s->loop, &s->shutdown_timer);
+    s->shutdown_timer.data = s;
+
+    uv_run(&s->loop, UV_RUN_DEFAULT);
+    uv_loop_close(&s->loop);
+    fprintf(stderr, "genloop: stopped\n");
+    return s->exit_code;
+
+bad_args:
+    fprintf(stderr, "genloop serve: %s (see genloop serve --help)\n", err);
+    return 1;
+}
