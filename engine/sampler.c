@@ -4,9 +4,9 @@
  * The candidate set is either the whole vocabulary or a list of ids in
  * s->cand; w[] holds the unnormalised probabilities exp((l - max) / T),
  * indexed by token id, so the best token always has weight exactly 1.
- * Nothing here sorts the vocabulary: top-k is a heap selection, top-p pops a
- * heap only as far as the nucleus reaches, after a cheap bound has thrown
- * out the tokens that can never be in it. */
+ * Nothing here sorts the vocabulary: top-k is a heap selection, and top-p
+ * is a quickselect on probability mass over the tokens that survive a cheap
+ * bound; only the last short run around the nucleus edge gets sorted. */
 #include <float.h>
 #include <math.h>
 #include <stdatomic.h>
@@ -442,67 +442,64 @@ static cand_set nucleus(cand_set c, const float *w, const float *key, double z, 
     return f;
 }
 
+/* Draw from the weights of the candidates (they need not sum to 1). */
+static int32_t draw(gl_sampler *s, cand_set c) {
+    double total = 0;
+    for (int j = 0; j < c.n; j++) total += s->w[cand_id(c, j)];
+    double r = rng_uniform(s->rng) * total, mass = 0;
+    int32_t last_positive = cand_id(c, 0);
+    for (int j = 0; j < c.n; j++) {
+        int32_t t = cand_id(c, j);
+        if (s->w[t] <= 0) continue;
+        last_positive = t;
+        mass += s->w[t];
+        if (mass > r) return t;
+    }
+    return last_positive; /* r landed in the rounding error */
+}
+
+/* Temperature, top-k, top-p, min-p, draw. */
+static int32_t sample_truncated(gl_sampler *s, const float *logits) {
+    const gl_sampling_params *p = &s->params;
+    cand_set c = {NULL, s->n_vocab};
+    if (p->top_k > 0 && p->top_k < s->n_vocab) {
+        select_top_k(s->cand, logits, s->n_vocab, p->top_k);
+        c = (cand_set){s->cand, p->top_k};
+    }
+    float max = -INFINITY;
+    for (int j = 0; j < c.n; j++) max = fmaxf(max, logits[cand_id(c, j)]);
+    if (max == -INFINITY) return argmax(logits, s->n_vocab); /* everything banned */
+
+    float inv_t = 1.0f / p->temperature;
+    double z = 0;
+    for (int j = 0; j < c.n; j++) {
+        int32_t t = cand_id(c, j);
+        s->w[t] = expf((logits[t] - max) * inv_t);
+        z += s->w[t];
+    }
+    float min_w = p->min_p > 0 ? fminf(p->min_p, 1.0f) : 0.0f;
+    if (p->top_p < 1.0f)
+        c = nucleus(c, s->w, logits, z, p->top_p, min_w, s->cand);
+    else if (min_w > 0)
+        c = filter_weight(c, s->w, min_w, s->cand);
+    return draw(s, c);
+}
+
 int32_t sampler_sample(gl_sampler *s, float *logits, float *logprob, gl_top_logprob *top) {
     const gl_sampling_params *p = &s->params;
-    int n_vocab = s->n_vocab;
-
     int n_top = top ? p->n_logprobs : 0;
-    for (int i = 0; i < n_vocab; i++) logits[i] = clean_logit(logits[i]);
-    double lse = (logprob || n_top > 0) ? log_normalizer(logits, n_vocab, top, n_top) : 0;
+
+    for (int i = 0; i < s->n_vocab; i++) logits[i] = clean_logit(logits[i]);
+    double lse = (logprob || n_top > 0) ? log_normalizer(logits, s->n_vocab, top, n_top) : 0;
 
     s->n_saved = 0;
     apply_bias(s, logits);
     apply_penalties(s, logits);
 
-    int32_t chosen;
-    if (p->temperature <= 1e-6f || p->top_k == 1) {
-        chosen = argmax(logits, n_vocab);
-    } else {
-        cand_set c = {NULL, n_vocab};
-        if (p->top_k > 0 && p->top_k < n_vocab) {
-            select_top_k(s->cand, logits, n_vocab, p->top_k);
-            c = (cand_set){s->cand, p->top_k};
-        }
-        float max = -INFINITY;
-        for (int j = 0; j < c.n; j++) max = fmaxf(max, logits[cand_id(c, j)]);
-
-        if (max == -INFINITY) {
-            chosen = argmax(logits, n_vocab); /* everything banned: no distribution to draw from */
-        } else {
-            float inv_t = 1.0f / p->temperature;
-            double z = 0;
-            for (int j = 0; j < c.n; j++) {
-                int32_t t = cand_id(c, j);
-                s->w[t] = expf((logits[t] - max) * inv_t);
-                z += s->w[t];
-            }
-            float min_w = p->min_p > 0 ? fminf(p->min_p, 1.0f) : 0.0f;
-            if (p->top_p < 1.0f)
-                c = nucleus(c, s->w, logits, z, p->top_p, min_w, s->cand);
-            else if (min_w > 0)
-                c = filter_weight(c, s->w, min_w, s->cand);
-
-            double kept = 0;
-            for (int j = 0; j < c.n; j++) kept += s->w[cand_id(c, j)];
-            double r = rng_uniform(s->rng) * kept, mass = 0;
-            chosen = -1;
-            int32_t last_positive = cand_id(c, 0);
-            for (int j = 0; j < c.n; j++) {
-                int32_t t = cand_id(c, j);
-                if (s->w[t] <= 0) continue;
-                last_positive = t;
-                mass += s->w[t];
-                if (mass > r) {
-                    chosen = t;
-                    break;
-                }
-            }
-            if (chosen < 0) chosen = last_positive; /* r landed on rounding error */
-        }
-    }
+    int32_t chosen = (p->temperature <= 1e-6f || p->top_k == 1) ? argmax(logits, s->n_vocab)
+                                                                : sample_truncated(s, logits);
 
     if (logprob) *logprob = logprob_of(raw_logit(s, logits, chosen), lse);
-    for (int j = 0; j < n_top && top[j].token >= 0; j++)
-        top[j].logprob = logprob_of(top[j].logprob, lse);
+    for (int j = 0; j < n_top && top[j].token >= 0; j++) top[j].logprob = logprob_of(top[j].logprob, lse);
     return chosen;
 }

@@ -42,6 +42,8 @@ typedef struct api_server {
     const gl_model *model;   /* NULL while loading */
     int n_ctx;               /* context per sequence */
     char model_id[256];      /* what /v1/models lists */
+    int32_t piece_ref;       /* a plain token put before one to keep its leading space */
+    size_t piece_ref_len;    /* bytes piece_ref detokenizes to */
     char url[300];           /* printed when ready */
     int shutting_down;
     void (*on_load_failed)(struct api_server *a); /* serve.c ends the process */
@@ -75,6 +77,10 @@ int api_model_matches(const api_server *a, const char *name);
 void api_job_add(api_server *a, api_job *job);
 void api_job_remove(api_server *a, api_job *job);
 void api_cancel_all(api_server *a);
+
+/* Text of one token as it reads after other text, leading space kept
+ * (malloc'd; "" on a bad id). */
+char *api_token_piece(const api_server *a, int32_t token);
 
 /* Metrics for one finished engine request. */
 void api_note_finished(api_server *a, const worker_event *ev);

@@ -110,9 +110,8 @@ static void on_http_close(void *data, int aborted) {
 
 /* ---- logprobs ----------------------------------------------------------------- */
 
-static void lp_piece(jbuf *b, const gl_model *model, int32_t token) {
-    gl_error err;
-    char *piece = gl_detokenize(model, &token, 1, &err);
+static void lp_piece(jbuf *b, const api_server *a, int32_t token) {
+    char *piece = api_token_piece(a, token);
     jbuf_str(b, piece ? piece : "", piece ? strlen(piece) : 0);
     free(piece);
 }
@@ -120,7 +119,7 @@ static void lp_piece(jbuf *b, const gl_model *model, int32_t token) {
 /* One entry; logprob NAN (the first prompt token) gives nulls. */
 static void lp_add(cmpl_seq *s, int32_t token, float logprob, int n_top,
                    const gl_top_logprob *top, size_t offset) {
-    const gl_model *model = s->job->api->model;
+    const api_server *model = s->job->api;
     const char *sep = s->n_lp ? "," : "";
     jbuf_puts(&s->lp_tokens, sep);
     lp_piece(&s->lp_tokens, model, token);
@@ -363,9 +362,7 @@ static void seq_on_event(api_sink *sink, const worker_event *ev) {
         break;
     case WORKER_PROMPT_TOKEN:
         if (job->echo && job->logprobs >= 0) {
-            char *piece = NULL;
-            gl_error err;
-            piece = gl_detokenize(a->model, &ev->token, 1, &err);
+            char *piece = api_token_piece(a, ev->token);
             lp_add(s, ev->token, ev->logprob, ev->n_top, ev->top, s->prompt_offset);
             s->prompt_offset += piece ? strlen(piece) : 0;
             free(piece);

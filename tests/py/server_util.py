@@ -14,10 +14,10 @@ import pytest
 
 SOURCE = os.environ.get("GENLOOP_SOURCE",
                         os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-BUILD = os.environ.get("GENLOOP_BUILD", os.path.join(SOURCE, "build"))
+BUILD = os.path.join(SOURCE, os.environ.get("GENLOOP_BUILD", "build"))  # absolute stays absolute
 BINARY = os.path.join(BUILD, "genloop")
 TESTDATA = os.environ.get("GENLOOP_TESTDATA", os.path.join(SOURCE, "..", "shared", "testdata"))
-IN_CI = os.environ.get("CI") == "true"
+IN_CI = os.environ.get("CI") in ("true", "1")
 
 
 def need(path, what):

@@ -1,0 +1,580 @@
+/* simd_body.h -- the x86 kernels, written once and compiled once per
+ * instruction set: the including file defines SIMD_NAME (the suffix of every
+ * function), TT (tokens per tile) and SIMD_VNNI (1 to use vpdpbusd), and sets
+ * the target with a pragma before including this file. Everything here is
+ * reached only through a kern_impl that kernels.c picks after asking the CPU.
+ *
+ * The vectors are 256 bits wide: one 32-element block of 8-bit values fills
+ * one register. Weights are turned into unsigned bytes (Q8_0 uses the sign
+ * trick instead) so one multiply-add instruction dots them with the signed
+ * activation bytes; offsets (Q4_0's -8, Q4_1's minimum, ...) are applied
+ * afterwards through the activation block sums.
+ *
+ * Batch invariance: a tile computes NR weight rows against NT tokens, but
+ * each output has its own accumulators updated block by block in order, with
+ * the same instructions whatever NR and NT are. Tiles only decide which
+ * outputs share weight and activation loads, never an output's value. */
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "quant.h"
+#include "simd.h"
+
+#define CAT2(a, b) a##_##b
+#define CAT(a, b) CAT2(a, b)
+#define FN(name) CAT(name, SIMD_NAME)
+#define INLINE static inline __attribute__((always_inline))
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+INLINE float hsum_ps(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLINE int hsum_epi32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+    return _mm_cvtsi128_si32(s);
+}
+
+INLINE float hmax_ps(__m256 v) {
+    __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_max_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+
+INLINE float f16_at(const uint8_t *p) {
+    uint16_t h;
+    memcpy(&h, p, 2);
+    return _cvtsh_ss(h);
+}
+
+INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
+
+/* Sum of u[i] * s[i] over each group of 4 bytes: u unsigned, s signed. The
+ * AVX2 form goes through 16-bit pairs, which cannot saturate here because
+ * every caller keeps u <= 128 and |s| <= 127. */
+INLINE __m256i dot_u8s8(__m256i u, __m256i s) {
+#if SIMD_VNNI
+    return _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s);
+#else
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1));
+#endif
+}
+
+/* 32 bits -> 32 bytes, byte j = 0x10 when bit j is set: the fifth bit of Q5. */
+INLINE __m256i expand_bits_0x10(uint32_t bits) {
+    const __m256i pick = _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202, 0x0101010101010101, 0);
+    const __m256i mask = _mm256_set1_epi64x((long long)0x8040201008040201ull);
+    __m256i v = _mm256_shuffle_epi8(_mm256_set1_epi32((int)bits), pick);
+    v = _mm256_cmpeq_epi8(_mm256_and_si256(v, mask), mask);
+    return _mm256_and_si256(v, _mm256_set1_epi8(0x10));
+}
+
+/* ---- activation quantization ---------------------------------------------------
+ * Must match kern_quantize_*_ref bit for bit: d = amax / 127, q = x * (1 / d)
+ * rounded to nearest even. */
+
+INLINE __m256i round_to_i32(__m256 x, __m256 id) {
+    return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(x, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+/* Quantize 32 floats: returns the 32 bytes, their scale, and their sums per 16. */
+INLINE void quant32(const float *x, float d, int8_t *q, int *sum_lo, int *sum_hi) {
+    __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    __m256i i0 = round_to_i32(_mm256_loadu_ps(x), id), i1 = round_to_i32(_mm256_loadu_ps(x + 8), id);
+    __m256i i2 = round_to_i32(_mm256_loadu_ps(x + 16), id), i3 = round_to_i32(_mm256_loadu_ps(x + 24), id);
+    *sum_lo = hsum_epi32(_mm256_add_epi32(i0, i1));
+    *sum_hi = hsum_epi32(_mm256_add_epi32(i2, i3));
+    __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    _mm256_storeu_si256((__m256i *)q, p);
+}
+
+INLINE __m256 abs_max(const float *x, int n) {
+    const __m256 sign = _mm256_set1_ps(-0.0f);
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
+    return m;
+}
+
+static void FN(quantize_32)(const float *x, kq8_32 *y, int64_t n) {
+    for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        float d = hmax_ps(abs_max(x, 32)) / 127.0f;
+        int lo, hi;
+        quant32(x, d, y[b].q, &lo, &hi);
+        y[b].d = d;
+        y[b].s = d * (float)(lo + hi);
+    }
+}
+
+static void FN(quantize_256)(const float *x, kq8_256 *y, int64_t n) {
+    for (int64_t b = 0; b < n / 256; b++, x += 256) {
+        float d = hmax_ps(abs_max(x, 256)) / 127.0f;
+        for (int j = 0; j < 8; j++) {
+            int lo, hi;
+            quant32(x + 32 * j, d, y[b].q + 32 * j, &lo, &hi);
+            y[b].bsums[2 * j] = (int16_t)lo;
+            y[b].bsums[2 * j + 1] = (int16_t)hi;
+        }
+        y[b].d = d;
+    }
+}
+
+/* ---- 32-element block types ----------------------------------------------------
+ * row . x = sum_b [dw_b * da_b * dot(u_b, q_b) + mw_b * s_b]: u the weight
+ * quants as unsigned bytes, mw the weight offset (Q4_0: -8 dw, Q4_1: m). */
+
+INLINE void tile_q32(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    const int bb = type == GL_TYPE_Q4_0 ? 18 : type == GL_TYPE_Q4_1 ? 20 : type == GL_TYPE_Q5_0 ? 22
+                 : type == GL_TYPE_Q5_1 ? 24 : 34;
+    const bool has_min = type != GL_TYPE_Q8_0;
+    const __m256i m4 = _mm256_set1_epi8(0x0f);
+    __m256 acc[4][TT];
+    float accm[4][TT];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            acc[r][t] = _mm256_setzero_ps();
+            accm[r][t] = 0;
+        }
+    int nb = (int)(n_cols / 32);
+    for (int b = 0; b < nb; b++) {
+        __m256i u[4], wq[4];
+        float dw[4], mw[4];
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * bb;
+            dw[r] = f16_at(blk);
+            if (type == GL_TYPE_Q8_0) {
+                wq[r] = load256(blk + 2);
+                u[r] = _mm256_sign_epi8(wq[r], wq[r]);
+                mw[r] = 0;
+                continue;
+            }
+            const uint8_t *qs = blk + (type == GL_TYPE_Q4_0 ? 2 : type == GL_TYPE_Q4_1 ? 4 : type == GL_TYPE_Q5_0 ? 6 : 8);
+            __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+            u[r] = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), m4);
+            if (type == GL_TYPE_Q5_0 || type == GL_TYPE_Q5_1) {
+                uint32_t qh;
+                memcpy(&qh, blk + (type == GL_TYPE_Q5_0 ? 2 : 4), 4);
+                u[r] = _mm256_or_si256(u[r], expand_bits_0x10(qh));
+            }
+            mw[r] = type == GL_TYPE_Q4_0 ? -8.0f * dw[r] : type == GL_TYPE_Q5_0 ? -16.0f * dw[r] : f16_at(blk + 2);
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            const kq8_32 *a = (const kq8_32 *)(act + (size_t)t * act_stride) + b;
+            __m256i s = load256(a->q);
+#pragma GCC unroll 8
+            for (int r = 0; r < NR; r++) {
+                __m256i dot = dot_u8s8(u[r], type == GL_TYPE_Q8_0 ? _mm256_sign_epi8(s, wq[r]) : s);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw[r] * a->d), acc[r][t]);
+                if (has_min) accm[r][t] = fmaf(mw[r], a->s, accm[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = hsum_ps(acc[r][t]) + accm[r][t];
+}
+
+/* ---- K-quants: 256-element super-blocks against kq8_256 --------------------------
+ * Integer sums of scale * dot per sub-block stay exact in 32 bits; the
+ * minimums come from the activation sums of 16. */
+
+/* Q4_K/Q5_K: 6-bit scales and mins of the 8 sub-blocks. */
+INLINE void k4_scales(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
+    for (int j = 0; j < 4; j++) {
+        sc[j] = s[j] & 63;
+        mn[j] = s[j + 4] & 63;
+        sc[j + 4] = (uint8_t)((s[j + 8] & 0xf) | (s[j] >> 6) << 4);
+        mn[j + 4] = (uint8_t)((s[j + 8] >> 4) | (s[j + 4] >> 6) << 4);
+    }
+}
+
+INLINE void tile_q45_k(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                       size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    const bool five = type == GL_TYPE_Q5_K;
+    const int bb = five ? 176 : 144;
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
+    __m256 acc[4][TT];
+    float accm[4][TT];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            acc[r][t] = _mm256_setzero_ps();
+            accm[r][t] = 0;
+        }
+    int nb = (int)(n_cols / 256);
+    for (int b = 0; b < nb; b++) {
+        __m256i isum[4][TT];
+        uint8_t sc[4][8], mn[4][8];
+        const uint8_t *blk[4];
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            blk[r] = w + (size_t)r * row_bytes + (size_t)b * bb;
+            k4_scales(blk[r] + 4, sc[r], mn[r]);
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) isum[r][t] = _mm256_setzero_si256();
+        }
+        for (int k = 0; k < 4; k++) {
+            __m256i lo[4], hi[4], sc_lo[4], sc_hi[4];
+#pragma GCC unroll 8
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *qs = blk[r] + (five ? 48 : 16);
+                __m256i raw = load256(qs + 32 * k);
+                lo[r] = _mm256_and_si256(raw, m4);
+                hi[r] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+                if (five) {
+                    __m256i qh = load256(blk[r] + 16);
+                    lo[r] = _mm256_or_si256(lo[r], _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * k), 4), m16));
+                    hi[r] = _mm256_or_si256(hi[r], _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * k + 1), 4), m16));
+                }
+                sc_lo[r] = _mm256_set1_epi16(sc[r][2 * k]);
+                sc_hi[r] = _mm256_set1_epi16(sc[r][2 * k + 1]);
+            }
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) {
+                const kq8_256 *a = (const kq8_256 *)(act + (size_t)t * act_stride) + b;
+                __m256i a_lo = load256(a->q + 64 * k), a_hi = load256(a->q + 64 * k + 32);
+#pragma GCC unroll 8
+                for (int r = 0; r < NR; r++) {
+                    __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo[r], a_lo), sc_lo[r]),
+                                                 _mm256_madd_epi16(_mm256_maddubs_epi16(hi[r], a_hi), sc_hi[r]));
+                    isum[r][t] = _mm256_add_epi32(isum[r][t], p);
+                }
+            }
+        }
+        __m256i mins[4];
+        float d[4], dmin[4];
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            __m128i m8 = _mm_loadl_epi64((const __m128i *)mn[r]);
+            mins[r] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)); /* each min twice: one per 16 */
+            d[r] = f16_at(blk[r]);
+            dmin[r] = f16_at(blk[r] + 2);
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            const kq8_256 *a = (const kq8_256 *)(act + (size_t)t * act_stride) + b;
+            __m256i bsums = load256(a->bsums);
+#pragma GCC unroll 8
+            for (int r = 0; r < NR; r++) {
+                int msum = hsum_epi32(_mm256_madd_epi16(bsums, mins[r]));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(d[r] * a->d), acc[r][t]);
+                accm[r][t] = fmaf(-dmin[r] * a->d, (float)msum, accm[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = hsum_ps(acc[r][t]) + accm[r][t];
+}
+
+/* Q6_K: value = d * scale_s * (q - 32), q = 4 low bits from ql, 2 high from qh. */
+INLINE void tile_q6_k(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                      size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
+    __m256 acc[4][TT];
+    float accm[4][TT];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            acc[r][t] = _mm256_setzero_ps();
+            accm[r][t] = 0;
+        }
+    int nb = (int)(n_cols / 256);
+    for (int b = 0; b < nb; b++) {
+        __m256i isum[4][TT];
+        const uint8_t *blk[4];
+        const int8_t *scales[4];
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            blk[r] = w + (size_t)r * row_bytes + (size_t)b * 210;
+            scales[r] = (const int8_t *)blk[r] + 192;
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) isum[r][t] = _mm256_setzero_si256();
+        }
+        for (int h = 0; h < 2; h++)
+            for (int c = 0; c < 4; c++) {
+                __m256i u[4], scv[4];
+#pragma GCC unroll 8
+                for (int r = 0; r < NR; r++) {
+                    __m256i ql = load256(blk[r] + 64 * h + 32 * (c & 1));
+                    __m256i qh = load256(blk[r] + 128 + 32 * h);
+                    __m256i lo = _mm256_and_si256(_mm256_srli_epi16(ql, 4 * (c >> 1)), m4);
+                    __m256i hi = _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * c), 4), m30);
+                    u[r] = _mm256_or_si256(lo, hi);
+                    int s = 8 * h + 2 * c;
+                    scv[r] = _mm256_set_m128i(_mm_set1_epi16(scales[r][s + 1]), _mm_set1_epi16(scales[r][s]));
+                }
+#pragma GCC unroll 8
+                for (int t = 0; t < NT; t++) {
+                    const kq8_256 *a = (const kq8_256 *)(act + (size_t)t * act_stride) + b;
+                    __m256i s = load256(a->q + 128 * h + 32 * c);
+#pragma GCC unroll 8
+                    for (int r = 0; r < NR; r++)
+                        isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], s), scv[r]));
+                }
+            }
+        __m256i sc16[4];
+        float d[4];
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales[r]));
+            d[r] = f16_at(blk[r] + 208);
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            const kq8_256 *a = (const kq8_256 *)(act + (size_t)t * act_stride) + b;
+            __m256i bsums = load256(a->bsums);
+#pragma GCC unroll 8
+            for (int r = 0; r < NR; r++) {
+                int corr = hsum_epi32(_mm256_madd_epi16(bsums, sc16[r]));
+                float dd = d[r] * a->d;
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(dd), acc[r][t]);
+                accm[r][t] = fmaf(dd, (float)(-32 * corr), accm[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = hsum_ps(acc[r][t]) + accm[r][t];
+    (void)type;
+}
+
+/* ---- float weights against float activations ------------------------------------ */
+
+INLINE __m256 load8_weights(const int type, const uint8_t *p) {
+    if (type == GL_TYPE_F32) return _mm256_loadu_ps((const float *)p);
+    __m128i h = _mm_loadu_si128((const __m128i *)p);
+    if (type == GL_TYPE_F16) return _mm256_cvtph_ps(h);
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); /* BF16 */
+}
+
+INLINE float weight_at(const int type, const uint8_t *p) {
+    if (type == GL_TYPE_F32) {
+        float f;
+        memcpy(&f, p, 4);
+        return f;
+    }
+    if (type == GL_TYPE_F16) return f16_at(p);
+    uint32_t bits = (uint32_t)(p[0] | p[1] << 8) << 16;
+    float f;
+    memcpy(&f, &bits, 4);
+    return f;
+}
+
+INLINE void tile_float(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                       size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    const int es = type == GL_TYPE_F32 ? 4 : 2;
+    __m256 acc[4][TT];
+    float tail[4][TT];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            acc[r][t] = _mm256_setzero_ps();
+            tail[r][t] = 0;
+        }
+    int64_t n8 = n_cols & ~(int64_t)7;
+    for (int64_t i = 0; i < n8; i += 8) {
+        __m256 wv[4];
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) wv[r] = load8_weights(type, w + (size_t)r * row_bytes + (size_t)i * es);
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            __m256 x = _mm256_loadu_ps((const float *)(act + (size_t)t * act_stride) + i);
+#pragma GCC unroll 8
+            for (int r = 0; r < NR; r++) acc[r][t] = _mm256_fmadd_ps(wv[r], x, acc[r][t]);
+        }
+    }
+    for (int64_t i = n8; i < n_cols; i++)
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            float wi = weight_at(type, w + (size_t)r * row_bytes + (size_t)i * es);
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++)
+                tail[r][t] = fmaf(wi, ((const float *)(act + (size_t)t * act_stride))[i], tail[r][t]);
+        }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = hsum_ps(acc[r][t]) + tail[r][t];
+}
+
+/* ---- row loops -------------------------------------------------------------------
+ * Full tiles of TT tokens one row at a time; a leftover of fewer tokens takes
+ * several rows at once instead, so there are always independent chains. */
+
+#define ROWS_PASS(TILE, TYPE, NR, NT)                                                                    \
+    do {                                                                                                 \
+        int r = 0;                                                                                       \
+        for (; r + (NR) <= n_rows; r += (NR))                                                            \
+            TILE(TYPE, w + (size_t)r * row_bytes, row_bytes, n_cols, a, act_stride, NR, NT, o + r, out_stride); \
+        for (; r < n_rows; r++)                                                                          \
+            TILE(TYPE, w + (size_t)r * row_bytes, row_bytes, n_cols, a, act_stride, 1, NT, o + r, out_stride); \
+    } while (0)
+
+#if TT > 4
+#define ROWS_REST_WIDE(TILE, TYPE)                  \
+    case 4: ROWS_PASS(TILE, TYPE, 1, 4); break;     \
+    case 5: ROWS_PASS(TILE, TYPE, 1, 5); break;     \
+    case 6: ROWS_PASS(TILE, TYPE, 1, 6); break;     \
+    case 7: ROWS_PASS(TILE, TYPE, 1, 7); break;
+#else
+#define ROWS_REST_WIDE(TILE, TYPE)
+#endif
+
+#define DEFINE_ROWS(name, TILE, TYPE)                                                                        \
+    static void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act, \
+                         size_t act_stride, int n_tok, float *out, size_t out_stride) {                      \
+        int t0 = 0;                                                                                          \
+        for (; t0 + TT <= n_tok; t0 += TT) {                                                                 \
+            const uint8_t *a = act + (size_t)t0 * act_stride;                                                \
+            float *o = out + (size_t)t0 * out_stride;                                                        \
+            ROWS_PASS(TILE, TYPE, 1, TT);                                                                    \
+        }                                                                                                    \
+        const uint8_t *a = act + (size_t)t0 * act_stride;                                                    \
+        float *o = out + (size_t)t0 * out_stride;                                                            \
+        switch (n_tok - t0) {                                                                                \
+        case 1: ROWS_PASS(TILE, TYPE, 4, 1); break;                                                          \
+        case 2: ROWS_PASS(TILE, TYPE, 2, 2); break;                                                          \
+        case 3: ROWS_PASS(TILE, TYPE, 1, 3); break;                                                          \
+        ROWS_REST_WIDE(TILE, TYPE)                                                                           \
+        default: break;                                                                                      \
+        }                                                                                                    \
+    }
+
+DEFINE_ROWS(rows_q4_0, tile_q32, GL_TYPE_Q4_0)
+DEFINE_ROWS(rows_q4_1, tile_q32, GL_TYPE_Q4_1)
+DEFINE_ROWS(rows_q5_0, tile_q32, GL_TYPE_Q5_0)
+DEFINE_ROWS(rows_q5_1, tile_q32, GL_TYPE_Q5_1)
+DEFINE_ROWS(rows_q8_0, tile_q32, GL_TYPE_Q8_0)
+DEFINE_ROWS(rows_q4_k, tile_q45_k, GL_TYPE_Q4_K)
+DEFINE_ROWS(rows_q5_k, tile_q45_k, GL_TYPE_Q5_K)
+DEFINE_ROWS(rows_q6_k, tile_q6_k, GL_TYPE_Q6_K)
+DEFINE_ROWS(rows_f32, tile_float, GL_TYPE_F32)
+DEFINE_ROWS(rows_f16, tile_float, GL_TYPE_F16)
+DEFINE_ROWS(rows_bf16, tile_float, GL_TYPE_BF16)
+
+/* ---- attention ---------------------------------------------------------------------
+ * Query heads h0..h0+nh-1 (one KV group) of one token, over the cache block by
+ * block: the K rows of a block are converted once and scored against every
+ * head, the softmax is rescaled once per block, then each V row is converted
+ * once and added to every head. Block boundaries are absolute positions, so
+ * a head's result never depends on which other heads or tokens share the work. */
+
+INLINE void kv_row_to_float(const uint8_t *src, float *dst, int n, bool f16) {
+    int i = 0;
+    if (f16) {
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 2 * i))));
+        for (; i < n; i++) dst[i] = f16_at(src + 2 * i);
+    } else {
+        memcpy(dst, src, (size_t)n * sizeof *dst);
+    }
+}
+
+INLINE float dot_f32(const float *a, const float *b, int n) {
+    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 16 <= n; i += 16) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+    }
+    if (i + 8 <= n) {
+        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+        i += 8;
+    }
+    float s = hsum_ps(_mm256_add_ps(s0, s1));
+    for (; i < n; i++) s = fmaf(a[i], b[i], s);
+    return s;
+}
+
+INLINE void axpy_f32(float *y, float a, const float *x, int n) {
+    __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
+}
+
+INLINE void scale_f32(float *y, float a, int n) {
+    __m256 av = _mm256_set1_ps(a);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_mul_ps(av, _mm256_loadu_ps(y + i)));
+    for (; i < n; i++) y[i] *= a;
+}
+
+static void FN(attend)(const kern_attn *a, int t, int h0, int nh, float *scratch) {
+    int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, bs = a->block_size;
+    int kv_dim = a->n_kv_heads * hd, pos = a->positions[t];
+    size_t es = a->f16 ? 2 : 4, row_bytes = (size_t)kv_dim * es;
+    size_t head_off = (size_t)(h0 / group) * (size_t)hd * es;
+    const int32_t *table = a->block_tables[a->seq_of_token[t]];
+    const float *q = a->q + (size_t)t * (size_t)a->n_heads * hd + (size_t)h0 * hd;
+    float *out = a->out + (size_t)t * (size_t)a->n_heads * hd + (size_t)h0 * hd;
+    float *row = scratch, *mx = row + hd, *sum = mx + nh, *score = sum + nh; /* score: [nh][bs] */
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int g = 0; g < nh; g++) {
+        mx[g] = -INFINITY;
+        sum[g] = 0;
+        memset(out + (size_t)g * hd, 0, (size_t)hd * sizeof *out);
+    }
+    for (int p0 = 0; p0 <= pos; p0 += bs) {
+        int n = pos + 1 - p0 < bs ? pos + 1 - p0 : bs;
+        size_t base = (size_t)table[p0 / bs] * (size_t)bs * row_bytes + head_off;
+        for (int j = 0; j < n; j++) {
+            kv_row_to_float(a->k + base + (size_t)j * row_bytes, row, hd, a->f16);
+            for (int g = 0; g < nh; g++) score[g * bs + j] = dot_f32(q + (size_t)g * hd, row, hd) * scale;
+        }
+        for (int g = 0; g < nh; g++) {
+            float *sg = score + g * bs, m = sg[0];
+            for (int j = 1; j < n; j++) m = sg[j] > m ? sg[j] : m;
+            if (m > mx[g]) { /* online softmax: rescale what came before */
+                float r = expf(mx[g] - m);
+                sum[g] *= r;
+                scale_f32(out + (size_t)g * hd, r, hd);
+                mx[g] = m;
+            }
+            for (int j = 0; j < n; j++) {
+                sg[j] = expf(sg[j] - mx[g]);
+                sum[g] += sg[j];
+            }
+        }
+        for (int j = 0; j < n; j++) {
+            kv_row_to_float(a->v + base + (size_t)j * row_bytes, row, hd, a->f16);
+            for (int g = 0; g < nh; g++) axpy_f32(out + (size_t)g * hd, score[g * bs + j], row, hd);
+        }
+    }
+    for (int g = 0; g < nh; g++) scale_f32(out + (size_t)g * hd, 1.0f / sum[g], hd);
+}
+
+/* ---- the table ------------------------------------------------------------------ */
+
+static const kern_impl FN(impl) = {
+    .name = SIMD_NAME_STR,
+    .quantize_32 = FN(quantize_32),
+    .quantize_256 = FN(quantize_256),
+    .rows = {
+        [GL_TYPE_F32] = FN(rows_f32), [GL_TYPE_F16] = FN(rows_f16), [GL_TYPE_BF16] = FN(rows_bf16),
+        [GL_TYPE_Q4_0] = FN(rows_q4_0), [GL_TYPE_Q4_1] = FN(rows_q4_1), [GL_TYPE_Q5_0] = FN(rows_q5_0),
+        [GL_TYPE_Q5_1] = FN(rows_q5_1), [GL_TYPE_Q8_0] = FN(rows_q8_0), [GL_TYPE_Q4_K] = FN(rows_q4_k),
+        [GL_TYPE_Q5_K] = FN(rows_q5_k), [GL_TYPE_Q6_K] = FN(rows_q6_k),
+    },
+    .attend = FN(attend),
+};

@@ -1,0 +1,114 @@
+"""The genloop command line: generation on real models, tokenize, and clear
+one-line errors with a non-zero exit for bad input."""
+import json
+import subprocess
+
+import pytest
+
+from conftest import build_dir, skip_or_fail
+
+
+def genloop(*args, timeout=300):
+    exe = build_dir() / "genloop"
+    if not exe.is_file():
+        skip_or_fail(f"{exe} is missing")
+    return subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def test_stories260k_greedy_matches_reference(stories260k, testdata_dir):
+    ref = json.loads((testdata_dir / "models" / "stories260K_greedy_llamacpp.json").read_text())
+    for case in ref["cases"]:
+        r = genloop("generate", "-m", stories260k, "-p", case["prompt"], "-n", 64, "--temp", 0, "--ignore-eos")
+        assert r.returncode == 0, r.stderr
+        assert r.stdout == case["generated_text"] + "\n"
+        assert "prompt tokens: 5" in r.stderr
+        assert "TTFT:" in r.stderr and "decode:" in r.stderr
+
+
+def test_smollm_names_paris(smollm):
+    r = genloop("generate", "-m", smollm, "-p", "The capital of France is", "-n", 16, "--temp", 0)
+    assert r.returncode == 0, r.stderr
+    assert "Paris" in r.stdout
+
+
+def test_seeded_sampling_is_reproducible(stories260k):
+    args = ("generate", "-m", stories260k, "-p", "Once upon a time", "-n", 40, "--temp", 1, "--seed", 7)
+    a, b = genloop(*args), genloop(*args)
+    assert a.returncode == 0 and a.stdout == b.stdout
+
+
+def test_stop_string_is_not_emitted(stories260k):
+    r = genloop("generate", "-m", stories260k, "-p", "Once upon a time", "-n", 64, "--temp", 0, "--stop", "Lily")
+    assert r.returncode == 0
+    assert r.stdout == ", there was a little girl named \n"
+    assert "(stop)" in r.stderr
+
+
+def test_tokenize_ids(stories260k, smollm):
+    r = genloop("tokenize", "-m", stories260k, "-p", "Once upon a time", "--ids")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == [1, 403, 407, 261, 378]
+    r = genloop("tokenize", "-m", smollm, "-p", "<|im_start|>user", "--ids")
+    special = json.loads(r.stdout)
+    r = genloop("tokenize", "-m", smollm, "-p", "<|im_start|>user", "--ids", "--no-special")
+    assert len(json.loads(r.stdout)) > len(special)
+    r = genloop("tokenize", "-m", stories260k, "-p", "Once upon")
+    assert r.returncode == 0 and "403" in r.stdout
+
+
+def test_help_and_version():
+    r = genloop("--help")
+    assert r.returncode == 0 and "generate" in r.stdout
+    r = genloop("--version")
+    assert r.returncode == 0 and r.stdout.startswith("genloop ")
+    r = genloop("generate", "--help")
+    assert r.returncode == 0 and "--top-p" in r.stdout
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["generate", "-m", "/nonexistent.gguf", "-p", "x"], "/nonexistent.gguf"),
+    (["generate", "-p", "x"], "required"),
+    (["generate", "-m", "MODEL", "-p", "x", "-n", "abc"], "-n"),
+    (["generate", "-m", "MODEL", "-p", "x", "--temp", "-1"], "--temp"),
+    (["generate", "-m", "MODEL", "-p", "x", "--top-p", "0"], "--top-p"),
+    (["generate", "-m", "MODEL", "-p", "x", "--bogus"], "--bogus"),
+    (["generate", "-m", "MODEL", "-p", "x", "--seed"], "--seed"),
+    (["frobnicate"], "frobnicate"),
+])
+def test_bad_arguments_give_one_clear_line(stories260k, args, needle):
+    args = [str(stories260k) if a == "MODEL" else a for a in args]
+    r = genloop(*args)
+    assert r.returncode != 0
+    assert needle in r.stderr
+    assert "Segmentation" not in r.stderr
+
+
+def test_corrupt_and_non_gguf_files(tmp_path, stories260k):
+    data = stories260k.read_bytes()
+    cases = {
+        "truncated.gguf": data[:5000],
+        "garbage.gguf": b"this is not a model at all" * 100,
+        "empty.gguf": b"",
+        "flipped.gguf": data[:8] + b"\xff\xff\xff\xff\xff\xff\xff\x7f" + data[16:],
+    }
+    for name, content in cases.items():
+        path = tmp_path / name
+        path.write_bytes(content)
+        r = genloop("generate", "-m", path, "-p", "hi", "-n", 4)
+        assert r.returncode == 1, name
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and name in lines[0], (name, r.stderr)
+
+
+def test_prompt_longer_than_context(stories260k):
+    r = genloop("generate", "-m", stories260k, "-p", "Once upon a time " * 60, "-n", 4)
+    assert r.returncode == 1
+    assert "context" in r.stderr
+
+
+def test_invalid_utf8_prompt(stories260k, tmp_path):
+    path = tmp_path / "bad.txt"
+    path.write_bytes(b"Once upon \xff\xfe a time")
+    r = genloop("generate", "-m", stories260k, "-f", path, "-n", 4)
+    assert r.returncode == 1
+    assert "UTF-8" in r.stderr
