@@ -201,8 +201,12 @@ static bool lex_tag(lexer *L, char closer) {
                 die(L->f, "line %d: floating-point numbers are not supported", L->line);
             emit(L, T_INT, (str){s + p, L->pos - p}, v);
         } else if (c == '\'' || c == '"') {
-            /* Python string literal; the result is never longer than the source. */
-            char *out = arena_alloc(L->a, L->len - p + 1);
+            /* Python string literal: find its end, then unescape into a
+             * buffer of that size (the result is never longer). */
+            size_t end = p + 1;
+            while (end < L->len && s[end] != c) end += s[end] == '\\' ? 2 : 1;
+            if (end >= L->len) die(L->f, "line %d: unterminated string", L->line);
+            char *out = arena_alloc(L->a, end - p);
             size_t n = 0;
             L->pos++;
             for (;;) {
@@ -632,27 +636,33 @@ static expr *parse_math1(parser *P) {
     }
 }
 
+/* Comparisons chain as in Python: a < b < c means a < b and b < c. */
 static expr *parse_compare(parser *P) {
-    expr *e = parse_math1(P);
+    expr *left = parse_math1(P), *result = NULL;
     static const char *const ops[] = {"==", "!=", "<=", ">=", "<", ">", NULL};
     for (;;) {
         token *t = peek(P);
         const char *op = NULL;
+        bool negate = false;
         for (int i = 0; ops[i]; i++) if (is_op(t, ops[i])) op = ops[i];
         if (op) {
             next(P);
-            e = binary(P, E_BIN, op, e, parse_math1(P));
         } else if (is_name(t, "in")) {
             next(P);
-            e = binary(P, E_BIN, "in", e, parse_math1(P));
+            op = "in";
         } else if (is_name(t, "not") && is_name(&P->toks[P->pos + 1], "in")) {
             next(P);
             next(P);
-            e = binary(P, E_BIN, "in", e, parse_math1(P));
-            e->negate = true;
+            op = "in";
+            negate = true;
         } else {
-            return e;
+            return result ? result : left;
         }
+        expr *right = parse_math1(P);
+        expr *cmp = binary(P, E_BIN, op, left, right);
+        cmp->negate = negate;
+        result = result ? binary(P, E_AND, "and", result, cmp) : cmp;
+        left = right;
     }
 }
 
@@ -1159,9 +1169,9 @@ static void eval_args(render *R, const expr *e, args *a) {
     for (int i = 0; i < e->n_kw; i++) { a->kw_names[i] = e->kw_names[i]; a->kw[i] = eval(R, e->kw_vals[i]); }
 }
 
-/* Argument i, or keyword name, or UNDEF. */
+/* Positional argument i (-1: none), else keyword name, else UNDEF. */
 static value arg(const args *a, int i, const char *name) {
-    if (i < a->n_pos) return a->pos[i];
+    if (i >= 0 && i < a->n_pos) return a->pos[i];
     for (int k = 0; name && k < a->n_kw; k++) if (str_eq(a->kw_names[k], name)) return a->kw[k];
     return UNDEF;
 }
@@ -1176,8 +1186,7 @@ static value apply_filter(render *R, str name, value v, const args *a, int line)
         if (v.t == V_UNDEF || (if_falsy && !truthy(v))) { value d = arg(a, 0, "default_value"); return d.t == V_UNDEF ? v_str(str_of("")) : d; }
         return v;
     }
-    if (v.t == V_UNDEF && !IS("string") && !IS("length") && !IS("count") && !IS("list") && !IS("tojson"))
-        undefined_error(R, line, v);
+    /* Like Jinja, an undefined value reads as "" or as an empty sequence. */
     if (IS("trim")) { value c = arg(a, 0, "chars"); return v_str(trim_chars(to_str(R, v), c.t == V_STR ? c.s : (str){0}, true, true)); }
     if (IS("upper")) return v_str(change_case(R, to_str(R, v), 0));
     if (IS("lower")) return v_str(change_case(R, to_str(R, v), 1));
@@ -1259,7 +1268,7 @@ static value apply_filter(render *R, str name, value v, const args *a, int line)
         return out;
     }
     if (IS("map")) {
-        value attr = arg(a, 99, "attribute"), fname = arg(a, 0, NULL);
+        value attr = arg(a, -1, "attribute"), fname = arg(a, 0, NULL);
         vlist *l = iterate(R, v, line);
         value out = v_list(R, l->n);
         args none = {0};
@@ -1322,7 +1331,7 @@ static value call_method(render *R, value obj, str name, const args *a, int line
             if (c.t == V_LIST) opts = c.list;
             else { value one = v_list(R, 1); list_push(R, one.list, c); opts = one.list; }
             for (size_t i = 0; i < opts->n; i++) {
-                str p = need_str(R, opts->items[i], line, name.p);
+                str p = need_str(R, opts->items[i], line, start ? "startswith" : "endswith");
                 if (start ? has_prefix(s, p) : has_suffix(s, p)) return v_bool(true);
             }
             return v_bool(false);
@@ -1784,6 +1793,9 @@ struct chat_template {
 static bool parse_into(chat_template *t, const char *src, gl_error *err) {
     size_t len = strlen(src);
     if (len > MAX_SOURCE_BYTES) return gl_error_set(err, "chat template is too long (%zu bytes)", len), false;
+    /* Jinja drops one newline at the very end of a template. */
+    if (len && src[len - 1] == '\n') len -= 1 + (len > 1 && src[len - 2] == '\r');
+    else if (len && src[len - 1] == '\r') len--;
     failer f = {.err = err};
     arena_free(&t->mem);
     t->mem = (arena){.cap = MAX_SOURCE_BYTES * 64, .f = &f};
@@ -1872,7 +1884,7 @@ char *chat_template_render(const chat_template *t, const chat_message *msgs, int
     R->steps_left = MAX_STEPS;
     R->out = malloc(256);
     R->out_cap = 256;
-    char *result = NULL;
+    char *volatile result = NULL;
     if (!R->out) { gl_error_set(err, "out of memory"); goto done; }
     if (setjmp(R->f.jb)) {
         free(R->out);

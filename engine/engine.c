@@ -80,7 +80,8 @@ struct gl_engine {
     seq_queue waiting;
     gl_seq **running;         /* [max_seqs], admission order */
     int n_running;
-    gl_engine_stats stats;
+    gl_engine_stats stats;    /* engine thread's copy */
+    gl_engine_stats published; /* what gl_engine_get_stats reads, under mutex */
 
     /* batch under construction */
     int32_t *b_tokens, *b_positions, *b_seq_of_token, *b_logit_tokens;
@@ -216,6 +217,7 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     }
     e->stats.n_blocks_total = n_blocks;
     e->stats.block_size = p.block_size;
+    e->published = e->stats;
     return e;
 fail:
     gl_engine_free(e);
@@ -361,7 +363,8 @@ void gl_engine_wake(gl_engine *e) {
 
 void gl_engine_get_stats(gl_engine *e, gl_engine_stats *out) {
     pthread_mutex_lock(&e->mutex);
-    *out = e->stats;
+    *out = e->published;
+    out->n_waiting = e->n_queued; /* live: submissions land between steps */
     pthread_mutex_unlock(&e->mutex);
 }
 
@@ -591,9 +594,11 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
     gl_seq *s;
     while ((s = queue_pop(&e->incoming))) queue_push(&e->waiting, s);
     n_cancel = e->n_cancel < 64 ? e->n_cancel : 64;
-    memcpy(cancel_local, e->cancel_ids, (size_t)n_cancel * sizeof *cancel_local);
-    memmove(e->cancel_ids, e->cancel_ids + n_cancel, (size_t)(e->n_cancel - n_cancel) * sizeof *cancel_local);
-    e->n_cancel -= n_cancel;
+    if (n_cancel > 0) {
+        memcpy(cancel_local, e->cancel_ids, (size_t)n_cancel * sizeof *cancel_local);
+        memmove(e->cancel_ids, e->cancel_ids + n_cancel, (size_t)(e->n_cancel - n_cancel) * sizeof *cancel_local);
+        e->n_cancel -= n_cancel;
+    }
     pthread_mutex_unlock(&e->mutex);
     apply_cancels(e, cancel_local, n_cancel, fn, ctx);
 
@@ -665,6 +670,8 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
             n_seqs = 0;
         }
         e->stats.n_steps++;
+        e->stats.last_batch_seqs = n_seqs;
+        e->stats.last_batch_tokens = n_batch;
     }
 
     /* Sample, stream, check stops. */
@@ -699,10 +706,11 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
             finish_running(e, r, GL_FINISH_LENGTH, fn, ctx);
     }
 
-    pthread_mutex_lock(&e->mutex);
     e->stats.n_running = e->n_running;
-    e->stats.n_waiting = e->n_queued;
     e->stats.n_blocks_used = e->kv->n_blocks - kv_n_free(e->kv);
+    pthread_mutex_lock(&e->mutex);
+    e->stats.n_waiting = e->n_queued;
+    e->published = e->stats;
     pthread_mutex_unlock(&e->mutex);
     return n_seqs;
 }

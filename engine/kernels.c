@@ -1,8 +1,12 @@
-/* kernels.c -- portable kernels and the thread pool.
+/* kernels.c -- the thread pool, the choice of kernel implementation, the
+ * portable (scalar reference) kernels, and the work split of matmul and
+ * attention over the pool.
  *
- * Matmul dequantizes one weight row at a time into a per-thread buffer and
- * dots it with every token of the call: each weight byte is read once per
- * call whatever the batch, and each output uses the same summation order. */
+ * Matmul has two paths. The scalar one dequantizes a weight row into a
+ * per-thread buffer and dots it with every token. The fast ones (simd.h)
+ * quantize the activations to 8 bits once per call and run integer dot
+ * products on tiles of rows x tokens. Either way every output is computed by
+ * one thread with a summation order fixed by its row and token alone. */
 #include "kernels.h"
 
 #include <math.h>
@@ -12,6 +16,7 @@
 #include <string.h>
 
 #include "quant.h"
+#include "simd.h"
 
 /* ---- thread pool ------------------------------------------------------------
  * Workers spin briefly on a generation counter before sleeping on a condition
@@ -30,14 +35,17 @@ typedef struct pool_worker {
 
 struct kern_pool {
     int n_threads;
-    pool_worker *workers;      /* [n_threads], slot 0 unused */
+    pool_worker *workers;      /* [n_threads], slot 0 is the caller's */
     pthread_mutex_t mutex;
     pthread_cond_t cond;
     atomic_uint generation;    /* bumped for each job */
     atomic_int pending;        /* workers still running the current job */
+    atomic_int sleepers;       /* workers blocked on cond: only then is a wake-up needed */
     atomic_bool quit;
     void (*fn)(void *, int, int);
     void *arg;
+    uint8_t *act;              /* quantized activations of the current matmul */
+    size_t act_cap;            /* bytes */
 };
 
 static inline void cpu_relax(void) {
@@ -59,9 +67,13 @@ static void *pool_main(void *p) {
                 cpu_relax();
                 continue;
             }
+            /* Announce the sleep before re-checking, so kern_pool_run either
+             * sees a sleeper and signals, or we see its new generation. */
             pthread_mutex_lock(&pool->mutex);
+            atomic_fetch_add(&pool->sleepers, 1);
             while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->quit))
                 pthread_cond_wait(&pool->cond, &pool->mutex);
+            atomic_fetch_sub(&pool->sleepers, 1);
             pthread_mutex_unlock(&pool->mutex);
             spins = 0;
         }
@@ -101,6 +113,7 @@ void kern_pool_free(kern_pool *p) {
     pthread_mutex_unlock(&p->mutex);
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->workers[i].thread, NULL);
     for (int i = 0; i < p->n_threads; i++) free(p->workers[i].scratch);
+    free(p->act);
     pthread_mutex_destroy(&p->mutex);
     pthread_cond_destroy(&p->cond);
     free(p->workers);
@@ -129,10 +142,13 @@ void kern_pool_run(kern_pool *p, void (*fn)(void *arg, int ith, int nth), void *
     p->fn = fn;
     p->arg = arg;
     atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
-    pthread_mutex_lock(&p->mutex);
-    atomic_fetch_add_explicit(&p->generation, 1, memory_order_release);
-    pthread_cond_broadcast(&p->cond);
-    pthread_mutex_unlock(&p->mutex);
+    atomic_fetch_add(&p->generation, 1);
+    /* Spinning workers see the generation; only sleeping ones need the lock. */
+    if (atomic_load(&p->sleepers) > 0) {
+        pthread_mutex_lock(&p->mutex);
+        pthread_cond_broadcast(&p->cond);
+        pthread_mutex_unlock(&p->mutex);
+    }
     fn(arg, 0, p->n_threads);
     while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) cpu_relax();
 }
@@ -190,11 +206,115 @@ void kern_get_row(const gl_tensor *w, int64_t row, float *out) {
     gl_type_get(w->type)->to_float((const uint8_t *)w->data + (size_t)row * row_bytes, out, w->n_cols);
 }
 
-/* ---- matmul ------------------------------------------------------------------ */
+/* ---- choosing the implementation ----------------------------------------------- */
 
-/* Rows handed to a thread at a time: big enough to amortise the hand-out,
- * small enough that both cores finish together. */
-#define MATMUL_CHUNK 16
+static pthread_once_t backend_once = PTHREAD_ONCE_INIT;
+static const kern_impl *backend; /* NULL = scalar */
+
+static const kern_impl *best_impl(void) {
+    const kern_impl *impl = kern_impl_avx512();
+    return impl ? impl : kern_impl_avx2();
+}
+
+static void backend_init(void) {
+    backend = best_impl();
+    const char *env = getenv("GENLOOP_KERNELS");
+    if (env && *env) {
+        const kern_impl *keep = backend;
+        if (kern_set_backend(env) != 0) backend = keep; /* unknown or unsupported: keep the best */
+    }
+}
+
+int kern_set_backend(const char *name) {
+    pthread_once(&backend_once, backend_init);
+    const kern_impl *impl;
+    if (!strcmp(name, "scalar")) {
+        backend = NULL;
+        return 0;
+    }
+    if (!strcmp(name, "auto")) impl = best_impl();
+    else if (!strcmp(name, "avx512")) impl = kern_impl_avx512();
+    else if (!strcmp(name, "avx2")) impl = kern_impl_avx2();
+    else return -1;
+    if (!impl) return -1;
+    backend = impl;
+    return 0;
+}
+
+const kern_impl *kern_impl_active(void) {
+    pthread_once(&backend_once, backend_init);
+    return backend;
+}
+
+const char *kern_backend(void) {
+    const kern_impl *impl = kern_impl_active();
+    return impl ? impl->name : "scalar";
+}
+
+/* ---- activation quantization (the reference the SIMD versions match) ---------- */
+
+static float quantize_block_ref(const float *x, int n, int8_t *q, float *d_out) {
+    float amax = 0;
+    for (int i = 0; i < n; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int i = 0; i < n; i++) q[i] = (int8_t)nearbyintf(x[i] * id);
+    *d_out = d;
+    return d;
+}
+
+void kern_quantize_32_ref(const float *x, kq8_32 *y, int64_t n) {
+    for (int64_t b = 0; b < n / 32; b++, x += 32) {
+        quantize_block_ref(x, 32, y[b].q, &y[b].d);
+        int sum = 0;
+        for (int i = 0; i < 32; i++) sum += y[b].q[i];
+        y[b].s = y[b].d * (float)sum;
+    }
+}
+
+void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n) {
+    for (int64_t b = 0; b < n / 256; b++, x += 256) {
+        quantize_block_ref(x, 256, y[b].q, &y[b].d);
+        for (int j = 0; j < 16; j++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += y[b].q[16 * j + i];
+            y[b].bsums[j] = (int16_t)sum;
+        }
+    }
+}
+
+kern_act_kind kern_act_kind_of(uint32_t type) {
+    switch (type) {
+    case GL_TYPE_Q4_0: case GL_TYPE_Q4_1: case GL_TYPE_Q5_0: case GL_TYPE_Q5_1: case GL_TYPE_Q8_0:
+        return KERN_ACT_Q8_32;
+    case GL_TYPE_Q4_K: case GL_TYPE_Q5_K: case GL_TYPE_Q6_K:
+        return KERN_ACT_Q8_256;
+    default:
+        return KERN_ACT_F32;
+    }
+}
+
+static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
+    if (kind == KERN_ACT_Q8_32) return (size_t)(n_cols / 32) * sizeof(kq8_32);
+    if (kind == KERN_ACT_Q8_256) return (size_t)(n_cols / 256) * sizeof(kq8_256);
+    return (size_t)n_cols * sizeof(float);
+}
+
+static int act_reserve(kern_pool *p, size_t bytes) {
+    if (p->act_cap >= bytes) return 0;
+    void *buf = NULL;
+    if (posix_memalign(&buf, 64, bytes)) return -1;
+    free(p->act);
+    p->act = buf;
+    p->act_cap = bytes;
+    return 0;
+}
+
+int kern_pool_reserve_tokens(kern_pool *p, int max_tokens, int64_t max_cols) {
+    /* kq8_32 is the larger form per element (40 bytes per 32 vs 292 per 256). */
+    return act_reserve(p, (size_t)max_tokens * (size_t)((max_cols + 31) / 32) * sizeof(kq8_32));
+}
+
+/* ---- matmul ------------------------------------------------------------------ */
 
 typedef struct matmul_job {
     kern_pool *pool;
@@ -203,30 +323,60 @@ typedef struct matmul_job {
     int n_tokens;
     float *out;
     size_t row_bytes;
+    kern_rows_fn rows;         /* NULL: the scalar path */
+    const kern_impl *impl;
+    kern_act_kind act_kind;
+    const uint8_t *act;        /* what rows() reads: x itself or its quantized copy */
+    size_t act_stride;
+    int chunk;                 /* rows handed to a thread at a time */
     atomic_long next_row;      /* work stealing by chunks */
 } matmul_job;
 
-static void matmul_worker(void *arg, int ith, int nth) {
-    matmul_job *job = arg;
+/* Quantize token rows ith, ith + nth, ...: one thread per row. */
+static void quantize_rows(matmul_job *job, int ith, int nth) {
+    int64_t n = job->w->n_cols;
+    for (int t = ith; t < job->n_tokens; t += nth) {
+        const float *x = job->x + (size_t)t * (size_t)n;
+        uint8_t *dst = (uint8_t *)job->act + (size_t)t * job->act_stride;
+        if (job->act_kind == KERN_ACT_Q8_32) job->impl->quantize_32(x, (kq8_32 *)dst, n);
+        else job->impl->quantize_256(x, (kq8_256 *)dst, n);
+    }
+}
+
+static void quantize_worker(void *arg, int ith, int nth) { quantize_rows(arg, ith, nth); }
+
+static void matmul_scalar_rows(matmul_job *job, int ith, long r0, long r1) {
     const gl_tensor *w = job->w;
     int64_t n_cols = w->n_cols;
     float *row_buf = job->pool->workers[ith].scratch; /* kern_pool_reserve'd >= n_cols */
     gl_to_float_fn to_float = gl_type_get(w->type)->to_float;
-    for (;;) {
-        long r0 = atomic_fetch_add_explicit(&job->next_row, MATMUL_CHUNK, memory_order_relaxed);
-        if (r0 >= w->n_rows) break;
-        long r1 = r0 + MATMUL_CHUNK < w->n_rows ? r0 + MATMUL_CHUNK : (long)w->n_rows;
-        for (long r = r0; r < r1; r++) {
-            const float *row;
-            if (w->type == GL_TYPE_F32) {
-                row = (const float *)w->data + (size_t)r * (size_t)n_cols;
-            } else {
-                to_float((const uint8_t *)w->data + (size_t)r * job->row_bytes, row_buf, n_cols);
-                row = row_buf;
-            }
-            for (int t = 0; t < job->n_tokens; t++)
-                job->out[(size_t)t * (size_t)w->n_rows + (size_t)r] = kern_dot(row, job->x + (size_t)t * (size_t)n_cols, (int)n_cols);
+    for (long r = r0; r < r1; r++) {
+        const float *row;
+        if (w->type == GL_TYPE_F32) {
+            row = (const float *)w->data + (size_t)r * (size_t)n_cols;
+        } else {
+            to_float((const uint8_t *)w->data + (size_t)r * job->row_bytes, row_buf, n_cols);
+            row = row_buf;
         }
+        for (int t = 0; t < job->n_tokens; t++)
+            job->out[(size_t)t * (size_t)w->n_rows + (size_t)r] =
+                kern_dot(row, job->x + (size_t)t * (size_t)n_cols, (int)n_cols);
+    }
+}
+
+static void matmul_worker(void *arg, int ith, int nth) {
+    matmul_job *job = arg;
+    const gl_tensor *w = job->w;
+    for (;;) {
+        long r0 = atomic_fetch_add_explicit(&job->next_row, job->chunk, memory_order_relaxed);
+        if (r0 >= w->n_rows) break;
+        long r1 = r0 + job->chunk < w->n_rows ? r0 + job->chunk : (long)w->n_rows;
+        if (!job->rows) {
+            matmul_scalar_rows(job, ith, r0, r1);
+            continue;
+        }
+        job->rows((const uint8_t *)w->data + (size_t)r0 * job->row_bytes, job->row_bytes, (int)(r1 - r0), w->n_cols,
+                  job->act, job->act_stride, job->n_tokens, job->out + r0, (size_t)w->n_rows);
     }
     (void)nth;
 }
@@ -234,6 +384,127 @@ static void matmul_worker(void *arg, int ith, int nth) {
 void kern_matmul(kern_pool *p, const gl_tensor *w, const float *x, int n_tokens, float *out) {
     matmul_job job = {.pool = p, .w = w, .x = x, .n_tokens = n_tokens, .out = out,
                       .row_bytes = gl_type_row_bytes(w->type, w->n_cols)};
+    const kern_impl *impl = kern_impl_active();
+    job.impl = impl;
+    job.act_kind = kern_act_kind_of(w->type);
+    job.rows = impl && w->type < 40 ? impl->rows[w->type] : NULL;
+    if (job.rows) {
+        job.act_stride = act_row_bytes(job.act_kind, w->n_cols);
+        if (job.act_kind == KERN_ACT_F32) {
+            job.act = (const uint8_t *)x;
+        } else if (act_reserve(p, (size_t)n_tokens * job.act_stride) == 0) {
+            job.act = p->act;
+            /* One row is quicker to quantize here than to hand out. */
+            if (n_tokens < 2 * p->n_threads) quantize_rows(&job, 0, 1);
+            else kern_pool_run(p, quantize_worker, &job);
+        } else {
+            job.rows = NULL; /* no memory for the quantized copy: the scalar path needs none */
+        }
+    }
+    /* About eight hand-outs per thread so both cores finish together; a
+     * multiple of 4 rows keeps the 4-row tiles of single-token calls whole. */
+    long chunk = w->n_rows / (8 * p->n_threads);
+    chunk = chunk < 4 ? 4 : chunk > 64 ? 64 : chunk & ~3L;
+    job.chunk = (int)chunk;
     atomic_init(&job.next_row, 0);
     kern_pool_run(p, matmul_worker, &job);
+}
+
+/* ---- attention ------------------------------------------------------------------
+ * The scalar reference of simd_body.h's attend: the same block-by-block
+ * online softmax, in plain C. */
+
+static float kv_elem(const kern_attn *a, const uint8_t *row, int i) {
+    if (a->f16) {
+        uint16_t h;
+        memcpy(&h, row + 2 * (size_t)i, 2);
+        return gl_fp16_to_fp32(h);
+    }
+    float f;
+    memcpy(&f, row + 4 * (size_t)i, 4);
+    return f;
+}
+
+static void attend_scalar(const kern_attn *a, int t, int h0, int nh, float *scratch) {
+    int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, bs = a->block_size;
+    int kv_dim = a->n_kv_heads * hd, pos = a->positions[t];
+    size_t es = a->f16 ? 2 : 4, row_bytes = (size_t)kv_dim * es;
+    size_t head_off = (size_t)(h0 / group) * (size_t)hd * es;
+    const int32_t *table = a->block_tables[a->seq_of_token[t]];
+    const float *q = a->q + (size_t)t * (size_t)a->n_heads * hd + (size_t)h0 * hd;
+    float *out = a->out + (size_t)t * (size_t)a->n_heads * hd + (size_t)h0 * hd;
+    float *row = scratch, *mx = row + hd, *sum = mx + nh, *score = sum + nh;
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int g = 0; g < nh; g++) {
+        mx[g] = -INFINITY;
+        sum[g] = 0;
+        memset(out + (size_t)g * hd, 0, (size_t)hd * sizeof *out);
+    }
+    for (int p0 = 0; p0 <= pos; p0 += bs) {
+        int n = pos + 1 - p0 < bs ? pos + 1 - p0 : bs;
+        size_t base = (size_t)table[p0 / bs] * (size_t)bs * row_bytes + head_off;
+        for (int j = 0; j < n; j++) {
+            for (int i = 0; i < hd; i++) row[i] = kv_elem(a, a->k + base + (size_t)j * row_bytes, i);
+            for (int g = 0; g < nh; g++) score[g * bs + j] = kern_dot(q + (size_t)g * hd, row, hd) * scale;
+        }
+        for (int g = 0; g < nh; g++) {
+            float *sg = score + g * bs, m = sg[0];
+            for (int j = 1; j < n; j++) m = sg[j] > m ? sg[j] : m;
+            if (m > mx[g]) {
+                float r = expf(mx[g] - m);
+                sum[g] *= r;
+                for (int i = 0; i < hd; i++) out[(size_t)g * hd + i] *= r;
+                mx[g] = m;
+            }
+            for (int j = 0; j < n; j++) {
+                sg[j] = expf(sg[j] - mx[g]);
+                sum[g] += sg[j];
+            }
+        }
+        for (int j = 0; j < n; j++) {
+            for (int i = 0; i < hd; i++) row[i] = kv_elem(a, a->v + base + (size_t)j * row_bytes, i);
+            for (int g = 0; g < nh; g++)
+                for (int i = 0; i < hd; i++) out[(size_t)g * hd + i] += score[g * bs + j] * row[i];
+        }
+    }
+    for (int g = 0; g < nh; g++)
+        for (int i = 0; i < hd; i++) out[(size_t)g * hd + i] *= 1.0f / sum[g];
+}
+
+typedef struct attn_job {
+    kern_pool *pool;
+    const kern_attn *a;
+    kern_attend_fn attend;
+    int heads_per_unit;        /* a whole KV group, or single heads when units are scarce */
+    int units_per_token;
+    int n_units;
+    atomic_int next;
+} attn_job;
+
+static void attn_worker(void *arg, int ith, int nth) {
+    attn_job *job = arg;
+    float *scratch = job->pool->workers[ith].scratch;
+    for (;;) {
+        int u = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+        if (u >= job->n_units) break;
+        u = job->n_units - 1 - u; /* last tokens of a prompt attend furthest: start with them */
+        int t = u / job->units_per_token, k = u % job->units_per_token;
+        job->attend(job->a, t, k * job->heads_per_unit, job->heads_per_unit, scratch);
+    }
+    (void)nth;
+}
+
+int kern_attention(kern_pool *p, const kern_attn *a) {
+    const kern_impl *impl = kern_impl_active();
+    attn_job job = {.pool = p, .a = a, .attend = impl ? impl->attend : attend_scalar};
+    int group = a->n_heads / a->n_kv_heads;
+    /* Whole groups share each K/V conversion; split to single heads (the same
+     * arithmetic per head) when there would be too few units to balance. */
+    job.heads_per_unit = a->n_tokens * a->n_kv_heads >= 4 * p->n_threads ? group : 1;
+    job.units_per_token = a->n_heads / job.heads_per_unit;
+    job.n_units = a->n_tokens * job.units_per_token;
+    if (kern_pool_reserve(p, kern_attend_scratch(job.heads_per_unit, a->head_dim, a->block_size))) return -1;
+    atomic_init(&job.next, 0);
+    kern_pool_run(p, attn_worker, &job);
+    return 0;
 }

@@ -245,6 +245,8 @@ char *gl_detokenize(const gl_model *m, const int32_t *ids, size_t n, gl_error *e
 
 const char *gl_token_text(const gl_model *m, int32_t id) { return tok_text(m->tokenizer, id); }
 
+const char *gl_token_piece(const gl_model *m, int32_t id, size_t *len) { return tok_piece(m->tokenizer, id, len); }
+
 bool gl_token_is_eog(const gl_model *m, int32_t id) { return tok_is_eog(m->tokenizer, id); }
 
 /* ---- forward ------------------------------------------------------------------ */
@@ -303,76 +305,6 @@ void model_run_state_free(gl_run_state *rs) {
     free(rs);
 }
 
-/* Attention of one query head of one token over its sequence's cached
- * positions 0..pos, with an online softmax so no score buffer is needed. */
-typedef struct attn_job {
-    const gl_config *c;
-    const gl_kv_cache *kv;
-    const gl_batch *batch;
-    const float *q;
-    float *out;
-    int layer;
-    atomic_int next;          /* next (token, head) pair to take */
-} attn_job;
-
-static float kv_dot(const gl_kv_cache *kv, const void *row, const float *q, int n) {
-    if (!kv->f16) return kern_dot(row, q, n);
-    const uint16_t *h = row;
-    float s = 0;
-    for (int i = 0; i < n; i++) s += gl_fp16_to_fp32(h[i]) * q[i];
-    return s;
-}
-
-static void kv_axpy(const gl_kv_cache *kv, float *acc, float a, const void *row, int n) {
-    if (!kv->f16) {
-        const float *r = row;
-        for (int i = 0; i < n; i++) acc[i] += a * r[i];
-        return;
-    }
-    const uint16_t *h = row;
-    for (int i = 0; i < n; i++) acc[i] += a * gl_fp16_to_fp32(h[i]);
-}
-
-static void attn_worker(void *arg, int ith, int nth) {
-    attn_job *job = arg;
-    const gl_config *c = job->c;
-    const gl_kv_cache *kv = job->kv;
-    int hd = c->head_dim, group = c->n_heads / c->n_kv_heads;
-    int n_pairs = job->batch->n_tokens * c->n_heads;
-    float scale = 1.0f / sqrtf((float)hd);
-    for (;;) {
-        int pair = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
-        if (pair >= n_pairs) break;
-        int t = pair / c->n_heads, h = pair % c->n_heads;
-        int pos = job->batch->positions[t];
-        const int32_t *table = job->batch->block_tables[job->batch->seq_of_token[t]];
-        const float *q = job->q + (size_t)t * (size_t)c->n_embd + (size_t)h * (size_t)hd;
-        float *out = job->out + (size_t)t * (size_t)c->n_embd + (size_t)h * (size_t)hd;
-        size_t kv_off = (size_t)(h / group) * (size_t)hd * kv->elem_size;
-        float max = -INFINITY, sum = 0;
-        memset(out, 0, (size_t)hd * sizeof *out);
-        for (int p = 0; p <= pos; p++) {
-            int block = table[p / kv->block_size], slot = p % kv->block_size;
-            const uint8_t *krow = (const uint8_t *)kv_k_row(kv, job->layer, block, slot) + kv_off;
-            float score = kv_dot(kv, krow, q, hd) * scale;
-            /* Online softmax: rescale what was accumulated when the max grows. */
-            if (score > max) {
-                float r = expf(max - score);
-                sum *= r;
-                for (int i = 0; i < hd; i++) out[i] *= r;
-                max = score;
-            }
-            float w = expf(score - max);
-            sum += w;
-            const uint8_t *vrow = (const uint8_t *)kv_v_row(kv, job->layer, block, slot) + kv_off;
-            kv_axpy(kv, out, w, vrow, hd);
-        }
-        for (int i = 0; i < hd; i++) out[i] /= sum;
-    }
-    (void)ith;
-    (void)nth;
-}
-
 int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_cache *kv, const gl_batch *b,
                   float *logits, gl_error *err) {
     const gl_config *c = &m->config;
@@ -407,9 +339,12 @@ int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_ca
             kv_store(kv, l, table[pos / kv->block_size], pos % kv->block_size, rs->k + (size_t)t * kv_dim,
                      rs->v + (size_t)t * kv_dim);
         }
-        attn_job job = {.c = c, .kv = kv, .batch = b, .q = rs->q, .out = rs->att, .layer = l};
-        atomic_init(&job.next, 0);
-        kern_pool_run(pool, attn_worker, &job);
+        kern_attn attn = {.n_tokens = T, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
+                          .head_dim = c->head_dim, .q = rs->q, .out = rs->att, .positions = b->positions,
+                          .seq_of_token = b->seq_of_token, .block_tables = b->block_tables,
+                          .k = kv_k_row(kv, l, 0, 0), .v = kv_v_row(kv, l, 0, 0), .block_size = kv->block_size,
+                          .f16 = kv->f16};
+        if (kern_attention(pool, &attn)) return gl_error_set(err, "out of memory for attention scratch");
         kern_matmul(pool, &L->wo, rs->att, T, rs->proj);
         for (size_t i = 0; i < (size_t)T * D; i++) rs->x[i] += rs->proj[i];
 

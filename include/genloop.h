@@ -60,6 +60,9 @@ int gl_tokenize(const gl_model *model, const char *text, size_t len, int flags,
 char *gl_detokenize(const gl_model *model, const int32_t *ids, size_t n, gl_error *err);
 /* Raw piece of one token as the vocabulary spells it (for display). */
 const char *gl_token_text(const gl_model *model, int32_t id);
+/* Bytes the token adds to decoded text (may be a partial UTF-8 sequence,
+ * "" for control tokens); NULL for an out-of-range id. */
+const char *gl_token_piece(const gl_model *model, int32_t id, size_t *len);
 /* True for EOS and end-of-turn tokens (e.g. <|im_end|>, <|eot_id|>). */
 bool gl_token_is_eog(const gl_model *model, int32_t id);
 
@@ -171,7 +174,9 @@ typedef struct gl_engine_stats {
     uint64_t n_preemptions;
     uint64_t prefix_queries;  /* prompt tokens looked up in the prefix cache */
     uint64_t prefix_hits;     /* of which found */
-    uint64_t n_steps;
+    uint64_t n_steps;         /* steps that ran a forward pass */
+    int last_batch_seqs;      /* sequences in the latest such step */
+    int last_batch_tokens;    /* tokens in the latest such step */
 } gl_engine_stats;
 
 gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_error *err);
