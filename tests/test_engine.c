@@ -365,6 +365,48 @@ START_TEST(prefix_cache_hit) {
 }
 END_TEST
 
+static void expect_step(gl_engine *e, int seqs, int tokens) {
+    gl_engine_step(e, on_event, NULL);
+    gl_engine_stats st;
+    gl_engine_get_stats(e, &st);
+    ck_assert_int_eq(st.last_batch_seqs, seqs);
+    ck_assert_int_eq(st.last_batch_tokens, tokens);
+}
+
+/* Step plans for scripted arrivals: decode tokens first, the rest of the
+ * budget to prompt chunks, first come first served, under max_seqs. */
+START_TEST(scheduler_step_plans) {
+    gl_engine *e = make_engine(0, 8, 2);
+    int32_t a[5] = {1, 403, 407, 261, 378}, b[20], c[3] = {1, 291, 376};
+    for (int i = 0; i < 20; i++) b[i] = 300 + i;
+    gl_error err;
+    gl_request r = greedy_request(a, 5, 30, &outs[0]);
+    r.ignore_eos = true;
+    ck_assert(gl_engine_submit(e, &r, NULL, &err));
+    expect_step(e, 1, 5); /* A's whole prompt */
+    expect_step(e, 1, 1); /* A decodes */
+    r = greedy_request(b, 20, 30, &outs[1]);
+    r.ignore_eos = true;
+    ck_assert(gl_engine_submit(e, &r, NULL, &err));
+    r = greedy_request(c, 3, 30, &outs[2]);
+    ck_assert(gl_engine_submit(e, &r, NULL, &err));
+    expect_step(e, 2, 8); /* A's token + 7 of B's prompt; C waits (max_seqs 2) */
+    expect_step(e, 2, 8); /* 1 + 7 */
+    expect_step(e, 2, 7); /* 1 + B's last 6 */
+    expect_step(e, 2, 2); /* both decode */
+    ck_assert_int_eq(outs[1].n_tokens, 2);
+    ck_assert_int_eq(outs[2].n_tokens, 0);
+    gl_engine_stats st;
+    gl_engine_get_stats(e, &st);
+    ck_assert_int_eq(st.n_waiting, 1);
+    gl_engine_cancel(e, 1); /* A leaves: C is admitted in the same step */
+    expect_step(e, 2, 4);   /* B's token + C's 3-token prompt */
+    run_until_idle(e);
+    assert_pool_empty(e);
+    gl_engine_free(e);
+}
+END_TEST
+
 int main(void) {
     if (!testdata_path("models/stories260K.gguf")) {
         printf("SKIP: shared test data not found\n");
@@ -384,6 +426,7 @@ int main(void) {
     tcase_add_test(tc, seeded_sampling_reproducible);
     tcase_add_test(tc, prompt_logprobs);
     tcase_add_test(tc, prefix_cache_hit);
+    tcase_add_test(tc, scheduler_step_plans);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
