@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "genloop.h"
+#include "serve.h"
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -17,6 +18,8 @@ static void usage(FILE *out) {
             "commands:\n"
             "  generate   generate text from a prompt, streamed to stdout\n"
             "  tokenize   show how a model tokenizes text\n"
+            "  serve      run the OpenAI-compatible HTTP server (streaming, metrics, web chat)\n"
+            "  bench      measure prompt, generation and batch throughput against memory bandwidth\n"
             "\n"
             "`genloop <command> --help` describes each command's options.\n",
             GL_VERSION);
@@ -82,6 +85,8 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(cmd, "generate")) return cmd_generate(argc - 1, argv + 1);
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
+    if (!strcmp(cmd, "serve")) return serve_main(argc - 1, argv + 1);
+    if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     fprintf(stderr, "genloop: unknown command '%s' (try genloop --help)\n", cmd);
     return 2;
 }

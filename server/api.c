@@ -115,17 +115,6 @@ static void on_ready(api_server *a) {
         snprintf(path, sizeof(path), "%s", a->cfg->model);
         snprintf(a->model_id, sizeof(a->model_id), "%s", basename(path));
     }
-    /* Detokenizers drop a sequence's leading space; decoding a piece after
-     * a plain letter and cutting that letter off keeps it. */
-    int32_t *ids = NULL;
-    gl_error err;
-    int n = gl_tokenize(a->model, "a", 1, 0, &ids, &err);
-    a->piece_ref = n > 0 ? ids[n - 1] : -1;
-    char *ref = n > 0 ? gl_detokenize(a->model, &a->piece_ref, 1, &err) : NULL;
-    a->piece_ref_len = ref ? strlen(ref) : 0;
-    if (!ref) a->piece_ref = -1;
-    free(ref);
-    free(ids);
     fprintf(stderr, "genloop: model %s loaded (%s, n_ctx %d); ready at %s\n", a->model_id,
             info->arch ? info->arch : "?", a->n_ctx, a->url);
     printf("ready: %s\n", a->url);
@@ -158,19 +147,10 @@ int api_model_matches(const api_server *a, const char *name) {
            !strncmp(name, file, n - 5);
 }
 
-char *api_token_piece(const api_server *a, int32_t token) {
-    gl_error err;
-    if (a->piece_ref >= 0) {
-        int32_t pair[2] = { a->piece_ref, token };
-        char *text = gl_detokenize(a->model, pair, 2, &err);
-        if (text && strlen(text) >= a->piece_ref_len) {
-            memmove(text, text + a->piece_ref_len, strlen(text) - a->piece_ref_len + 1);
-            return text;
-        }
-        free(text);
-    }
-    char *text = gl_detokenize(a->model, &token, 1, &err);
-    return text ? text : strdup("");
+void api_write_piece(const api_server *a, jbuf *out, int32_t token) {
+    size_t len = 0;
+    const char *piece = gl_token_piece(a->model, token, &len);
+    jbuf_str(out, piece ? piece : "", piece ? len : 0);
 }
 
 /* ---- replies ---------------------------------------------------------------------- */
@@ -305,11 +285,9 @@ static void handle_tokenize(http_req *req, void *ctx) {
     for (int i = 0; i < n; i++) {
         if (i) jbuf_puts(&out, ",");
         if (!with_pieces) { jbuf_printf(&out, "%d", ids[i]); continue; }
-        char *piece = api_token_piece(a, ids[i]);
         jbuf_printf(&out, "{\"id\":%d,\"piece\":", ids[i]);
-        jbuf_str(&out, piece ? piece : "", piece ? strlen(piece) : 0);
+        api_write_piece(a, &out, ids[i]);
         jbuf_puts(&out, "}");
-        free(piece);
     }
     jbuf_puts(&out, "]}");
     free(ids);

@@ -13,6 +13,7 @@
 #include "config.h"
 #include "genloop.h"
 #include "http.h"
+#include "jbuf.h"
 #include "metrics.h"
 #include "params.h"
 #include "worker.h"
@@ -42,8 +43,6 @@ typedef struct api_server {
     const gl_model *model;   /* NULL while loading */
     int n_ctx;               /* context per sequence */
     char model_id[256];      /* what /v1/models lists */
-    int32_t piece_ref;       /* a plain token put before one to keep its leading space */
-    size_t piece_ref_len;    /* bytes piece_ref detokenizes to */
     char url[300];           /* printed when ready */
     int shutting_down;
     void (*on_load_failed)(struct api_server *a); /* serve.c ends the process */
@@ -78,9 +77,9 @@ void api_job_add(api_server *a, api_job *job);
 void api_job_remove(api_server *a, api_job *job);
 void api_cancel_all(api_server *a);
 
-/* Text of one token as it reads after other text, leading space kept
- * (malloc'd; "" on a bad id). */
-char *api_token_piece(const api_server *a, int32_t token);
+/* Writes the text one token adds (leading space kept) as a JSON string;
+ * partial UTF-8 shows as U+FFFD. */
+void api_write_piece(const api_server *a, jbuf *out, int32_t token);
 
 /* Metrics for one finished engine request. */
 void api_note_finished(api_server *a, const worker_event *ev);

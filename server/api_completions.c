@@ -110,19 +110,13 @@ static void on_http_close(void *data, int aborted) {
 
 /* ---- logprobs ----------------------------------------------------------------- */
 
-static void lp_piece(jbuf *b, const api_server *a, int32_t token) {
-    char *piece = api_token_piece(a, token);
-    jbuf_str(b, piece ? piece : "", piece ? strlen(piece) : 0);
-    free(piece);
-}
-
 /* One entry; logprob NAN (the first prompt token) gives nulls. */
 static void lp_add(cmpl_seq *s, int32_t token, float logprob, int n_top,
                    const gl_top_logprob *top, size_t offset) {
-    const api_server *model = s->job->api;
+    const api_server *a = s->job->api;
     const char *sep = s->n_lp ? "," : "";
     jbuf_puts(&s->lp_tokens, sep);
-    lp_piece(&s->lp_tokens, model, token);
+    api_write_piece(a, &s->lp_tokens, token);
     jbuf_puts(&s->lp_values, sep);
     jbuf_num(&s->lp_values, logprob);
     jbuf_puts(&s->lp_tops, sep);
@@ -133,7 +127,7 @@ static void lp_add(cmpl_seq *s, int32_t token, float logprob, int n_top,
         int n = n_top < s->job->logprobs ? n_top : s->job->logprobs;
         for (int i = 0; i < n; i++) {
             if (i) jbuf_puts(&s->lp_tops, ",");
-            lp_piece(&s->lp_tops, model, top[i].token);
+            api_write_piece(a, &s->lp_tops, top[i].token);
             jbuf_puts(&s->lp_tops, ":");
             jbuf_num(&s->lp_tops, top[i].logprob);
         }
@@ -362,10 +356,10 @@ static void seq_on_event(api_sink *sink, const worker_event *ev) {
         break;
     case WORKER_PROMPT_TOKEN:
         if (job->echo && job->logprobs >= 0) {
-            char *piece = api_token_piece(a, ev->token);
+            size_t len = 0;
+            gl_token_piece(a->model, ev->token, &len);
             lp_add(s, ev->token, ev->logprob, ev->n_top, ev->top, s->prompt_offset);
-            s->prompt_offset += piece ? strlen(piece) : 0;
-            free(piece);
+            s->prompt_offset += len;
         }
         break;
     case WORKER_TOKEN:
