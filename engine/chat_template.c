@@ -194,8 +194,9 @@ static bool lex_tag(lexer *L, char closer) {
         } else if (is_digit(c)) {
             int64_t v = 0;
             while (L->pos < L->len && is_digit(s[L->pos])) {
-                if (v > (INT64_MAX - 9) / 10) die(L->f, "line %d: integer literal too large", L->line);
-                v = v * 10 + (s[L->pos++] - '0');
+                int d = s[L->pos++] - '0';
+                if (v > (INT64_MAX - d) / 10) die(L->f, "line %d: integer literal too large", L->line);
+                v = v * 10 + d;
             }
             if (L->pos < L->len && s[L->pos] == '.' && L->pos + 1 < L->len && is_digit(s[L->pos + 1]))
                 die(L->f, "line %d: floating-point numbers are not supported", L->line);
@@ -1799,11 +1800,11 @@ static bool parse_into(chat_template *t, const char *src, gl_error *err) {
     failer f = {.err = err};
     arena_free(&t->mem);
     t->mem = (arena){.cap = MAX_SOURCE_BYTES * 64, .f = &f};
+    lexer L = {.f = &f, .a = &t->mem, .src = src, .len = len, .line = 1};
     if (setjmp(f.jb)) {
         arena_free(&t->mem);
         return false;
     }
-    lexer L = {.f = &f, .a = &t->mem, .src = src, .len = len, .line = 1};
     lex(&L);
     parser P = {.f = &f, .a = &t->mem, .toks = L.toks};
     t->root = parse_body(&P, NULL, NULL);
