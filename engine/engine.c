@@ -113,6 +113,14 @@ static void queue_push_front(seq_queue *q, gl_seq *s) {
     q->n++;
 }
 
+/* Remove the element *link points at; prev is the element before it. */
+static void queue_unlink(seq_queue *q, gl_seq **link, gl_seq *prev) {
+    gl_seq *s = *link;
+    *link = s->next;
+    if (q->tail == s) q->tail = prev;
+    q->n--;
+}
+
 static gl_seq *queue_pop(seq_queue *q) {
     gl_seq *s = q->head;
     if (!s) return NULL;
@@ -303,6 +311,11 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     memcpy(s->tokens, req->prompt, (size_t)req->n_prompt * sizeof *s->tokens);
     s->n_tokens = s->n_prompt = req->n_prompt;
     for (int i = 0; i < req->n_prompt; i++) sampler_accept(s->sampler, req->prompt[i]);
+    /* Prompt block hashes up front: admission compares them with the
+     * blocks other sequences are still computing. */
+    int bs = e->params.block_size;
+    for (int i = 0; i < req->n_prompt / bs; i++)
+        s->block_hashes[i] = kv_hash_block(i ? s->block_hashes[i - 1] : 0, s->tokens + (size_t)i * (size_t)bs, bs);
     s->user = req->user;
     s->ignore_eos = req->ignore_eos;
     s->prompt_logprobs = req->prompt_logprobs;
@@ -417,9 +430,7 @@ static void apply_cancels(gl_engine *e, uint64_t *ids, int n, gl_event_fn fn, vo
         while (*link) {
             gl_seq *s = *link;
             if (s->id == ids[c]) {
-                *link = s->next;
-                if (e->waiting.tail == s) e->waiting.tail = prev;
-                e->waiting.n--;
+                queue_unlink(&e->waiting, link, prev);
                 emit_finished(e, s, GL_FINISH_CANCELLED, NULL, fn, ctx);
                 seq_free(e, s);
                 pthread_mutex_lock(&e->mutex);
@@ -492,24 +503,48 @@ static void schedule(gl_engine *e, gl_seq *s, int n, int *n_batch_tokens, int *n
     }
 }
 
+/* Hash of block i of s: precomputed for the prompt, computed for blocks
+ * holding generated tokens (their predecessors are hashed already). */
+static uint64_t block_hash(const gl_engine *e, gl_seq *s, int i) {
+    int bs = e->params.block_size;
+    if (i >= s->n_prompt / bs)
+        s->block_hashes[i] = kv_hash_block(i ? s->block_hashes[i - 1] : 0, s->tokens + (size_t)i * (size_t)bs, bs);
+    return s->block_hashes[i];
+}
+
+/* True when a running sequence is computing block i with this hash right
+ * now: waiting for it to be published beats computing it twice (n > 1
+ * completions of one prompt, or a burst of requests with a shared prefix). */
+static bool block_in_flight(const gl_engine *e, int i, uint64_t hash) {
+    int bs = e->params.block_size;
+    for (int r = 0; r < e->n_running; r++) {
+        const gl_seq *o = e->running[r];
+        if (o->n_hashed <= i && i < o->n_prompt / bs && o->block_hashes[i] == hash) return true;
+    }
+    return false;
+}
+
 /* Take the cached blocks that hold a prefix of s (a sequence with no
- * blocks yet). The last token is always recomputed: its logits are needed. */
-static void prefix_lookup(gl_engine *e, gl_seq *s) {
+ * blocks yet). The last token is always recomputed: its logits are needed.
+ * Returns false when the next block is being computed by another sequence
+ * (the caller retries next step). */
+static bool prefix_lookup(gl_engine *e, gl_seq *s) {
     int bs = e->params.block_size;
     int max_blocks = (s->n_tokens - 1) / bs;
-    uint64_t parent = 0;
     while (s->n_blocks < max_blocks) {
-        const int32_t *toks = s->tokens + (size_t)s->n_blocks * (size_t)bs;
-        uint64_t h = kv_hash_block(parent, toks, bs);
-        int b = kv_lookup(e->kv, h, parent, toks);
-        if (b < 0) break;
+        int i = s->n_blocks;
+        uint64_t parent = i ? s->block_hashes[i - 1] : 0, h = block_hash(e, s, i);
+        int b = kv_lookup(e->kv, h, parent, s->tokens + (size_t)i * (size_t)bs);
+        if (b < 0) {
+            if (block_in_flight(e, i, h)) return false;
+            break;
+        }
         kv_share_block(e->kv, b);
-        s->block_hashes[s->n_blocks] = h;
         s->block_table[s->n_blocks++] = b;
-        parent = h;
     }
     s->n_hashed = s->n_blocks;
     s->num_computed_tokens = s->n_blocks * bs;
+    return true;
 }
 
 /* Give back what prefix_lookup took (the sequence could not be admitted). */
@@ -523,10 +558,8 @@ static void prefix_publish(gl_engine *e, gl_seq *s) {
     int bs = e->params.block_size;
     while ((s->n_hashed + 1) * bs <= s->num_computed_tokens) {
         int i = s->n_hashed;
-        uint64_t parent = i ? s->block_hashes[i - 1] : 0;
-        const int32_t *toks = s->tokens + (size_t)i * (size_t)bs;
-        s->block_hashes[i] = kv_hash_block(parent, toks, bs);
-        kv_register(e->kv, s->block_table[i], s->block_hashes[i], parent, toks);
+        uint64_t h = block_hash(e, s, i);
+        kv_register(e->kv, s->block_table[i], h, i ? s->block_hashes[i - 1] : 0, s->tokens + (size_t)i * (size_t)bs);
         s->n_hashed++;
     }
 }
@@ -628,12 +661,19 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
         schedule(e, r, n, &n_batch, &n_seqs, &n_logits);
         budget -= n;
     }
-    /* 3. admit waiting sequences, first come first served */
-    while (e->waiting.head && budget > 0 && e->n_running < e->params.max_seqs) {
-        gl_seq *w = e->waiting.head;
+    /* 3. admit waiting sequences, first come first served (one whose prefix
+     * another sequence is computing waits a step for the cache instead) */
+    gl_seq **link = &e->waiting.head, *prev = NULL;
+    while (*link && budget > 0 && e->n_running < e->params.max_seqs) {
+        gl_seq *w = *link;
         /* cached positions produce no logits, so prompt logprobs need them all computed */
-        if (e->params.prefix_caching && !(w->prompt_logprobs >= 0 && w->prompt_logprobs_sent < w->n_prompt))
-            prefix_lookup(e, w);
+        bool use_cache = e->params.prefix_caching && !(w->prompt_logprobs >= 0 && w->prompt_logprobs_sent < w->n_prompt);
+        if (use_cache && !prefix_lookup(e, w)) {
+            prefix_unlookup(e, w);
+            prev = w;
+            link = &w->next;
+            continue;
+        }
         int n = chunk_size(e, w, budget, e->max_logits - n_logits - (e->n_running - n_seqs) - 1);
         if (n == 0) {
             prefix_unlookup(e, w);
@@ -644,7 +684,7 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
             e->stats.prefix_queries += (uint64_t)w->n_prompt;
             e->stats.prefix_hits += (uint64_t)w->n_cached;
         }
-        queue_pop(&e->waiting);
+        queue_unlink(&e->waiting, link, prev);
         pthread_mutex_lock(&e->mutex);
         e->n_queued--;
         pthread_mutex_unlock(&e->mutex);

@@ -365,6 +365,31 @@ START_TEST(prefix_cache_hit) {
 }
 END_TEST
 
+/* n > 1 completions of one prompt: the prompt is computed once, the other
+ * requests wait a step for its blocks and share them. */
+START_TEST(parallel_requests_share_prompt_blocks) {
+    gl_engine *e = make_engine(0, 32, 8);
+    int32_t prompt[70];
+    const cJSON *cs = cJSON_GetArrayItem(cJSON_GetObjectItem(reference, "cases"), 1);
+    int n = json_ids(cJSON_GetObjectItem(cs, "prompt_token_ids"), prompt);
+    n += json_ids(cJSON_GetObjectItem(cs, "generated_token_ids"), prompt + n) - 20; /* 49 tokens */
+    gl_error err;
+    for (int i = 0; i < 4; i++) {
+        gl_request r = greedy_request(prompt, n, 8, &outs[i]);
+        r.ignore_eos = true;
+        ck_assert(gl_engine_submit(e, &r, NULL, &err) > 0);
+    }
+    run_until_idle(e);
+    ck_assert_int_eq(outs[0].n_cached, 0);
+    for (int i = 1; i < 4; i++) {
+        ck_assert_int_eq(outs[i].n_cached, 48);
+        ck_assert_mem_eq(outs[0].tokens, outs[i].tokens, 8 * sizeof(int32_t));
+    }
+    assert_pool_empty(e);
+    gl_engine_free(e);
+}
+END_TEST
+
 static void expect_step(gl_engine *e, int seqs, int tokens) {
     gl_engine_step(e, on_event, NULL);
     gl_engine_stats st;
@@ -427,6 +452,7 @@ int main(void) {
     tcase_add_test(tc, prompt_logprobs);
     tcase_add_test(tc, prefix_cache_hit);
     tcase_add_test(tc, scheduler_step_plans);
+    tcase_add_test(tc, parallel_requests_share_prompt_blocks);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
