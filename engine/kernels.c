@@ -39,7 +39,8 @@ struct kern_pool {
     pthread_mutex_t mutex;
     pthread_cond_t cond;
     atomic_uint generation;    /* bumped for each job */
-    atomic_int pending;        /* workers still running the current job */
+    atomic_uint closed;        /* generation whose work is all handed out */
+    atomic_int inside;         /* workers running fn now */
     atomic_int sleepers;       /* workers blocked on cond: only then is a wake-up needed */
     atomic_bool quit;
     void (*fn)(void *, int, int);
@@ -79,8 +80,14 @@ static void *pool_main(void *p) {
         }
         if (atomic_load(&pool->quit)) return NULL;
         seen = gen;
-        pool->fn(pool->arg, w->ith, pool->n_threads);
-        atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel);
+        /* Join only while the job is open: a worker the OS ran late finds
+         * it closed and skips it, instead of holding up the caller. */
+        atomic_fetch_add(&pool->inside, 1);
+        /* Once inside, the caller cannot pass its wait, so fn and arg stay
+         * those of `gen` -- if `gen` is still the newest job. */
+        if (atomic_load(&pool->generation) == gen && atomic_load(&pool->closed) != gen)
+            pool->fn(pool->arg, w->ith, pool->n_threads);
+        atomic_fetch_sub(&pool->inside, 1);
     }
 }
 
@@ -141,8 +148,7 @@ void kern_pool_run(kern_pool *p, void (*fn)(void *arg, int ith, int nth), void *
     }
     p->fn = fn;
     p->arg = arg;
-    atomic_store_explicit(&p->pending, p->n_threads - 1, memory_order_relaxed);
-    atomic_fetch_add(&p->generation, 1);
+    unsigned gen = atomic_fetch_add(&p->generation, 1) + 1;
     /* Spinning workers see the generation; only sleeping ones need the lock. */
     if (atomic_load(&p->sleepers) > 0) {
         pthread_mutex_lock(&p->mutex);
@@ -150,7 +156,10 @@ void kern_pool_run(kern_pool *p, void (*fn)(void *arg, int ith, int nth), void *
         pthread_mutex_unlock(&p->mutex);
     }
     fn(arg, 0, p->n_threads);
-    while (atomic_load_explicit(&p->pending, memory_order_acquire) > 0) cpu_relax();
+    /* The caller's fn returns when no work is left to take; wait only for
+     * workers still finishing a piece they took. */
+    atomic_store(&p->closed, gen);
+    while (atomic_load(&p->inside) > 0) cpu_relax();
 }
 
 /* ---- vector ops -------------------------------------------------------------- */
@@ -216,27 +225,27 @@ static const kern_impl *best_impl(void) {
     return impl ? impl : kern_impl_avx2();
 }
 
+/* The implementation a name asks for; false when unknown or not runnable. */
+static bool impl_by_name(const char *name, const kern_impl **out) {
+    if (!strcmp(name, "scalar")) *out = NULL;
+    else if (!strcmp(name, "auto")) *out = best_impl();
+    else if (!strcmp(name, "avx512")) *out = kern_impl_avx512();
+    else if (!strcmp(name, "avx2")) *out = kern_impl_avx2();
+    else return false;
+    return *out || !strcmp(name, "scalar") || !strcmp(name, "auto");
+}
+
 static void backend_init(void) {
-    backend = best_impl();
+    const kern_impl *impl;
     const char *env = getenv("GENLOOP_KERNELS");
-    if (env && *env) {
-        const kern_impl *keep = backend;
-        if (kern_set_backend(env) != 0) backend = keep; /* unknown or unsupported: keep the best */
-    }
+    /* An unknown or unsupported name keeps the best. */
+    backend = env && *env && impl_by_name(env, &impl) ? impl : best_impl();
 }
 
 int kern_set_backend(const char *name) {
     pthread_once(&backend_once, backend_init);
     const kern_impl *impl;
-    if (!strcmp(name, "scalar")) {
-        backend = NULL;
-        return 0;
-    }
-    if (!strcmp(name, "auto")) impl = best_impl();
-    else if (!strcmp(name, "avx512")) impl = kern_impl_avx512();
-    else if (!strcmp(name, "avx2")) impl = kern_impl_avx2();
-    else return -1;
-    if (!impl) return -1;
+    if (!impl_by_name(name, &impl)) return -1;
     backend = impl;
     return 0;
 }
@@ -253,31 +262,36 @@ const char *kern_backend(void) {
 
 /* ---- activation quantization (the reference the SIMD versions match) ---------- */
 
-static float quantize_block_ref(const float *x, int n, int8_t *q, float *d_out) {
+/* n floats -> coarse q and residual q2 (see simd.h); returns the unit. */
+static float quantize_block_ref(const float *x, int n, int8_t *q, int8_t *q2) {
     float amax = 0;
     for (int i = 0; i < n; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f;
-    for (int i = 0; i < n; i++) q[i] = (int8_t)nearbyintf(x[i] * id);
-    *d_out = d;
-    return d;
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f, id2 = id * 256.0f;
+    for (int i = 0; i < n; i++) {
+        float qf = nearbyintf(x[i] * id);
+        float r2 = nearbyintf(fmaf(-qf, d, x[i]) * id2);
+        q[i] = (int8_t)qf;
+        q2[i] = (int8_t)(r2 > 127 ? 127 : r2 < -127 ? -127 : r2);
+    }
+    return d * (1.0f / 256.0f);
 }
 
 void kern_quantize_32_ref(const float *x, kq8_32 *y, int64_t n) {
     for (int64_t b = 0; b < n / 32; b++, x += 32) {
-        quantize_block_ref(x, 32, y[b].q, &y[b].d);
+        y[b].d = quantize_block_ref(x, 32, y[b].q, y[b].q2);
         int sum = 0;
-        for (int i = 0; i < 32; i++) sum += y[b].q[i];
+        for (int i = 0; i < 32; i++) sum += 256 * y[b].q[i] + y[b].q2[i];
         y[b].s = y[b].d * (float)sum;
     }
 }
 
 void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n) {
     for (int64_t b = 0; b < n / 256; b++, x += 256) {
-        quantize_block_ref(x, 256, y[b].q, &y[b].d);
+        y[b].d = quantize_block_ref(x, 256, y[b].q, y[b].q2);
         for (int j = 0; j < 16; j++) {
             int sum = 0;
-            for (int i = 0; i < 16; i++) sum += y[b].q[16 * j + i];
-            y[b].bsums[j] = (int16_t)sum;
+            for (int i = 0; i < 16; i++) sum += 256 * y[b].q[16 * j + i] + y[b].q2[16 * j + i];
+            y[b].bsums[j] = sum;
         }
     }
 }
@@ -310,8 +324,8 @@ static int act_reserve(kern_pool *p, size_t bytes) {
 }
 
 int kern_pool_reserve_tokens(kern_pool *p, int max_tokens, int64_t max_cols) {
-    /* kq8_32 is the larger form per element (40 bytes per 32 vs 292 per 256). */
-    return act_reserve(p, (size_t)max_tokens * (size_t)((max_cols + 31) / 32) * sizeof(kq8_32));
+    /* kq8_256 is the larger form per element. */
+    return act_reserve(p, (size_t)max_tokens * (size_t)((max_cols + 31) / 32) * ((sizeof(kq8_256) + 7) / 8));
 }
 
 /* ---- matmul ------------------------------------------------------------------ */
@@ -329,13 +343,16 @@ typedef struct matmul_job {
     const uint8_t *act;        /* what rows() reads: x itself or its quantized copy */
     size_t act_stride;
     int chunk;                 /* rows handed to a thread at a time */
+    atomic_int next_tok;       /* quantization: next activation row */
     atomic_long next_row;      /* work stealing by chunks */
 } matmul_job;
 
-/* Quantize token rows ith, ith + nth, ...: one thread per row. */
-static void quantize_rows(matmul_job *job, int ith, int nth) {
+/* Quantize token rows taken one at a time: one thread per row. */
+static void quantize_rows(matmul_job *job) {
     int64_t n = job->w->n_cols;
-    for (int t = ith; t < job->n_tokens; t += nth) {
+    for (;;) {
+        int t = atomic_fetch_add_explicit(&job->next_tok, 1, memory_order_relaxed);
+        if (t >= job->n_tokens) break;
         const float *x = job->x + (size_t)t * (size_t)n;
         uint8_t *dst = (uint8_t *)job->act + (size_t)t * job->act_stride;
         if (job->act_kind == KERN_ACT_Q8_32) job->impl->quantize_32(x, (kq8_32 *)dst, n);
@@ -343,7 +360,7 @@ static void quantize_rows(matmul_job *job, int ith, int nth) {
     }
 }
 
-static void quantize_worker(void *arg, int ith, int nth) { quantize_rows(arg, ith, nth); }
+static void quantize_worker(void *arg, int ith, int nth) { quantize_rows(arg); }
 
 static void matmul_scalar_rows(matmul_job *job, int ith, long r0, long r1) {
     const gl_tensor *w = job->w;
@@ -395,7 +412,8 @@ void kern_matmul(kern_pool *p, const gl_tensor *w, const float *x, int n_tokens,
         } else if (act_reserve(p, (size_t)n_tokens * job.act_stride) == 0) {
             job.act = p->act;
             /* One row is quicker to quantize here than to hand out. */
-            if (n_tokens < 2 * p->n_threads) quantize_rows(&job, 0, 1);
+            atomic_init(&job.next_tok, 0);
+            if (n_tokens < 2 * p->n_threads) quantize_rows(&job);
             else kern_pool_run(p, quantize_worker, &job);
         } else {
             job.rows = NULL; /* no memory for the quantized copy: the scalar path needs none */

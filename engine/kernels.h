@@ -29,7 +29,11 @@ int kern_pool_size(const kern_pool *p);
 /* Give every thread a scratch buffer of n_floats (>= the widest weight row)
  * once, so kernels never allocate. -1 on allocation failure. */
 int kern_pool_reserve(kern_pool *p, size_t n_floats);
-/* Run fn(arg, ith, nth) on every thread and wait for all of them. */
+/* Run fn(arg, ith, nth) on the calling thread (ith 0) and on every worker
+ * that wakes before the caller's fn returns; return when all have. fn must
+ * share its work dynamically (take pieces from a counter until none are
+ * left): a worker the OS schedules late skips the job rather than holding up
+ * the caller, which matters when cores are oversubscribed. */
 void kern_pool_run(kern_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
 
 /* Size the pool's buffer of quantized activations for calls of up to

@@ -78,23 +78,38 @@ INLINE __m256i expand_bits_0x10(uint32_t bits) {
 }
 
 /* ---- activation quantization ---------------------------------------------------
- * Must match kern_quantize_*_ref bit for bit: d = amax / 127, q = x * (1 / d)
- * rounded to nearest even. */
+ * Must match kern_quantize_*_ref bit for bit: with d = amax / 127,
+ * q = round(x / d) and q2 = round((x - d q) * 256 / d), both to nearest even. */
 
 INLINE __m256i round_to_i32(__m256 x, __m256 id) {
     return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(x, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-/* Quantize 32 floats: returns the 32 bytes, their scale, and their sums per 16. */
-INLINE void quant32(const float *x, float d, int8_t *q, int *sum_lo, int *sum_hi) {
-    __m256 id = _mm256_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-    __m256i i0 = round_to_i32(_mm256_loadu_ps(x), id), i1 = round_to_i32(_mm256_loadu_ps(x + 8), id);
-    __m256i i2 = round_to_i32(_mm256_loadu_ps(x + 16), id), i3 = round_to_i32(_mm256_loadu_ps(x + 24), id);
-    *sum_lo = hsum_epi32(_mm256_add_epi32(i0, i1));
-    *sum_hi = hsum_epi32(_mm256_add_epi32(i2, i3));
+/* 8 floats -> coarse and residual quants (as int32) and their 16-bit sum. */
+INLINE __m256i quant8(const float *x, __m256 d, __m256 id, __m256 id2, __m256i *q, __m256i *q2) {
+    __m256 xv = _mm256_loadu_ps(x);
+    *q = round_to_i32(xv, id);
+    __m256 r = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(*q), d, xv);
+    *q2 = _mm256_max_epi32(_mm256_min_epi32(round_to_i32(r, id2), _mm256_set1_epi32(127)), _mm256_set1_epi32(-127));
+    return _mm256_add_epi32(_mm256_slli_epi32(*q, 8), *q2);
+}
+
+INLINE void pack_store(int8_t *dst, __m256i i0, __m256i i1, __m256i i2, __m256i i3) {
     __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(i0, i1), _mm256_packs_epi32(i2, i3));
     p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
-    _mm256_storeu_si256((__m256i *)q, p);
+    _mm256_storeu_si256((__m256i *)dst, p);
+}
+
+/* Quantize 32 floats with coarse scale d; sums of 256 q + q2 per 16. */
+INLINE void quant32(const float *x, float d, int8_t *q, int8_t *q2, int *sum_lo, int *sum_hi) {
+    float idf = d != 0.0f ? 1.0f / d : 0.0f;
+    __m256 dv = _mm256_set1_ps(d), id = _mm256_set1_ps(idf), id2 = _mm256_set1_ps(idf * 256.0f);
+    __m256i a[4], b[4], v[4];
+    for (int i = 0; i < 4; i++) v[i] = quant8(x + 8 * i, dv, id, id2, &a[i], &b[i]);
+    *sum_lo = hsum_epi32(_mm256_add_epi32(v[0], v[1]));
+    *sum_hi = hsum_epi32(_mm256_add_epi32(v[2], v[3]));
+    pack_store(q, a[0], a[1], a[2], a[3]);
+    pack_store(q2, b[0], b[1], b[2], b[3]);
 }
 
 INLINE __m256 abs_max(const float *x, int n) {
@@ -106,11 +121,11 @@ INLINE __m256 abs_max(const float *x, int n) {
 
 static void FN(quantize_32)(const float *x, kq8_32 *y, int64_t n) {
     for (int64_t b = 0; b < n / 32; b++, x += 32) {
-        float d = hmax_ps(abs_max(x, 32)) / 127.0f;
+        float d = hmax_ps(abs_max(x, 32)) / 127.0f, unit = d * (1.0f / 256.0f);
         int lo, hi;
-        quant32(x, d, y[b].q, &lo, &hi);
-        y[b].d = d;
-        y[b].s = d * (float)(lo + hi);
+        quant32(x, d, y[b].q, y[b].q2, &lo, &hi);
+        y[b].d = unit;
+        y[b].s = unit * (float)(lo + hi);
     }
 }
 
@@ -119,11 +134,11 @@ static void FN(quantize_256)(const float *x, kq8_256 *y, int64_t n) {
         float d = hmax_ps(abs_max(x, 256)) / 127.0f;
         for (int j = 0; j < 8; j++) {
             int lo, hi;
-            quant32(x + 32 * j, d, y[b].q + 32 * j, &lo, &hi);
-            y[b].bsums[2 * j] = (int16_t)lo;
-            y[b].bsums[2 * j + 1] = (int16_t)hi;
+            quant32(x + 32 * j, d, y[b].q + 32 * j, y[b].q2 + 32 * j, &lo, &hi);
+            y[b].bsums[2 * j] = lo;
+            y[b].bsums[2 * j + 1] = hi;
         }
-        y[b].d = d;
+        y[b].d = d * (1.0f / 256.0f);
     }
 }
 
@@ -173,10 +188,14 @@ INLINE void tile_q32(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
             const kq8_32 *a = (const kq8_32 *)(act + (size_t)t * act_stride) + b;
-            __m256i s = load256(a->q);
+            __m256i s = load256(a->q), s2 = load256(a->q2);
 #pragma GCC unroll 8
             for (int r = 0; r < NR; r++) {
-                __m256i dot = dot_u8s8(u[r], type == GL_TYPE_Q8_0 ? _mm256_sign_epi8(s, wq[r]) : s);
+                /* 256 * dot(q) + dot(q2) fits int32: |dot| <= 128 * 127 * 32. */
+                __m256i dot = type == GL_TYPE_Q8_0
+                                  ? _mm256_add_epi32(_mm256_slli_epi32(dot_u8s8(u[r], _mm256_sign_epi8(s, wq[r])), 8),
+                                                     dot_u8s8(u[r], _mm256_sign_epi8(s2, wq[r])))
+                                  : _mm256_add_epi32(_mm256_slli_epi32(dot_u8s8(u[r], s), 8), dot_u8s8(u[r], s2));
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw[r] * a->d), acc[r][t]);
                 if (has_min) accm[r][t] = fmaf(mw[r], a->s, accm[r][t]);
             }
@@ -218,7 +237,7 @@ INLINE void tile_q45_k(const int type, const uint8_t *w, size_t row_bytes, int64
         }
     int nb = (int)(n_cols / 256);
     for (int b = 0; b < nb; b++) {
-        __m256i isum[4][TT];
+        __m256i isum[4][TT], isum2[4][TT]; /* dots with q and with q2 */
         uint8_t sc[4][8], mn[4][8];
         const uint8_t *blk[4];
 #pragma GCC unroll 8
@@ -226,7 +245,7 @@ INLINE void tile_q45_k(const int type, const uint8_t *w, size_t row_bytes, int64
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * bb;
             k4_scales(blk[r] + 4, sc[r], mn[r]);
 #pragma GCC unroll 8
-            for (int t = 0; t < NT; t++) isum[r][t] = _mm256_setzero_si256();
+            for (int t = 0; t < NT; t++) isum[r][t] = isum2[r][t] = _mm256_setzero_si256();
         }
         for (int k = 0; k < 4; k++) {
             __m256i lo[4], hi[4], sc_lo[4], sc_hi[4];
@@ -248,31 +267,41 @@ INLINE void tile_q45_k(const int type, const uint8_t *w, size_t row_bytes, int64
             for (int t = 0; t < NT; t++) {
                 const kq8_256 *a = (const kq8_256 *)(act + (size_t)t * act_stride) + b;
                 __m256i a_lo = load256(a->q + 64 * k), a_hi = load256(a->q + 64 * k + 32);
+                __m256i b_lo = load256(a->q2 + 64 * k), b_hi = load256(a->q2 + 64 * k + 32);
 #pragma GCC unroll 8
                 for (int r = 0; r < NR; r++) {
                     __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo[r], a_lo), sc_lo[r]),
                                                  _mm256_madd_epi16(_mm256_maddubs_epi16(hi[r], a_hi), sc_hi[r]));
+                    __m256i p2 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo[r], b_lo), sc_lo[r]),
+                                                  _mm256_madd_epi16(_mm256_maddubs_epi16(hi[r], b_hi), sc_hi[r]));
                     isum[r][t] = _mm256_add_epi32(isum[r][t], p);
+                    isum2[r][t] = _mm256_add_epi32(isum2[r][t], p2);
                 }
             }
         }
-        __m256i mins[4];
+        __m256i mins_lo[4], mins_hi[4];
         float d[4], dmin[4];
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             __m128i m8 = _mm_loadl_epi64((const __m128i *)mn[r]);
-            mins[r] = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8)); /* each min twice: one per 16 */
+            __m128i m16 = _mm_unpacklo_epi8(m8, m8); /* each min twice: one per 16 */
+            mins_lo[r] = _mm256_cvtepu8_epi32(m16);
+            mins_hi[r] = _mm256_cvtepu8_epi32(_mm_srli_si128(m16, 8));
             d[r] = f16_at(blk[r]);
             dmin[r] = f16_at(blk[r] + 2);
         }
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
             const kq8_256 *a = (const kq8_256 *)(act + (size_t)t * act_stride) + b;
-            __m256i bsums = load256(a->bsums);
+            __m256i bs_lo = load256(a->bsums), bs_hi = load256(a->bsums + 8);
 #pragma GCC unroll 8
             for (int r = 0; r < NR; r++) {
-                int msum = hsum_epi32(_mm256_madd_epi16(bsums, mins[r]));
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(d[r] * a->d), acc[r][t]);
+                /* |msum| <= 16 * 63 * 16 * (256 * 127 + 127): fits int32. */
+                int msum = hsum_epi32(_mm256_add_epi32(_mm256_mullo_epi32(bs_lo, mins_lo[r]),
+                                                       _mm256_mullo_epi32(bs_hi, mins_hi[r])));
+                float dd = d[r] * a->d;
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(dd * 256.0f), acc[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum2[r][t]), _mm256_set1_ps(dd), acc[r][t]);
                 accm[r][t] = fmaf(-dmin[r] * a->d, (float)msum, accm[r][t]);
             }
         }
@@ -298,7 +327,7 @@ INLINE void tile_q6_k(const int type, const uint8_t *w, size_t row_bytes, int64_
         }
     int nb = (int)(n_cols / 256);
     for (int b = 0; b < nb; b++) {
-        __m256i isum[4][TT];
+        __m256i isum[4][TT], isum2[4][TT];
         const uint8_t *blk[4];
         const int8_t *scales[4];
 #pragma GCC unroll 8
@@ -306,7 +335,7 @@ INLINE void tile_q6_k(const int type, const uint8_t *w, size_t row_bytes, int64_
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * 210;
             scales[r] = (const int8_t *)blk[r] + 192;
 #pragma GCC unroll 8
-            for (int t = 0; t < NT; t++) isum[r][t] = _mm256_setzero_si256();
+            for (int t = 0; t < NT; t++) isum[r][t] = isum2[r][t] = _mm256_setzero_si256();
         }
         for (int h = 0; h < 2; h++)
             for (int c = 0; c < 4; c++) {
@@ -324,29 +353,36 @@ INLINE void tile_q6_k(const int type, const uint8_t *w, size_t row_bytes, int64_
 #pragma GCC unroll 8
                 for (int t = 0; t < NT; t++) {
                     const kq8_256 *a = (const kq8_256 *)(act + (size_t)t * act_stride) + b;
-                    __m256i s = load256(a->q + 128 * h + 32 * c);
+                    __m256i s = load256(a->q + 128 * h + 32 * c), s2 = load256(a->q2 + 128 * h + 32 * c);
 #pragma GCC unroll 8
-                    for (int r = 0; r < NR; r++)
+                    for (int r = 0; r < NR; r++) {
                         isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], s), scv[r]));
+                        isum2[r][t] = _mm256_add_epi32(isum2[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], s2), scv[r]));
+                    }
                 }
             }
-        __m256i sc16[4];
+        __m256i sc_lo[4], sc_hi[4];
         float d[4];
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
-            sc16[r] = _mm256_cvtepi8_epi16(_mm_loadu_si128((const __m128i *)scales[r]));
+            __m128i s8 = _mm_loadu_si128((const __m128i *)scales[r]);
+            sc_lo[r] = _mm256_cvtepi8_epi32(s8);
+            sc_hi[r] = _mm256_cvtepi8_epi32(_mm_srli_si128(s8, 8));
             d[r] = f16_at(blk[r] + 208);
         }
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
             const kq8_256 *a = (const kq8_256 *)(act + (size_t)t * act_stride) + b;
-            __m256i bsums = load256(a->bsums);
+            __m256i bs_lo = load256(a->bsums), bs_hi = load256(a->bsums + 8);
 #pragma GCC unroll 8
             for (int r = 0; r < NR; r++) {
-                int corr = hsum_epi32(_mm256_madd_epi16(bsums, sc16[r]));
+                /* |corr| <= 16 * 128 * 16 * (256 * 127 + 127) < 2^31 */
+                int corr = hsum_epi32(_mm256_add_epi32(_mm256_mullo_epi32(bs_lo, sc_lo[r]),
+                                                       _mm256_mullo_epi32(bs_hi, sc_hi[r])));
                 float dd = d[r] * a->d;
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(dd), acc[r][t]);
-                accm[r][t] = fmaf(dd, (float)(-32 * corr), accm[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(dd * 256.0f), acc[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum2[r][t]), _mm256_set1_ps(dd), acc[r][t]);
+                accm[r][t] = fmaf(dd, -32.0f * (float)corr, accm[r][t]);
             }
         }
     }

@@ -3,13 +3,17 @@
 #include "api.h"
 
 #include <libgen.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "api_chat.h"
+#include "access.h"
 #include "api_completions.h"
 #include "jbuf.h"
+#include "static.h"
 
 /* ---- metrics ------------------------------------------------------------------ */
 
@@ -17,6 +21,7 @@ static const double time_buckets[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 
                                        0.5, 1, 2.5, 5, 10, 20, 30, 60 };
 static const double token_buckets[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024,
                                         2048, 4096, 8192, 16384, 32768 };
+static const double seq_buckets[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096 };
 #define N_OF(a) (int)(sizeof(a) / sizeof((a)[0]))
 
 void api_init(api_server *a, const config *cfg) {
@@ -57,6 +62,13 @@ void api_init(api_server *a, const config *cfg) {
         "Prompt tokens looked up in the prefix cache.", NULL);
     m->prefix_hits = metrics_counter(r, "prefix_cache_hits_total",
         "Prompt tokens found in the prefix cache.", NULL);
+    m->engine_steps = metrics_counter(r, "engine_steps_total",
+        "Engine steps that ran a forward pass.", NULL);
+    m->batch_size = metrics_histogram(r, "batch_size",
+        "Sequences in each forward pass.", seq_buckets, N_OF(seq_buckets));
+    m->batch_tokens = metrics_histogram(r, "batch_tokens",
+        "Tokens in each forward pass (prompt chunks and decoded tokens).", token_buckets,
+        N_OF(token_buckets));
 }
 
 void api_note_finished(api_server *a, const worker_event *ev) {
@@ -77,6 +89,7 @@ void api_free(api_server *a) {
         api_job_remove(a, j);
         j->destroy(j);
     }
+    chat_teardown(a);
     metrics_free(a->registry);
     a->registry = NULL;
 }
@@ -108,6 +121,17 @@ static void on_ready(api_server *a) {
     a->model = worker_model(a->worker);
     const gl_model_info *info = gl_model_get_info(a->model);
     a->n_ctx = a->cfg->n_ctx > 0 ? a->cfg->n_ctx : info->n_ctx_train;
+    const config *c = a->cfg;
+    a->limits = (params_limits){
+        .max_n = c->max_n,
+        .max_tokens = c->max_tokens_cap > 0 && c->max_tokens_cap < a->n_ctx ? c->max_tokens_cap : a->n_ctx,
+        .max_stop = c->max_stop,
+        .max_stop_bytes = c->max_stop_bytes,
+        .max_logit_bias = c->max_logit_bias,
+    };
+    /* Without a cap below the context, the context check (context_length_exceeded) rules. */
+    a->max_prompt_tokens = c->max_prompt_tokens > 0 && c->max_prompt_tokens < a->n_ctx
+                         ? c->max_prompt_tokens : INT_MAX;
     if (a->cfg->alias[0]) {
         snprintf(a->model_id, sizeof(a->model_id), "%s", a->cfg->alias);
     } else {
@@ -115,6 +139,7 @@ static void on_ready(api_server *a) {
         snprintf(path, sizeof(path), "%s", a->cfg->model);
         snprintf(a->model_id, sizeof(a->model_id), "%s", basename(path));
     }
+    chat_setup(a);
     fprintf(stderr, "genloop: model %s loaded (%s, n_ctx %d); ready at %s\n", a->model_id,
             info->arch ? info->arch : "?", a->n_ctx, a->url);
     printf("ready: %s\n", a->url);
@@ -129,11 +154,23 @@ void api_on_worker_event(const worker_event *ev, void *ctx) {
         if (a->on_load_failed) a->on_load_failed(a);
         return;
     }
+    if (ev->type == WORKER_STEP) {
+        metrics_observe(a->m.batch_size, ev->batch_seqs);
+        metrics_observe(a->m.batch_tokens, ev->batch_tokens);
+        return;
+    }
     api_sink *sink = ev->user;
     if (sink) sink->on_event(sink, ev);
 }
 
-int api_model_matches(const api_server *a, const char *name) {
+int api_check_prompt_tokens(const api_server *a, int n, const char *param, params_error *e) {
+    if (n <= a->max_prompt_tokens) return 0;
+    return params_fail(e, 400, param, "invalid_value",
+                       "'%s' has %d tokens; this server accepts at most %d per prompt", param, n,
+                       a->max_prompt_tokens);
+}
+
+static int model_matches(const api_server *a, const char *name) {
     if (!strcmp(name, a->model_id) || !strcmp(name, a->cfg->alias[0] ? a->cfg->alias : a->model_id))
         return 1;
     const gl_model_info *info = gl_model_get_info(a->model);
@@ -145,6 +182,18 @@ int api_model_matches(const api_server *a, const char *name) {
     if (!strcmp(name, file)) return 1;
     return n > 5 && !strcmp(file + n - 5, ".gguf") && strlen(name) == n - 5 &&
            !strncmp(name, file, n - 5);
+}
+
+int api_check_model(const api_server *a, const cJSON *body, params_error *e) {
+    const cJSON *model = cJSON_GetObjectItemCaseSensitive(body, "model");
+    if (!model || cJSON_IsNull(model)) return 0;
+    if (!cJSON_IsString(model))
+        return params_fail(e, 400, "model", "invalid_type", "'model' must be a string");
+    if (!model_matches(a, model->valuestring))
+        return params_fail(e, 404, "model", "model_not_found",
+                           "The model '%.200s' does not exist; this server has '%s'",
+                           model->valuestring, a->model_id);
+    return 0;
 }
 
 void api_write_piece(const api_server *a, jbuf *out, int32_t token) {
@@ -183,6 +232,53 @@ void api_reply_error(api_server *a, http_req *req, const params_error *e) {
     api_reply_json(req, e->status, root);
 }
 
+/* ---- access: CORS, then the API key ------------------------------------------------ */
+
+/* Adds Access-Control-Allow-Origin when the request's Origin is allowed;
+ * returns whether it is. */
+static int cors_headers(api_server *a, http_req *req) {
+    const char *origin = http_req_header(req, "Origin");
+    if (!a->cfg->cors_origin[0] || !origin) return 0;
+    const char *allow = access_cors_match(a->cfg->cors_origin, origin);
+    if (!allow || strcmp(allow, "*") != 0)
+        http_add_header(req, "Vary", "Origin"); /* the answer depends on Origin */
+    if (!allow) return 0;
+    http_add_header(req, "Access-Control-Allow-Origin", allow);
+    return 1;
+}
+
+int api_admit(http_req *req, const http_route *route, void *ctx) {
+    api_server *a = ctx;
+    params_error e;
+    int allowed = cors_headers(a, req);
+    if (a->cfg->cors_origin[0] && !strcmp(http_req_method(req), "OPTIONS") &&
+        http_req_header(req, "Origin") && http_req_header(req, "Access-Control-Request-Method")) {
+        /* A preflight carries no credentials, so it needs no key. */
+        if (!allowed) {
+            params_fail(&e, 403, NULL, "origin_not_allowed", "Origin not allowed (see --cors-origin)");
+            api_reply_error(a, req, &e);
+            return 1;
+        }
+        http_add_header(req, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+        http_add_header(req, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        http_add_header(req, "Access-Control-Max-Age", "86400");
+        http_reply(req, 204, NULL, "", 0);
+        return 1;
+    }
+    const char *key = a->cfg->api_key;
+    if (!key[0] || !route || route->open) return 0; /* unknown paths get 404/405 */
+    if (a->cfg->metrics_public && !strcmp(route->path, "/metrics")) return 0;
+    size_t given_len = 0;
+    const char *given = access_bearer(http_req_header(req, "Authorization"), &given_len);
+    if (given && access_key_equal(key, strlen(key), given, given_len)) return 0;
+    http_add_header(req, "WWW-Authenticate", "Bearer");
+    params_fail(&e, 401, NULL, "invalid_api_key", "%s",
+                given ? "Incorrect API key provided"
+                      : "Missing API key: send the header 'Authorization: Bearer YOUR_KEY'");
+    api_reply_error(a, req, &e);
+    return 1;
+}
+
 void api_http_error(http_req *req, int status, const char *message, void *ctx) {
     params_error e;
     const char *code = status == 404 ? "not_found" : status == 405 ? "method_not_allowed"
@@ -207,6 +303,8 @@ cJSON *api_parse_body(api_server *a, http_req *req) {
         params_fail(&e, 400, NULL, "invalid_json", "The request body is not valid JSON");
     } else if (!cJSON_IsObject(body)) {
         params_fail(&e, 400, NULL, "invalid_json", "The request body must be a JSON object");
+    } else if (params_json_has_nul(http_req_body(req), http_req_body_len(req))) {
+        params_fail(&e, 400, NULL, "invalid_value", "Strings must not contain NUL characters (\\u0000)");
     } else {
         return body;
     }
@@ -354,6 +452,7 @@ static void handle_metrics(http_req *req, void *ctx) {
         metrics_set(a->m.preemptions, NULL, (double)st.n_preemptions);
         metrics_set(a->m.prefix_queries, NULL, (double)st.prefix_queries);
         metrics_set(a->m.prefix_hits, NULL, (double)st.prefix_hits);
+        metrics_set(a->m.engine_steps, NULL, (double)st.n_steps);
     }
     size_t len = 0;
     char *text = metrics_render(a->registry, &len);
@@ -366,12 +465,23 @@ static void handle_metrics(http_req *req, void *ctx) {
 }
 
 static const http_route routes[] = {
-    { "GET", "/health", handle_health },
-    { "GET", "/v1/models", handle_models },
-    { "POST", "/v1/completions", completions_handle },
-    { "POST", "/tokenize", handle_tokenize },
-    { "POST", "/detokenize", handle_detokenize },
-    { "GET", "/metrics", handle_metrics },
+    /* open = 1: no API key needed */
+    { "GET", "/health", handle_health, 1 },
+    { "GET", "/v1/models", handle_models, 0 },
+    { "POST", "/v1/completions", completions_handle, 0 },
+    { "POST", "/v1/chat/completions", chat_handle, 0 },
+    /* the web chat UI; public like /health */
+    { "GET", "/", static_handle, 1 },
+    { "GET", "/index.html", static_handle, 1 },
+    { "GET", "/style.css", static_handle, 1 },
+    { "GET", "/app.js", static_handle, 1 },
+    { "HEAD", "/", static_handle, 1 },
+    { "HEAD", "/index.html", static_handle, 1 },
+    { "HEAD", "/style.css", static_handle, 1 },
+    { "HEAD", "/app.js", static_handle, 1 },
+    { "POST", "/tokenize", handle_tokenize, 0 },
+    { "POST", "/detokenize", handle_detokenize, 0 },
+    { "GET", "/metrics", handle_metrics, 0 },
 };
 
 const http_route *api_routes(int *n) {

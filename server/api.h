@@ -35,6 +35,8 @@ typedef struct api_metrics {
     metrics_family *requests_total, *errors_total;     /* {finish_reason}, {code} */
     metrics_family *running, *waiting, *kv_usage;
     metrics_family *preemptions, *prefix_queries, *prefix_hits;
+    metrics_family *engine_steps;                      /* forward passes */
+    metrics_family *batch_size, *batch_tokens;         /* per forward pass */
 } api_metrics;
 
 typedef struct api_server {
@@ -42,6 +44,8 @@ typedef struct api_server {
     worker *worker;
     const gl_model *model;   /* NULL while loading */
     int n_ctx;               /* context per sequence */
+    params_limits limits;    /* request bounds (set when the model is up) */
+    int max_prompt_tokens;   /* tokens per prompt when capped below the context, else INT_MAX */
     char model_id[256];      /* what /v1/models lists */
     char url[300];           /* printed when ready */
     int shutting_down;
@@ -51,6 +55,8 @@ typedef struct api_server {
     api_job *jobs;
     int n_jobs;
     uint64_t next_id;        /* for response ids */
+    struct chat_template *chat_template; /* NULL when the model's cannot be used */
+    char chat_template_error[512];       /* why, for the chat endpoint's error */
 } api_server;
 
 void api_init(api_server *a, const config *cfg);
@@ -60,6 +66,10 @@ const http_route *api_routes(int *n);
 
 /* The worker's event function (ctx = api_server). */
 void api_on_worker_event(const worker_event *ev, void *ctx);
+/* http_options.admit: CORS headers and preflights, then the API key
+ * (everything but open routes, and /metrics when metrics_public, needs
+ * `Authorization: Bearer KEY` when a key is set; else 401). */
+int api_admit(http_req *req, const http_route *route, void *ctx);
 /* http_options.error: errors found by the HTTP layer, as OpenAI errors. */
 void api_http_error(http_req *req, int status, const char *message, void *ctx);
 
@@ -69,9 +79,14 @@ void api_reply_json(http_req *req, int status, cJSON *body); /* frees body */
 int api_reply_if_loading(api_server *a, http_req *req);
 /* Parses the body as a JSON object, or replies 400 and returns NULL. */
 cJSON *api_parse_body(api_server *a, http_req *req);
-/* True when name refers to the loaded model (id, alias, general.name, file
- * name with or without .gguf). */
-int api_model_matches(const api_server *a, const char *name);
+/* 400 naming param when a prompt of n tokens is over the max_prompt_tokens
+ * setting (a prompt over the context is left to the caller's
+ * context_length_exceeded check); returns 0 or -1. */
+int api_check_prompt_tokens(const api_server *a, int n, const char *param, params_error *e);
+/* A request's `model` field: absent, null, or naming the loaded model (id,
+ * alias, general.name, file name with or without .gguf); else 400/404.
+ * Returns 0 or -1. */
+int api_check_model(const api_server *a, const cJSON *body, params_error *e);
 
 void api_job_add(api_server *a, api_job *job);
 void api_job_remove(api_server *a, api_job *job);

@@ -4,7 +4,7 @@
  * max_tokens, temperature, top_p, n, best_of (== n), stream, stream_options,
  * logprobs (0..5), echo, stop, presence_penalty, frequency_penalty,
  * logit_bias, seed, user, suffix (null only); extensions top_k, min_p,
- * repetition_penalty. Anything else is a 400 naming the field. Responses
+ * repetition_penalty, ignore_eos. Anything else is a 400 naming the field. Responses
  * carry a `timings` object besides `usage`. */
 #ifndef API_COMPLETIONS_H
 #define API_COMPLETIONS_H

@@ -2,6 +2,8 @@
  * parser, --help and --print-config all walk it. */
 #include "config.h"
 
+#include <ctype.h>
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
@@ -9,14 +11,23 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { SETTING_STR, SETTING_INT } setting_kind;
+#include "chat_template.h"
+
+#include "params.h"
+
+typedef enum {
+    SETTING_STR,
+    SETTING_INT,
+    SETTING_BOOL,            /* a flag alone means true; JSON true/false */
+    SETTING_LIST,            /* comma-joined strings; JSON string or array */
+} setting_kind;
 
 typedef struct setting {
     const char *name;        /* JSON key; flag is --name with '-' for '_' */
     char short_flag;         /* 0 = none */
     setting_kind kind;
     size_t offset;
-    size_t size;             /* SETTING_STR: buffer size */
+    size_t size;             /* SETTING_STR/LIST: buffer size */
     long min, max;           /* SETTING_INT range */
     const char *help;
 } setting;
@@ -25,12 +36,18 @@ typedef struct setting {
     sizeof(((config *)0)->field), 0, 0, help }
 #define INT(field, sf, lo, hi, help) { #field, sf, SETTING_INT, offsetof(config, field), \
     sizeof(int), lo, hi, help }
+#define BOOL(field, help) { #field, 0, SETTING_BOOL, offsetof(config, field), sizeof(int), \
+    0, 1, help }
+#define LIST(field, help) { #field, 0, SETTING_LIST, offsetof(config, field), \
+    sizeof(((config *)0)->field), 0, 0, help }
 
 static const setting settings[] = {
     STR(host, 0, "address to bind"),
     INT(port, 0, 0, 65535, "TCP port; 0 = any free port"),
     STR(model, 'm', "GGUF model file"),
     STR(alias, 'a', "model id for the API; empty = the file name"),
+    STR(chat_template, 0, "chat format: jinja (the model's own), chatml, llama2, llama3, mistral, "
+                          "gemma, phi3, zephyr; empty = the model's, else a guess"),
     INT(threads, 't', 0, 1024, "compute threads; 0 = all cores"),
     INT(kv_cache_mib, 0, 1, 1 << 20, "KV cache size in MiB"),
     INT(block_size, 0, 1, 4096, "tokens per KV cache block"),
@@ -40,7 +57,19 @@ static const setting settings[] = {
     INT(max_body_bytes, 0, 64, INT_MAX, "largest request body; beyond it 413"),
     INT(n_ctx, 'c', 0, 1 << 24, "context length per sequence; 0 = the model's"),
     INT(timeout, 0, 1, 86400, "seconds an idle connection is kept open"),
+    INT(max_connections, 0, 1, 1 << 20, "open connections at most; more wait or are closed"),
+    INT(stream_buffer_bytes, 0, 4096, 1 << 30,
+        "unsent bytes a streaming client may lag; beyond it it is dropped"),
     INT(max_n, 0, 1, 128, "largest `n` (choices per prompt) accepted"),
+    INT(max_prompt_tokens, 0, 0, 1 << 24, "tokens per prompt at most; 0 = the context length"),
+    INT(max_tokens_cap, 0, 0, 1 << 24, "largest `max_tokens` accepted; 0 = the context length"),
+    INT(max_stop, 0, 0, PARAMS_MAX_STOP, "stop strings per request at most"),
+    INT(max_stop_bytes, 0, 1, 65536, "bytes per stop string at most"),
+    INT(max_logit_bias, 0, 0, 1 << 24, "`logit_bias` entries per request at most"),
+    STR(api_key, 0, "require `Authorization: Bearer KEY` (visible in ps; prefer the file)"),
+    STR(api_key_file, 0, "read the API key from this file"),
+    BOOL(metrics_public, "serve /metrics without the API key"),
+    LIST(cors_origin, "allow browser calls from this Origin (repeatable, comma list, *)"),
 };
 #define N_SETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 
@@ -57,7 +86,15 @@ void config_default(config *c) {
     c->max_body_bytes = 1 << 20;
     c->n_ctx = 0;
     c->timeout = 600;
+    c->max_connections = 512;
+    c->stream_buffer_bytes = 1 << 20;
     c->max_n = 16;
+    c->max_prompt_tokens = 0;
+    c->max_tokens_cap = 0;
+    c->max_stop = 4;
+    c->max_stop_bytes = 256;
+    c->max_logit_bias = 1024;
+    c->metrics_public = 0;
 }
 
 static int fail(char *err, size_t err_len, const char *fmt, const char *a, const char *b) {
@@ -82,6 +119,71 @@ static int set_int(config *c, const setting *s, long v, char *err, size_t err_le
     return 0;
 }
 
+/* Appends the comma-separated items of v (spaces around items dropped). */
+static int list_add(config *c, const setting *s, const char *v, char *err, size_t err_len) {
+    char *list = (char *)c + s->offset;
+    while (*v) {
+        while (*v == ',' || isspace((unsigned char)*v)) v++;
+        size_t n = strcspn(v, ",");
+        while (n > 0 && isspace((unsigned char)v[n - 1])) n--;
+        if (n == 0) break;
+        size_t used = strlen(list);
+        if (used + 1 + n >= s->size) return fail(err, err_len, "%s: too long: %s", s->name, v);
+        if (used) list[used++] = ',';
+        memcpy(list + used, v, n);
+        list[used + n] = 0;
+        v += n;
+        while (*v && *v != ',') v++;
+    }
+    return 0;
+}
+
+static int parse_bool(const char *v, int *out) {
+    if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes")) *out = 1;
+    else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no")) *out = 0;
+    else return -1;
+    return 0;
+}
+
+static const setting *find_setting(const char *name) {
+    for (int i = 0; i < N_SETTINGS; i++)
+        if (strcmp(settings[i].name, name) == 0) return &settings[i];
+    return NULL;
+}
+
+static int load_item(config *c, const setting *s, const cJSON *item, const char *path,
+                     char *err, size_t err_len) {
+    switch (s->kind) {
+    case SETTING_STR:
+        if (!cJSON_IsString(item))
+            return fail(err, err_len, "%s: \"%s\" must be a string", path, s->name);
+        return set_str(c, s, item->valuestring, err, err_len);
+    case SETTING_INT: {
+        double v = cJSON_GetNumberValue(item);
+        if (!cJSON_IsNumber(item) || v != (double)(long)v)
+            return fail(err, err_len, "%s: \"%s\" must be an integer", path, s->name);
+        return set_int(c, s, (long)v, err, err_len);
+    }
+    case SETTING_BOOL:
+        if (!cJSON_IsBool(item))
+            return fail(err, err_len, "%s: \"%s\" must be true or false", path, s->name);
+        *(int *)((char *)c + s->offset) = cJSON_IsTrue(item);
+        return 0;
+    case SETTING_LIST:
+        ((char *)c + s->offset)[0] = 0;
+        if (cJSON_IsString(item)) return list_add(c, s, item->valuestring, err, err_len);
+        if (!cJSON_IsArray(item))
+            return fail(err, err_len, "%s: \"%s\" must be an array of strings", path, s->name);
+        for (const cJSON *v = item->child; v; v = v->next) {
+            if (!cJSON_IsString(v))
+                return fail(err, err_len, "%s: \"%s\" must be an array of strings", path, s->name);
+            if (list_add(c, s, v->valuestring, err, err_len)) return -1;
+        }
+        return 0;
+    }
+    return -1;
+}
+
 int config_load_file(config *c, const char *path, char *err, size_t err_len) {
     FILE *f = fopen(path, "rb");
     if (!f) return fail(err, err_len, "%s: %s", path, strerror(errno));
@@ -101,23 +203,9 @@ int config_load_file(config *c, const char *path, char *err, size_t err_len) {
     }
     int rc = 0;
     for (cJSON *item = root->child; item && rc == 0; item = item->next) {
-        const setting *s = NULL;
-        for (int i = 0; i < N_SETTINGS; i++)
-            if (strcmp(settings[i].name, item->string) == 0) s = &settings[i];
-        if (!s) {
-            rc = fail(err, err_len, "%s: unknown setting \"%s\"", path, item->string);
-        } else if (s->kind == SETTING_STR) {
-            if (!cJSON_IsString(item))
-                rc = fail(err, err_len, "%s: \"%s\" must be a string", path, s->name);
-            else
-                rc = set_str(c, s, item->valuestring, err, err_len);
-        } else {
-            double v = cJSON_GetNumberValue(item);
-            if (!cJSON_IsNumber(item) || v != (double)(long)v)
-                rc = fail(err, err_len, "%s: \"%s\" must be an integer", path, s->name);
-            else
-                rc = set_int(c, s, (long)v, err, err_len);
-        }
+        const setting *s = find_setting(item->string);
+        rc = s ? load_item(c, s, item, path, err, err_len)
+               : fail(err, err_len, "%s: unknown setting \"%s\"", path, item->string);
     }
     cJSON_Delete(root);
     return rc;
@@ -132,6 +220,7 @@ static int flag_matches(const char *flag, const char *name) {
 
 int config_parse_args(config *c, int argc, char **argv, const char **config_path,
                       int *help, int *print, char *err, size_t err_len) {
+    int list_seen[N_SETTINGS] = {0}; /* the first --cors-origin replaces the file's list */
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) { *help = 1; continue; }
@@ -153,17 +242,26 @@ int config_parse_args(config *c, int argc, char **argv, const char **config_path
         } else {
             return fail(err, err_len, "unexpected argument: %s%s", arg, "");
         }
+        int k = -1;
+        for (int j = 0; j < N_SETTINGS; j++)
+            if (flag_matches(name, settings[j].name)) k = j;
+        const setting *s = k >= 0 ? &settings[k] : NULL;
+        if (!value && s && s->kind == SETTING_BOOL) value = "true";
         if (!value) {
             if (i + 1 >= argc) return fail(err, err_len, "%s needs a value%s", arg, "");
             value = argv[++i];
         }
         if (!strcmp(name, "config")) { *config_path = value; continue; }
-        const setting *s = NULL;
-        for (int k = 0; k < N_SETTINGS; k++)
-            if (flag_matches(name, settings[k].name)) s = &settings[k];
         if (!s) return fail(err, err_len, "unknown option: %s%s", arg, "");
         if (s->kind == SETTING_STR) {
             if (set_str(c, s, value, err, err_len)) return -1;
+        } else if (s->kind == SETTING_BOOL) {
+            if (parse_bool(value, (int *)((char *)c + s->offset)))
+                return fail(err, err_len, "%s: not true or false: %s", s->name, value);
+        } else if (s->kind == SETTING_LIST) {
+            if (!list_seen[k]) ((char *)c + s->offset)[0] = 0;
+            list_seen[k] = 1;
+            if (list_add(c, s, value, err, err_len)) return -1;
         } else {
             char *end;
             errno = 0;
@@ -176,9 +274,75 @@ int config_parse_args(config *c, int argc, char **argv, const char **config_path
     return 0;
 }
 
+/* A key travels in a header: visible ASCII only, no spaces. */
+static int key_valid(const char *k) {
+    if (!k[0]) return 0;
+    for (; *k; k++)
+        if (*k < 0x21 || *k > 0x7e) return 0;
+    return 1;
+}
+
+/* "*", or scheme://host[:port] as browsers send it in Origin (no path). */
+static int origin_valid(const char *o, size_t n) {
+    if (n == 1 && o[0] == '*') return 1;
+    const char *sep = memchr(o, ':', n);
+    if (!sep || sep == o || (size_t)(o + n - sep) < 4 || sep[1] != '/' || sep[2] != '/') return 0;
+    for (const char *p = sep + 3; p < o + n; p++)
+        if (*p == '/' || *p == '*' || isspace((unsigned char)*p)) return 0;
+    return 1;
+}
+
 int config_validate(const config *c, char *err, size_t err_len) {
     if (!c->model[0]) return fail(err, err_len, "no model given (-m FILE)%s%s", "", "");
     if (!c->host[0]) return fail(err, err_len, "empty host%s%s", "", "");
+    if (c->api_key[0] && c->api_key_file[0])
+        return fail(err, err_len, "give api_key or api_key_file, not both%s%s", "", "");
+    if (c->api_key[0] && !key_valid(c->api_key))
+        return fail(err, err_len, "api_key: only visible ASCII characters, no spaces%s%s", "", "");
+    for (const char *o = c->cors_origin; *o;) {
+        size_t n = strcspn(o, ",");
+        if (!origin_valid(o, n)) {
+            char shown[256];
+            size_t k = n < sizeof(shown) - 1 ? n : sizeof(shown) - 1;
+            memcpy(shown, o, k);
+            shown[k] = 0;
+            return fail(err, err_len, "cors_origin: \"%s\" is not * or scheme://host[:port]%s",
+                        shown, "");
+        }
+        o += n;
+        if (*o == ',') o++;
+    }
+    if (c->chat_template[0] && strcmp(c->chat_template, "jinja") != 0) {
+        int known = 0;
+        for (int i = 0; chat_template_builtin_names[i]; i++)
+            known |= !strcmp(c->chat_template, chat_template_builtin_names[i]);
+        if (!known)
+            return fail(err, err_len, "chat_template: unknown format \"%s\"%s (known: jinja, chatml, "
+                        "llama2, llama3, mistral, gemma, phi3, zephyr)", c->chat_template, "");
+    }
+    return 0;
+}
+
+int config_read_api_key(config *c, char *err, size_t err_len) {
+    if (!c->api_key_file[0]) return 0;
+    FILE *f = fopen(c->api_key_file, "rb");
+    if (!f) return fail(err, err_len, "api_key_file: %s: %s", c->api_key_file, strerror(errno));
+    char buf[sizeof(c->api_key) + 2];
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    int more = fgetc(f) != EOF;
+    fclose(f);
+    buf[n] = 0;
+    int has_nul = memchr(buf, 0, n) != NULL; /* a NUL would cut the key short */
+    char *start = buf;
+    while (isspace((unsigned char)*start)) start++;
+    size_t len = strlen(start);
+    while (len > 0 && isspace((unsigned char)start[len - 1])) start[--len] = 0;
+    if (more || len >= sizeof(c->api_key))
+        return fail(err, err_len, "api_key_file: %s: %s", c->api_key_file, "key too long");
+    if (has_nul || !key_valid(start))
+        return fail(err, err_len, "api_key_file: %s: %s", c->api_key_file,
+                    len ? "the key must be visible ASCII without spaces" : "empty");
+    memcpy(c->api_key, start, len + 1);
     return 0;
 }
 
@@ -187,7 +351,8 @@ void config_print_help(FILE *out, const config *d) {
                  "Serves an OpenAI-compatible HTTP API. Settings come from built-in\n"
                  "defaults, then --config FILE (JSON, same keys as below with '_'),\n"
                  "then flags.\n\noptions:\n");
-    fprintf(out, "  %-26s %s\n", "--config FILE", "JSON settings file (e.g. config/genloop.json)");
+    fprintf(out, "  %-30s %s\n", "--config FILE", "JSON settings file (e.g. config/genloop.json)");
+    static const char *const arg_names[] = { " STR", " N", "", " LIST" };
     for (int i = 0; i < N_SETTINGS; i++) {
         const setting *s = &settings[i];
         char flag[64], def[64];
@@ -195,15 +360,18 @@ void config_print_help(FILE *out, const config *d) {
                               : snprintf(flag, sizeof(flag), "    ");
         n += snprintf(flag + n, sizeof(flag) - (size_t)n, "--");
         for (const char *p = s->name; *p; p++) flag[n++] = *p == '_' ? '-' : *p;
-        snprintf(flag + n, sizeof(flag) - (size_t)n, s->kind == SETTING_STR ? " STR" : " N");
-        if (s->kind == SETTING_STR)
-            snprintf(def, sizeof(def), "\"%s\"", (const char *)d + s->offset);
+        snprintf(flag + n, sizeof(flag) - (size_t)n, "%s", arg_names[s->kind]);
+        const char *p = (const char *)d + s->offset;
+        if (s->kind == SETTING_STR || s->kind == SETTING_LIST)
+            snprintf(def, sizeof(def), "\"%.50s\"", p);
+        else if (s->kind == SETTING_BOOL)
+            snprintf(def, sizeof(def), "%s", *(const int *)p ? "on" : "off");
         else
-            snprintf(def, sizeof(def), "%d", *(const int *)((const char *)d + s->offset));
-        fprintf(out, "  %-26s %s (default %s)\n", flag, s->help, def);
+            snprintf(def, sizeof(def), "%d", *(const int *)p);
+        fprintf(out, "  %-30s %s (default %s)\n", flag, s->help, def);
     }
-    fprintf(out, "  %-26s %s\n", "    --print-config", "print the merged settings as JSON and exit");
-    fprintf(out, "  %-26s %s\n", "-h, --help", "show this help");
+    fprintf(out, "  %-30s %s\n", "    --print-config", "print the merged settings as JSON and exit");
+    fprintf(out, "  %-30s %s\n", "-h, --help", "show this help");
 }
 
 void config_print_json(FILE *out, const config *c) {
@@ -211,10 +379,23 @@ void config_print_json(FILE *out, const config *c) {
     for (int i = 0; i < N_SETTINGS; i++) {
         const setting *s = &settings[i];
         const char *p = (const char *)c + s->offset;
-        if (s->kind == SETTING_STR)
+        if (s->kind == SETTING_STR) {
             cJSON_AddStringToObject(root, s->name, p);
-        else
+        } else if (s->kind == SETTING_BOOL) {
+            cJSON_AddBoolToObject(root, s->name, *(const int *)p);
+        } else if (s->kind == SETTING_LIST) {
+            cJSON *arr = cJSON_AddArrayToObject(root, s->name);
+            while (*p) {
+                size_t n = strcspn(p, ",");
+                char item[1024];
+                snprintf(item, sizeof(item), "%.*s", (int)n, p);
+                cJSON_AddItemToArray(arr, cJSON_CreateString(item));
+                p += n;
+                if (*p == ',') p++;
+            }
+        } else {
             cJSON_AddNumberToObject(root, s->name, *(const int *)p);
+        }
     }
     char *text = cJSON_Print(root);
     fprintf(out, "%s\n", text);

@@ -2,7 +2,9 @@
  *
  * Every setting has one name used in three places: the key in the JSON file
  * (config/genloop.json), the long flag (--kv-cache-mib; '_' becomes '-'),
- * and --print-config's output. Later sources override earlier ones. */
+ * and --print-config's output. Later sources override earlier ones; a list
+ * setting (cors_origin) given several times on the command line collects
+ * every value, replacing the file's. */
 #ifndef CONFIG_H
 #define CONFIG_H
 
@@ -13,6 +15,7 @@ typedef struct config {
     int port;                /* 0 = any free port (printed at startup) */
     char model[1024];        /* GGUF path (required) */
     char alias[256];         /* model id shown by /v1/models; "" = file name */
+    char chat_template[64];  /* "" = the model's template (or a guess); else a built-in name or "jinja" */
     int threads;             /* engine compute threads; 0 = all cores */
     int kv_cache_mib;        /* KV pool size */
     int block_size;          /* tokens per KV block */
@@ -22,7 +25,20 @@ typedef struct config {
     int max_body_bytes;      /* request bodies above this -> 413 */
     int n_ctx;               /* per-sequence context; 0 = the model's */
     int timeout;             /* seconds an idle connection is kept */
+    int max_connections;     /* open connections at most; beyond it new ones wait/close */
+    int stream_buffer_bytes; /* unsent stream bytes per client; beyond it the client is dropped */
+    /* request limits (each violation is a 400 naming the field) */
     int max_n;               /* largest accepted `n` */
+    int max_prompt_tokens;   /* tokens per prompt; 0 = the context length */
+    int max_tokens_cap;      /* largest max_tokens; 0 = the context length */
+    int max_stop;            /* stop strings per request */
+    int max_stop_bytes;      /* bytes per stop string */
+    int max_logit_bias;      /* logit_bias entries per request */
+    /* access */
+    char api_key[512];       /* "" = no key needed; else `Authorization: Bearer KEY` */
+    char api_key_file[1024]; /* file holding the key (read at startup) */
+    int metrics_public;      /* /metrics answers without the key */
+    char cors_origin[1024];  /* comma list of allowed Origins ("*" = any); "" = no CORS */
 } config;
 
 /* Built-in defaults (the same values as config/genloop.json). */
@@ -36,6 +52,9 @@ int config_parse_args(config *c, int argc, char **argv, const char **config_path
                       int *help, int *print, char *err, size_t err_len);
 /* Range checks on the merged result. Returns 0, or -1 with a message. */
 int config_validate(const config *c, char *err, size_t err_len);
+/* When api_key_file is set, reads the key from it into api_key (surrounding
+ * whitespace dropped). Returns 0, or -1 with a message. */
+int config_read_api_key(config *c, char *err, size_t err_len);
 void config_print_help(FILE *out, const config *defaults);
 void config_print_json(FILE *out, const config *c);
 

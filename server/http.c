@@ -1,9 +1,9 @@
 /* http.c -- MHD in external-epoll mode on a uv loop.
  *
- * Request life: the access handler is called first with no body (we route
- * and check Content-Length), then with body pieces, then with none (we call
- * the route's handler). If the handler made no response yet, the connection
- * is suspended; http_reply()/http_stream_*() resume it and MHD calls the
+ * Request life: the access handler is called first with no body (we route,
+ * ask opt.admit, and check Content-Length), then with body pieces, then
+ * with none (we call the route's handler). If the handler made no response
+ * yet, the connection is suspended; http_reply()/http_stream_*() resume it and MHD calls the
  * access handler again, which queues the response. A stream's reader
  * callback hands out buffered bytes, or suspends until there are more. */
 #include "http.h"
@@ -193,11 +193,49 @@ void http_stream_start(http_req *r, int status, const char *content_type) {
     r->response = resp;
     r->status = status;
     r->streaming = 1;
+    /* The kernel's send buffer is part of what a slow reader holds: Linux
+     * grows it up to tcp_wmem's max (MiBs), so pin it near our own bound. */
+    size_t limit = r->srv->opt.max_stream_buffer;
+    const union MHD_ConnectionInfo *info =
+        limit ? MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
+    if (info) {
+        int sndbuf = limit < (1u << 20) ? (int)limit : 1 << 20;
+        setsockopt(info->connect_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+    }
     resume(r);
 }
 
+/* The client reads slower than we produce: reset the connection (SO_LINGER 0
+ * makes close() send RST and discard what the kernel still holds) and let
+ * MHD see it closed; on_close then cancels the work. */
+static void drop_slow_client(http_req *r, size_t unsent) {
+    http_req_log(r, "%sdropped: slow client, %zu bytes unsent", r->note[0] ? " " : "", unsent);
+    r->client_gone = 1;
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (info) {
+        struct linger lg = { 1, 0 };
+        setsockopt(info->connect_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        shutdown(info->connect_fd, SHUT_RDWR);
+    }
+    resume(r);
+    r->srv->run_pending = 1;
+}
+
 void http_stream_write(http_req *r, const char *data, size_t len) {
-    if (!r->streaming || r->stream_ended) return;
+    if (!r->streaming || r->stream_ended || r->client_gone) return;
+    size_t unsent = r->out_len - r->out_pos;
+    size_t limit = r->srv->opt.max_stream_buffer;
+    if (limit && unsent > 0 && unsent + len > limit) { /* one big write alone is fine */
+        drop_slow_client(r, unsent + len);
+        return;
+    }
+    if (r->out_pos > 0 && r->out_len + len > r->out_cap) {
+        /* Reuse the taken prefix before growing, so the buffer stays near the bound. */
+        memmove(r->out, r->out + r->out_pos, unsent);
+        r->out_pos = 0;
+        r->out_len = unsent;
+    }
     if (r->out_len + len > r->out_cap) {
         size_t cap = r->out_cap ? r->out_cap : 4096;
         while (cap < r->out_len + len) cap *= 2;
@@ -222,6 +260,9 @@ void http_stream_end(http_req *r) {
 const char *http_req_method(const http_req *r) { return r->method; }
 const char *http_req_path(const http_req *r) { return r->path; }
 const char *http_req_body(const http_req *r) { return r->body ? r->body : ""; }
+const char *http_req_header(const http_req *r, const char *name) {
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
 size_t http_req_body_len(const http_req *r) { return r->body_len; }
 uint64_t http_req_seq(const http_req *r) { return r->seq; }
 
@@ -245,13 +286,19 @@ static void error_reply(http_req *r, int status, const char *message) {
     if (!r->status) http_reply(r, status, "text/plain", message, strlen(message));
 }
 
-/* Finds the route; on a miss answers 404, or 405 with Allow. */
-static void route(http_req *r) {
+static const http_route *find_route(const http_server *s, const char *method, const char *path) {
+    for (int i = 0; i < s->opt.n_routes; i++)
+        if (!strcmp(s->opt.routes[i].path, path) && !strcmp(s->opt.routes[i].method, method))
+            return &s->opt.routes[i];
+    return NULL;
+}
+
+/* No route matched: 405 with Allow when the path exists, else 404. */
+static void route_error(http_req *r) {
     const http_options *o = &r->srv->opt;
     char allow[64] = "";
     for (int i = 0; i < o->n_routes; i++) {
         if (strcmp(o->routes[i].path, r->path) != 0) continue;
-        if (strcmp(o->routes[i].method, r->method) == 0) { r->route = &o->routes[i]; return; }
         if (strlen(allow) + strlen(o->routes[i].method) + 3 < sizeof(allow))
             snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
                      allow[0] ? ", " : "", o->routes[i].method);
@@ -286,7 +333,12 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         s->reqs = r;
         s->n_reqs++;
         *con_cls = r;
-        route(r);
+        r->route = find_route(s, r->method, r->path);
+        if (s->opt.admit && s->opt.admit(r, r->route, s->opt.ctx)) {
+            if (!r->status) error_reply(r, 500, "request refused");
+        } else if (!r->route) {
+            route_error(r);
+        }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (!r->status && cl && strtoull(cl, NULL, 10) > s->opt.max_body_bytes) {
@@ -387,6 +439,16 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     }
 }
 
+/* A closed connection may free a slot under max_connections; MHD takes the
+ * listening socket back into its epoll set only on its next run, so make
+ * one (in this loop turn) or clients queued in the backlog would wait for
+ * an unrelated event. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode toe) {
+    http_server *s = cls;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) s->run_pending = 1;
+}
+
 /* ---- server ----------------------------------------------------------------- */
 
 http_server *http_start(uv_loop_t *loop, const http_options *opt, char *err, size_t err_len) {
@@ -416,7 +478,10 @@ http_server *http_start(uv_loop_t *loop, const http_options *opt, char *err, siz
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, s,
                                  MHD_OPTION_SOCK_ADDR, addr,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)opt->timeout_s,
+                                 MHD_OPTION_CONNECTION_LIMIT,
+                                 (unsigned)(opt->max_connections > 0 ? opt->max_connections : 1024),
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+                                 MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                                  MHD_OPTION_END);
     if (!s->daemon) {
         snprintf(err, err_len, "cannot listen on %s:%d (address in use or not available)",

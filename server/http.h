@@ -21,22 +21,31 @@ typedef struct http_req http_req;
 typedef void (*http_handler_fn)(http_req *req, void *ctx);
 
 typedef struct http_route {
-    const char *method;      /* "GET" or "POST" */
+    const char *method;      /* "GET", "HEAD" or "POST" */
     const char *path;        /* exact match, query string excluded */
     http_handler_fn handler;
+    int open;                /* for admit: served without credentials (health, web UI) */
 } http_route;
 
 typedef struct http_options {
     const char *host;
     int port;                /* 0 = any free port; see http_port() */
     int timeout_s;           /* idle connection timeout */
+    int max_connections;     /* beyond it new connections wait in the backlog; 0 = MHD's */
     size_t max_body_bytes;   /* larger bodies get 413 */
+    size_t max_stream_buffer;/* unsent stream bytes before the client is dropped (and the
+                                stream socket's SO_SNDBUF, up to 1 MiB); 0 = no bound */
     const http_route *routes;
     int n_routes;
+    /* Called once per request when its headers are in, before routing
+     * errors and before the body is read; route is the match or NULL. It
+     * may add headers, or reply (e.g. 401, a CORS preflight) and return 1 to
+     * end the request there; 0 goes on. NULL = admit everything. */
+    int (*admit)(http_req *req, const http_route *route, void *ctx);
     /* Formats errors found by this module (404, 405, 413); the reply must be
      * made with http_reply*. */
     void (*error)(http_req *req, int status, const char *message, void *ctx);
-    void *ctx;               /* passed to handlers and error */
+    void *ctx;               /* passed to handlers, admit and error */
 } http_options;
 
 /* Listens at once. Returns NULL with a message in err on failure. */
@@ -54,6 +63,8 @@ void http_free(http_server *s);
 const char *http_req_method(const http_req *r);
 const char *http_req_path(const http_req *r);
 const char *http_req_body(const http_req *r);   /* NUL-terminated */
+/* A request header (name case-insensitive), or NULL. */
+const char *http_req_header(const http_req *r, const char *name);
 size_t http_req_body_len(const http_req *r);
 uint64_t http_req_seq(const http_req *r);        /* 1, 2, ... per server */
 /* Free text appended to this request's log line. */
@@ -68,6 +79,10 @@ void http_add_header(http_req *r, const char *name, const char *value);
 void http_reply(http_req *r, int status, const char *content_type, const char *body, size_t len);
 /* A chunked response; the status and headers go out at once. */
 void http_stream_start(http_req *r, int status, const char *content_type);
+/* Queues bytes for the client. A client that lets more than
+ * max_stream_buffer bytes pile up is dropped: its connection is reset and
+ * on_close runs with aborted = 1, so a slow reader never holds memory or
+ * the engine. Later writes are ignored. */
 void http_stream_write(http_req *r, const char *data, size_t len);
 void http_stream_end(http_req *r);
 

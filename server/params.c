@@ -100,17 +100,20 @@ bool params_utf8_valid(const char *s, size_t len) {
     return true;
 }
 
-static int parse_stop(const cJSON *body, params_generation *g, params_error *e) {
+static int parse_stop(const cJSON *body, const params_limits *lim, params_generation *g,
+                      params_error *e) {
     const cJSON *v = field(body, "stop");
     if (!v) return 0;
     const cJSON *items[PARAMS_MAX_STOP];
     int n = 0;
     if (cJSON_IsString(v)) {
+        if (lim->max_stop < 1)
+            return params_fail(e, 400, "stop", "invalid_value", "'stop' is not accepted by this server");
         items[n++] = v;
     } else if (cJSON_IsArray(v)) {
-        if (cJSON_GetArraySize(v) > PARAMS_MAX_STOP)
+        if (cJSON_GetArraySize(v) > lim->max_stop)
             return params_fail(e, 400, "stop", "invalid_value",
-                               "'stop' takes at most %d strings", PARAMS_MAX_STOP);
+                               "'stop' takes at most %d strings", lim->max_stop);
         for (const cJSON *s = v->child; s; s = s->next) {
             if (!cJSON_IsString(s))
                 return params_fail(e, 400, "stop", "invalid_type", "'stop' must be a string or an array of strings");
@@ -121,8 +124,12 @@ static int parse_stop(const cJSON *body, params_generation *g, params_error *e) 
     }
     for (int i = 0; i < n; i++) {
         const char *s = items[i]->valuestring;
+        size_t len = strlen(s);
         if (!s[0]) continue; /* an empty stop string would end every completion at once */
-        if (!params_utf8_valid(s, strlen(s)))
+        if (len > (size_t)lim->max_stop_bytes)
+            return params_fail(e, 400, "stop", "invalid_value",
+                               "'stop' strings must be at most %d bytes, got %zu", lim->max_stop_bytes, len);
+        if (!params_utf8_valid(s, len))
             return params_fail(e, 400, "stop", "invalid_value", "'stop' is not valid UTF-8");
         g->stop[g->n_stop] = strdup(s);
         if (!g->stop[g->n_stop]) return params_fail(e, 500, "stop", NULL, "out of memory");
@@ -131,15 +138,18 @@ static int parse_stop(const cJSON *body, params_generation *g, params_error *e) 
     return 0;
 }
 
-static int parse_logit_bias(const cJSON *body, const gl_model *model, params_generation *g,
-                            params_error *e) {
+static int parse_logit_bias(const cJSON *body, const gl_model *model, const params_limits *lim,
+                            params_generation *g, params_error *e) {
     const cJSON *v = field(body, "logit_bias");
     if (!v) return 0;
     if (!cJSON_IsObject(v))
         return params_fail(e, 400, "logit_bias", "invalid_type",
                            "'logit_bias' must be an object mapping token ids to biases");
     int n = cJSON_GetArraySize(v), n_vocab = gl_model_get_info(model)->n_vocab;
-    if (n > n_vocab) return params_fail(e, 400, "logit_bias", "invalid_value", "'logit_bias' has too many entries");
+    if (n > lim->max_logit_bias || n > n_vocab)
+        return params_fail(e, 400, "logit_bias", "invalid_value",
+                           "'logit_bias' has %d entries; at most %d are accepted", n,
+                           lim->max_logit_bias < n_vocab ? lim->max_logit_bias : n_vocab);
     g->bias = malloc(sizeof(gl_logit_bias) * (size_t)(n ? n : 1));
     if (!g->bias) return params_fail(e, 500, "logit_bias", NULL, "out of memory");
     int k = 0;
@@ -160,9 +170,9 @@ static int parse_logit_bias(const cJSON *body, const gl_model *model, params_gen
     return 0;
 }
 
-int params_generation_parse(const cJSON *body, const gl_model *model, int max_n,
-                            const char *max_tokens_key, int max_tokens_cap,
-                            params_generation *g, params_error *e) {
+int params_generation_parse_limits(const cJSON *body, const gl_model *model,
+                                   const params_limits *lim, const char *max_tokens_key,
+                                   params_generation *g, params_error *e) {
     memset(g, 0, sizeof(*g));
     gl_sampling_params *sp = &g->sampling;
     gl_sampling_params_default(sp);
@@ -179,9 +189,10 @@ int params_generation_parse(const cJSON *body, const gl_model *model, int max_n,
         params_get_number(body, "repetition_penalty", 0, 10, true, &rep, e) ||
         params_get_number(body, "presence_penalty", -2, 2, false, &presence, e) ||
         params_get_number(body, "frequency_penalty", -2, 2, false, &frequency, e) ||
-        params_get_int(body, "n", 1, max_n, &g->n, e) ||
-        params_get_int(body, max_tokens_key, 0, max_tokens_cap, &g->max_tokens, e) ||
-        params_get_bool(body, "stream", &g->stream, e))
+        params_get_int(body, "n", 1, lim->max_n, &g->n, e) ||
+        params_get_int(body, max_tokens_key, 0, lim->max_tokens, &g->max_tokens, e) ||
+        params_get_bool(body, "stream", &g->stream, e) ||
+        params_get_bool(body, "ignore_eos", &g->ignore_eos, e))
         return -1;
     sp->temperature = (float)temperature;
     sp->top_p = (float)top_p;
@@ -212,12 +223,29 @@ int params_generation_parse(const cJSON *body, const gl_model *model, int max_n,
             return -1;
         }
     }
-    if (parse_stop(body, g, e) || parse_logit_bias(body, model, g, e)) return -1;
+    if (parse_stop(body, lim, g, e) || parse_logit_bias(body, model, lim, g, e)) return -1;
     return 0;
+}
+
+int params_generation_parse(const cJSON *body, const gl_model *model, int max_n,
+                            const char *max_tokens_key, int max_tokens_cap,
+                            params_generation *g, params_error *e) {
+    params_limits lim = { .max_n = max_n, .max_tokens = max_tokens_cap, .max_stop = 4,
+                          .max_stop_bytes = 256, .max_logit_bias = 1024 };
+    return params_generation_parse_limits(body, model, &lim, max_tokens_key, g, e);
 }
 
 void params_generation_free(params_generation *g) {
     for (int i = 0; i < g->n_stop; i++) free(g->stop[i]);
     free(g->bias);
     memset(g, 0, sizeof(*g));
+}
+
+bool params_json_has_nul(const char *json, size_t len) {
+    for (size_t i = 0; i + 1 < len; i++) {
+        if (json[i] != '\\') continue;
+        if (json[i + 1] == 'u' && i + 5 < len && memcmp(json + i + 2, "0000", 4) == 0) return true;
+        i++; /* skip the escaped character, so "\\\\u0000" is not an escape */
+    }
+    return false;
 }

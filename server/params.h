@@ -1,5 +1,5 @@
 /* params.h -- validation of OpenAI request fields shared by the
- * completion-style endpoints (/v1/completions now, chat later).
+ * completion-style endpoints (/v1/completions, /v1/chat/completions).
  *
  * Every check fails with a filled params_error naming the field; a JSON
  * null means "not given" (OpenAI clients send nulls for unset fields). */
@@ -11,7 +11,16 @@
 
 #include "genloop.h"
 
-#define PARAMS_MAX_STOP 4
+#define PARAMS_MAX_STOP 16   /* the most stop strings any configuration allows */
+
+/* Per-request bounds from the server settings. */
+typedef struct params_limits {
+    int max_n;               /* largest `n` */
+    int max_tokens;          /* largest max-tokens value (cap, at most the context) */
+    int max_stop;            /* stop strings, <= PARAMS_MAX_STOP */
+    int max_stop_bytes;      /* bytes per stop string */
+    int max_logit_bias;      /* logit_bias entries */
+} params_limits;
 
 typedef struct params_error {
     int status;              /* HTTP status: 400, 404, ... */
@@ -27,9 +36,10 @@ typedef struct params_generation {
     char *stop[PARAMS_MAX_STOP]; /* owned */
     int n_stop;
     int max_tokens;          /* >= 0; default 16 */
-    int n;                   /* choices per prompt, 1..max_n */
+    int n;                   /* choices per prompt, 1..lim->max_n */
     bool stream;
     bool include_usage;      /* stream_options.include_usage */
+    bool ignore_eos;         /* extension: generate past end-of-sequence tokens */
 } params_generation;
 
 /* 400 naming the first key of body not in allowed (NULL-terminated).
@@ -38,9 +48,14 @@ int params_check_keys(const cJSON *body, const char *const *allowed, params_erro
 
 /* Reads the sampling/generation fields common to completions and chat:
  * temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty,
- * frequency_penalty, logit_bias, seed, stop, n, stream, stream_options and
- * the max-tokens field named max_tokens_key (up to max_tokens_cap).
+ * frequency_penalty, logit_bias, seed, stop, n, stream, stream_options,
+ * ignore_eos and the max-tokens field named max_tokens_key, within lim.
  * Returns 0, or -1 with e filled; call params_generation_free either way. */
+int params_generation_parse_limits(const cJSON *body, const gl_model *model,
+                                   const params_limits *lim, const char *max_tokens_key,
+                                   params_generation *out, params_error *e);
+/* The same with OpenAI's default stop/logit_bias limits (4 stops of 256
+ * bytes, 1024 biases): for callers not yet passing the server's limits. */
 int params_generation_parse(const cJSON *body, const gl_model *model, int max_n,
                             const char *max_tokens_key, int max_tokens_cap,
                             params_generation *out, params_error *e);
@@ -59,5 +74,8 @@ int params_fail(params_error *e, int status, const char *param, const char *code
 
 /* True when s[0..len) is valid UTF-8 (no overlongs, surrogates). */
 bool params_utf8_valid(const char *s, size_t len);
+/* True when a JSON text has a \u0000 escape: cJSON hands strings over as C
+ * strings, so a NUL would silently cut a prompt or stop string short. */
+bool params_json_has_nul(const char *json, size_t len);
 
 #endif

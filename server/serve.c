@@ -103,7 +103,8 @@ int serve_main(int argc, char **argv) {
         config_print_json(stdout, &s->cfg);
         return 0;
     }
-    if (config_validate(&s->cfg, err, sizeof(err))) goto bad_args;
+    if (config_validate(&s->cfg, err, sizeof(err)) || config_read_api_key(&s->cfg, err, sizeof(err)))
+        goto bad_args;
 
     signal(SIGPIPE, SIG_IGN);
     uv_loop_init(&s->loop);
@@ -114,7 +115,10 @@ int serve_main(int argc, char **argv) {
         .host = s->cfg.host,
         .port = s->cfg.port,
         .timeout_s = s->cfg.timeout,
+        .max_connections = s->cfg.max_connections,
         .max_body_bytes = (size_t)s->cfg.max_body_bytes,
+        .max_stream_buffer = (size_t)s->cfg.stream_buffer_bytes,
+        .admit = api_admit,
         .error = api_http_error,
         .ctx = &s->api,
     };

@@ -251,8 +251,16 @@ static void *worker_main(void *arg) {
         gl_engine_stats stats;
         gl_engine_get_stats(w->engine, &stats);
         pthread_mutex_lock(&w->mu);
+        uint64_t steps_before = w->stats.n_steps;
         w->stats = stats;
         pthread_mutex_unlock(&w->mu);
+        if (stats.n_steps != steps_before) {
+            /* One step, at most one forward pass: its shape is the latest. */
+            worker_event step = { .type = WORKER_STEP, .batch_seqs = stats.last_batch_seqs,
+                                  .batch_tokens = stats.last_batch_tokens,
+                                  .t_event = worker_now() };
+            post(w, &step);
+        }
         /* Idle: sleep until a submit/cancel/stop wakes the engine. */
         if (ran == 0 && !has_commands(w) && !atomic_load(&w->stop))
             gl_engine_wait(w->engine);

@@ -5,7 +5,9 @@
  * thread never calls into the engine: worker_submit/worker_cancel only
  * append to a command queue, and engine events are copied into an event queue
  * that a uv_async_t drains on the loop thread, calling the event function
- * there. Requests are named by their `user` pointer (unique while active). */
+ * there. Requests are named by their `user` pointer (unique while active).
+ * Each forward pass is reported too (WORKER_STEP), through the same queue,
+ * so the loop thread sees every batch shape without sampling. */
 #ifndef WORKER_H
 #define WORKER_H
 
@@ -21,6 +23,7 @@ typedef enum worker_event_type {
     WORKER_PROMPT_TOKEN,     /* the gl_event kinds, copied */
     WORKER_TOKEN,
     WORKER_FINISHED,
+    WORKER_STEP,             /* an engine step ran a forward pass: batch_* (user NULL) */
 } worker_event_type;
 
 typedef struct worker_event {
@@ -39,6 +42,7 @@ typedef struct worker_event {
     int n_prompt_tokens, n_cached_tokens, n_generated;
     double t_queued, t_first_token, t_total;
     double t_event;          /* monotonic seconds when the engine emitted it */
+    int batch_seqs, batch_tokens; /* STEP: the forward pass's shape */
 } worker_event;
 
 typedef void (*worker_event_fn)(const worker_event *ev, void *ctx);

@@ -53,8 +53,8 @@ class Server:
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         line = self._read_line(timeout)
         if not line.startswith("listening: "):
-            self.stop()
-            raise RuntimeError(f"server did not start: {line!r} {self.proc.stderr.read()}")
+            _, err = self.stop()
+            raise RuntimeError(f"server did not start: {line!r} {err}")
         self.url = line.split(" ", 1)[1].strip()
         self.port = int(self.url.rsplit(":", 1)[1])
         if wait_ready:

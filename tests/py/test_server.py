@@ -243,6 +243,32 @@ def test_logit_bias_forces_token(server):
     assert r["choices"][0]["text"] == back["content"] or r["choices"][0]["text"].strip() == back["content"].strip()
 
 
+EOS = 2  # stories260K's end-of-sequence token
+
+
+def test_ignore_eos(server):
+    # the bias makes EOS the greedy pick at every step: the completion ends at
+    # once, unless ignore_eos lets it run to max_tokens
+    body = dict(max_tokens=8, logit_bias={str(EOS): 100})
+    for ignore in (None, False):
+        extra = {} if ignore is None else {"ignore_eos": ignore}
+        r = greedy(server, **body, **extra)
+        assert r["choices"][0]["finish_reason"] == "stop" and r["usage"]["completion_tokens"] == 0
+    r = greedy(server, **body, ignore_eos=True, n=2)
+    assert r["usage"]["completion_tokens"] == 2 * 8
+    assert [c["finish_reason"] for c in r["choices"]] == ["length", "length"]
+    status, _, raw = request(server.url + "/v1/completions",
+                             dict(body, prompt=PROMPT, temperature=0, ignore_eos=True, stream=True,
+                                  stream_options={"include_usage": True}))
+    assert status == 200
+    events, done = sse_events(raw)
+    assert done and events[-1]["usage"]["completion_tokens"] == 8
+    assert events[-2]["choices"][0]["finish_reason"] == "length"
+    # without the bias greedy decoding already runs to the limit; ignore_eos keeps it there
+    r = greedy(server, max_tokens=30, ignore_eos=True)
+    assert r["usage"]["completion_tokens"] == 30 and r["choices"][0]["finish_reason"] == "length"
+
+
 # ---- errors --------------------------------------------------------------------------
 
 BAD_REQUESTS = [
@@ -268,6 +294,8 @@ BAD_REQUESTS = [
     ({"prompt": PROMPT, "stream_options": {"include_usage": True}}, "stream_options"),
     ({"prompt": PROMPT, "stream": "yes"}, "stream"),
     ({"prompt": PROMPT, "echo": 1}, "echo"),
+    ({"prompt": PROMPT, "ignore_eos": 1}, "ignore_eos"),
+    ({"prompt": PROMPT, "ignore_eos": "true"}, "ignore_eos"),
     ({"prompt": PROMPT, "seed": "x"}, "seed"),
     ({"prompt": PROMPT, "model": 5}, "model"),
     ({"prompt": PROMPT, "user": 5}, "user"),
@@ -304,6 +332,20 @@ def test_400_invalid_utf8(server):
     assert status == 400 and json.loads(body)["error"]["param"] == "prompt"
     status, _, body = request(server.url + "/tokenize", b'{"content": "\xc3("}')
     assert status == 400
+
+
+def test_400_nul_in_strings(server):
+    # cJSON hands strings over as C strings: a NUL would cut them short silently.
+    for raw in (rb'{"prompt": "Once\u0000 upon a time", "max_tokens": 1}',
+                rb'{"prompt": "Once", "stop": ["\u0000x"], "max_tokens": 1}'):
+        status, _, body = request(server.url + "/v1/completions", raw)
+        assert status == 400, raw
+        assert "NUL" in json.loads(body)["error"]["message"]
+    # an escaped backslash followed by the letters u0000 is ordinary text
+    status, _, body = request(server.url + "/v1/completions",
+                              rb'{"prompt": "a\\u0000", "max_tokens": 1, "echo": true}')
+    assert status == 200, body
+    assert json.loads(body)["choices"][0]["text"].startswith("a\\u0000")
 
 
 def test_context_length_exceeded(server):
@@ -415,8 +457,9 @@ def test_metrics_promtool(server):
     text = body.decode()
     for name in ("time_to_first_token_seconds", "inter_token_latency_seconds",
                  "e2e_request_latency_seconds", "request_prompt_tokens", "request_generation_tokens",
-                 "request_queue_time_seconds"):
+                 "request_queue_time_seconds", "batch_size", "batch_tokens"):
         assert f"# TYPE genloop_{name} histogram" in text
+    assert "# TYPE genloop_engine_steps_total counter" in text
 
 
 # ---- load limits, disconnects, lifecycle -------------------------------------------------------

@@ -1,0 +1,315 @@
+/* bench.c -- `genloop bench`: how fast a model runs on this machine, and how
+ * close decoding comes to the memory-bandwidth roofline.
+ *
+ * Measures, each as the median of -r repetitions: memory read bandwidth
+ * (best of several passes over a 512 MiB buffer with the same thread count),
+ * prompt processing (one request of -p tokens, max_tokens 1: prompt tokens
+ * over the time to its first token), single-stream generation (-n tokens),
+ * and aggregate generation for each batch size of -b (from when every request
+ * has its first token to when all finish). Decoding reads every weight once
+ * per step, so tg x weight bytes per token / bandwidth is the fraction of the
+ * roofline reached. */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "genloop.h"
+
+#define MAX_BATCHES 16
+#define BW_BYTES ((size_t)512 << 20)
+#define GEN_PROMPT 16 /* prompt tokens of the generation runs */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* ---- memory bandwidth ------------------------------------------------------- */
+
+typedef struct bw_slice {
+    const uint64_t *data;
+    size_t n;                 /* words */
+    uint64_t sum;             /* keeps the reads from being optimised away */
+} bw_slice;
+
+static void *bw_read(void *arg) {
+    bw_slice *s = arg;
+    uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+    for (size_t i = 0; i + 4 <= s->n; i += 4) {
+        a0 += s->data[i];
+        a1 += s->data[i + 1];
+        a2 += s->data[i + 2];
+        a3 += s->data[i + 3];
+    }
+    s->sum = a0 + a1 + a2 + a3;
+    return NULL;
+}
+
+/* GB/s of reading the buffer with n_threads threads, best of `passes`. */
+static double measure_bandwidth(int n_threads, int passes) {
+    uint64_t *buf = malloc(BW_BYTES);
+    if (!buf) return 0;
+    size_t words = BW_BYTES / sizeof *buf;
+    for (size_t i = 0; i < words; i++) buf[i] = i; /* touch every page */
+    bw_slice slices[64];
+    pthread_t threads[64];
+    if (n_threads > 64) n_threads = 64;
+    double best = 0;
+    uint64_t sink = 0;
+    for (int pass = 0; pass < passes; pass++) {
+        double t0 = now_s();
+        for (int i = 0; i < n_threads; i++) {
+            size_t from = words * (size_t)i / (size_t)n_threads, to = words * (size_t)(i + 1) / (size_t)n_threads;
+            slices[i] = (bw_slice){.data = buf + from, .n = to - from};
+            if (i > 0) pthread_create(&threads[i], NULL, bw_read, &slices[i]);
+        }
+        bw_read(&slices[0]);
+        for (int i = 1; i < n_threads; i++) pthread_join(threads[i], NULL);
+        double dt = now_s() - t0;
+        for (int i = 0; i < n_threads; i++) sink += slices[i].sum;
+        double gbs = (double)BW_BYTES / dt / 1e9;
+        if (gbs > best) best = gbs;
+    }
+    free(buf);
+    if (sink == 42) fprintf(stderr, " "); /* a use of the sums */
+    return best;
+}
+
+/* ---- engine runs -------------------------------------------------------------- */
+
+typedef struct run_state {
+    int n_requests;
+    int n_first;              /* requests that have their first token */
+    int n_finished;
+    double t_all_first;       /* when the last first token arrived */
+    long tokens_after_first;  /* generated after t_all_first */
+    double t_first_token;     /* FINISHED of the last request: its submit-to-first-token */
+    int *got_first;           /* [n_requests], by user index */
+    char error[256];
+} run_state;
+
+static void on_event(const gl_event *ev, void *ctx) {
+    run_state *st = ctx;
+    intptr_t idx = (intptr_t)ev->user;
+    if (ev->type == GL_EVENT_TOKEN) {
+        if (st->n_first == st->n_requests) st->tokens_after_first++;
+        if (!st->got_first[idx]) {
+            st->got_first[idx] = 1;
+            if (++st->n_first == st->n_requests) st->t_all_first = now_s();
+        }
+    } else if (ev->type == GL_EVENT_FINISHED) {
+        st->n_finished++;
+        st->t_first_token = ev->t_first_token;
+        if (ev->finish == GL_FINISH_ERROR && ev->error) snprintf(st->error, sizeof st->error, "%s", ev->error);
+    }
+}
+
+/* Submit n_req requests of n_prompt tokens generating max_tokens each, run to
+ * the end. Prompts differ per request and per `salt`, so no prefix is shared. */
+static int run_requests(gl_engine *e, const gl_model_info *info, int n_req, int n_prompt, int max_tokens, int salt,
+                        run_state *st) {
+    memset(st, 0, sizeof *st);
+    st->n_requests = n_req;
+    st->got_first = calloc((size_t)n_req, sizeof *st->got_first);
+    int32_t *prompt = malloc((size_t)n_prompt * sizeof *prompt);
+    if (!st->got_first || !prompt) {
+        free(st->got_first);
+        free(prompt);
+        fprintf(stderr, "genloop bench: out of memory\n");
+        return -1;
+    }
+    int span = info->n_vocab > 400 ? info->n_vocab - 300 : info->n_vocab;
+    int base = info->n_vocab > 400 ? 260 : 0; /* past byte and special tokens */
+    for (int r = 0; r < n_req; r++) {
+        for (int i = 0; i < n_prompt; i++)
+            prompt[i] = base + (int32_t)(((uint64_t)i * 7919u + (uint64_t)r * 104729u + (uint64_t)salt * 15485863u) % (uint64_t)span);
+        gl_request req = {.prompt = prompt, .n_prompt = n_prompt, .max_tokens = max_tokens, .ignore_eos = true,
+                          .prompt_logprobs = -1, .user = (void *)(intptr_t)r};
+        gl_sampling_params_default(&req.sampling);
+        req.sampling.temperature = 0;
+        gl_error err;
+        if (!gl_engine_submit(e, &req, NULL, &err)) {
+            fprintf(stderr, "genloop bench: %s\n", err.message);
+            free(prompt);
+            free(st->got_first);
+            return -1;
+        }
+    }
+    free(prompt);
+    while (st->n_finished < n_req) gl_engine_step(e, on_event, st);
+    free(st->got_first);
+    if (st->error[0]) {
+        fprintf(stderr, "genloop bench: %s\n", st->error);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the command ----------------------------------------------------------------- */
+
+static void usage(FILE *out) {
+    fprintf(out,
+            "usage: genloop bench -m MODEL [options]\n"
+            "\n"
+            "  -m, --model PATH    GGUF model\n"
+            "  -p N                prompt tokens for prompt processing (default 512)\n"
+            "  -n N                tokens to generate (default 128)\n"
+            "  -t, --threads N     compute threads (default: all cores)\n"
+            "  -b LIST             batch sizes for aggregate generation, e.g. 1,4,16 (default 1,2,4,8,16)\n"
+            "  -r N                repetitions, the median is reported (default 3)\n"
+            "  --json              print one JSON object instead of a table\n");
+}
+
+static int parse_batches(const char *s, int *out) {
+    int n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        long v;
+        if (n == MAX_BATCHES || !cli_parse_int("-b", tok, 1, 256, &v)) return -1;
+        out[n++] = (int)v;
+    }
+    return n;
+}
+
+int cmd_bench(int argc, char **argv) {
+    const char *model_path = NULL;
+    long n_prompt = 512, n_gen = 128, n_threads = 0, reps = 3;
+    int batches[MAX_BATCHES] = {1, 2, 4, 8, 16}, n_batches = 5;
+    bool json = false;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
+            return 0;
+        } else if (!strcmp(a, "--json")) {
+            json = true;
+        } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
+            if (!(model_path = cli_value(argc, argv, &i))) return 2;
+        } else if (!strcmp(a, "-p")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_int(a, v, 1, 1 << 20, &n_prompt)) return 2;
+        } else if (!strcmp(a, "-n")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_int(a, v, 2, 1 << 20, &n_gen)) return 2;
+        } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_int(a, v, 1, 1024, &n_threads)) return 2;
+        } else if (!strcmp(a, "-r")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_int(a, v, 1, 1000, &reps)) return 2;
+        } else if (!strcmp(a, "-b")) {
+            if (!(v = cli_value(argc, argv, &i))) return 2;
+            if ((n_batches = parse_batches(v, batches)) <= 0) {
+                fprintf(stderr, "genloop: invalid value '%s' for -b: expected up to %d sizes like 1,4,16\n", v,
+                        MAX_BATCHES);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "genloop bench: unknown option '%s'\n", a);
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (!model_path) {
+        usage(stderr);
+        return 2;
+    }
+    if (n_threads == 0) n_threads = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
+
+    gl_error err;
+    gl_model *model = gl_model_load(model_path, &err);
+    if (!model) {
+        fprintf(stderr, "genloop bench: %s\n", err.message);
+        return 1;
+    }
+    const gl_model_info *info = gl_model_get_info(model);
+    int max_batch = 1;
+    for (int i = 0; i < n_batches; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
+    int ctx = (int)(n_prompt > GEN_PROMPT ? n_prompt : GEN_PROMPT) + (int)n_gen + 16;
+
+    gl_engine_params ep;
+    gl_engine_params_default(&ep);
+    ep.n_threads = (int)n_threads;
+    ep.kv_cache_tokens = max_batch * (GEN_PROMPT + (int)n_gen + 32) > ctx ? max_batch * (GEN_PROMPT + (int)n_gen + 32)
+                                                                         : ctx;
+    ep.kv_cache_tokens += 64;
+    ep.max_batch_tokens = (int)n_prompt > max_batch * GEN_PROMPT ? (int)n_prompt : max_batch * GEN_PROMPT;
+    ep.max_seqs = max_batch;
+    ep.n_ctx = ctx;
+    ep.prefix_caching = false;
+    gl_engine *e = gl_engine_create(model, &ep, &err);
+    if (!e) {
+        fprintf(stderr, "genloop bench: %s\n", err.message);
+        gl_model_free(model);
+        return 1;
+    }
+
+    double *bw = calloc((size_t)reps, sizeof *bw), *pp = calloc((size_t)reps, sizeof *pp);
+    double *tg = calloc((size_t)reps, sizeof *tg);
+    double *bt = calloc((size_t)reps * (size_t)n_batches, sizeof *bt);
+    double bt_med[MAX_BATCHES];
+    int rc = 0;
+    run_state st;
+    /* Warm up: page the weights in, start the workers. */
+    if (run_requests(e, info, 1, 8, 2, 999, &st)) rc = 1;
+    for (int r = 0; r < reps && !rc; r++) {
+        /* Interleave the measurements so machine noise spreads over all of them. */
+        bw[r] = measure_bandwidth((int)n_threads, 3);
+        if (run_requests(e, info, 1, (int)n_prompt, 1, r, &st)) rc = 1;
+        else pp[r] = (double)n_prompt / st.t_first_token;
+        if (!rc && run_requests(e, info, 1, GEN_PROMPT, (int)n_gen, 1000 + r, &st) == 0)
+            tg[r] = (double)st.tokens_after_first / (now_s() - st.t_all_first);
+        else rc = 1;
+        for (int b = 0; b < n_batches && !rc; b++) {
+            double t0;
+            if (run_requests(e, info, batches[b], GEN_PROMPT, (int)n_gen, 2000 + 100 * r + b, &st)) {
+                rc = 1;
+                break;
+            }
+            t0 = st.t_all_first;
+            bt[b * reps + r] = (double)st.tokens_after_first / (now_s() - t0);
+        }
+        if (!json) fprintf(stderr, "genloop bench: repetition %d/%ld done\n", r + 1, reps);
+    }
+    if (!rc) {
+        double bw_m = median(bw, (int)reps), pp_m = median(pp, (int)reps), tg_m = median(tg, (int)reps);
+        for (int b = 0; b < n_batches; b++) bt_med[b] = median(bt + b * reps, (int)reps);
+        double roof = bw_m > 0 ? tg_m * (double)info->weight_bytes / (bw_m * 1e9) : 0;
+        if (json) {
+            printf("{\"model\": \"%s\", \"threads\": %ld, \"n_prompt\": %ld, \"n_gen\": %ld, \"reps\": %ld, "
+                   "\"pp_tokens_per_s\": %.2f, \"tg_tokens_per_s\": %.2f, \"bandwidth_gb_per_s\": %.2f, "
+                   "\"weight_bytes_per_token\": %llu, \"roofline_fraction\": %.4f, \"batch_tg_tokens_per_s\": {",
+                   info->name, n_threads, n_prompt, n_gen, reps, pp_m, tg_m, bw_m,
+                   (unsigned long long)info->weight_bytes, roof);
+            for (int b = 0; b < n_batches; b++) printf("%s\"%d\": %.2f", b ? ", " : "", batches[b], bt_med[b]);
+            printf("}}\n");
+        } else {
+            printf("model               %s\n", info->name);
+            printf("threads             %ld\n", n_threads);
+            printf("bandwidth           %.2f GB/s\n", bw_m);
+            printf("weights per token   %.1f MB\n", (double)info->weight_bytes / 1e6);
+            printf("pp%-5ld             %.1f tokens/s\n", n_prompt, pp_m);
+            printf("tg%-5ld             %.1f tokens/s\n", n_gen, tg_m);
+            printf("roofline fraction   %.3f\n", roof);
+            for (int b = 0; b < n_batches; b++)
+                printf("batch %-3d           %.1f tokens/s aggregate (%.2fx single)\n", batches[b], bt_med[b],
+                       tg_m > 0 ? bt_med[b] / tg_m : 0);
+        }
+    }
+    free(bw), free(pp), free(tg), free(bt);
+    gl_engine_free(e);
+    gl_model_free(model);
+    return rc;
+}

@@ -1,0 +1,408 @@
+/* api_chat.c -- a chat request renders its messages with the chat template
+ * into one prompt, then runs as a job (job.h) of n seqs, one per choice.
+ * What is particular to this endpoint: the messages and the template (its
+ * end-of-turn texts join the stop strings), max_completion_tokens, the
+ * logprobs.content shape, and the chat.completion JSON with streamed deltas
+ * (a role chunk first, content chunks, then an empty delta with the
+ * finish_reason). */
+#include "api_chat.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chat_template.h"
+#include "job.h"
+
+#define CHAT_MAX_STOP (PARAMS_MAX_STOP + 4) /* the request's, then the template's */
+#define CHAT_MAX_TOP_LOGPROBS 20
+
+typedef struct chat_seq {
+    job_seq base;            /* first */
+    jbuf lp;                 /* logprobs.content entries not yet written */
+    int n_lp;
+} chat_seq;
+
+typedef struct chat_job {
+    job base;                /* first */
+    const char *stops[CHAT_MAX_STOP]; /* gen.stop plus the template's end-of-turn texts */
+    int n_stops;
+    bool logprobs;
+    int top_logprobs;
+    int32_t *prompt;
+    int n_prompt;
+} chat_job;
+
+/* ---- the template, built at model load ------------------------------------------ */
+
+void chat_setup(api_server *a) {
+    const gl_model_info *info = gl_model_get_info(a->model);
+    const char *name = a->cfg->chat_template[0] ? a->cfg->chat_template : NULL;
+    const char *bos = info->bos_id >= 0 ? gl_token_text(a->model, info->bos_id) : "";
+    const char *eos = info->eos_id >= 0 ? gl_token_text(a->model, info->eos_id) : "";
+    gl_error err = {{0}};
+    a->chat_template = chat_template_new(info->chat_template, name, bos, eos, &err);
+    if (!a->chat_template) {
+        snprintf(a->chat_template_error, sizeof(a->chat_template_error), "%s", err.message);
+        fprintf(stderr, "genloop: WARNING: the chat template cannot be used: %s; "
+                        "/v1/chat/completions will answer with an error "
+                        "(pick a built-in format with --chat-template NAME)\n", err.message);
+        return;
+    }
+    const chat_template *t = a->chat_template;
+    const char *origin = chat_template_is_model_source(t) ? "the model's own template"
+                       : name ? "built-in, as asked by --chat-template"
+                       : info->chat_template ? "built-in, standing in for the model's template that cannot be parsed"
+                                             : "built-in; the model has no template";
+    fprintf(stderr, "genloop: chat template: %s (%s)\n", chat_template_name(t), origin);
+}
+
+void chat_teardown(api_server *a) {
+    chat_template_free(a->chat_template);
+    a->chat_template = NULL;
+}
+
+static void chat_free(job *j) {
+    chat_job *cj = (chat_job *)j;
+    for (int i = 0; j->seqs && i < j->n_seqs; i++) jbuf_free(&((chat_seq *)job_seq_at(j, i))->lp);
+    free(cj->prompt);
+}
+
+/* ---- logprobs, in the chat shape ------------------------------------------------ */
+
+/* {"token": text, "logprob": x, "bytes": [...]} without the closing brace. */
+static void lp_token(jbuf *b, const api_server *a, int32_t token, float logprob) {
+    size_t len = 0;
+    const char *piece = gl_token_piece(a->model, token, &len);
+    if (!piece) len = 0;
+    jbuf_puts(b, "{\"token\":");
+    api_write_piece(a, b, token);
+    jbuf_puts(b, ",\"logprob\":");
+    jbuf_num(b, logprob);
+    jbuf_puts(b, ",\"bytes\":[");
+    for (size_t i = 0; i < len; i++) jbuf_printf(b, "%s%u", i ? "," : "", (unsigned char)piece[i]);
+    jbuf_puts(b, "]");
+}
+
+static void chat_on_token(job_seq *js, const worker_event *ev) {
+    chat_seq *s = (chat_seq *)js;
+    const chat_job *cj = (const chat_job *)js->job;
+    if (!cj->logprobs) return;
+    const api_server *a = cj->base.api;
+    jbuf *b = &s->lp;
+    if (s->n_lp++) jbuf_puts(b, ",");
+    lp_token(b, a, ev->token, ev->logprob);
+    jbuf_puts(b, ",\"top_logprobs\":[");
+    int n = ev->n_top < cj->top_logprobs ? ev->n_top : cj->top_logprobs;
+    for (int i = 0; i < n; i++) {
+        if (i) jbuf_puts(b, ",");
+        lp_token(b, a, ev->top[i].token, ev->top[i].logprob);
+        jbuf_puts(b, "}");
+    }
+    jbuf_puts(b, "]}");
+}
+
+/* The pending entries as a logprobs object (or null), then cleared. */
+static void lp_write(jbuf *out, chat_seq *s) {
+    if (!((const chat_job *)s->base.job)->logprobs) { jbuf_puts(out, "null"); return; }
+    jbuf_puts(out, "{\"content\":[");
+    jbuf_raw(out, s->lp.data ? s->lp.data : "", s->lp.len);
+    jbuf_puts(out, "]}");
+    jbuf_clear(&s->lp);
+    s->n_lp = 0;
+}
+
+/* ---- response pieces ------------------------------------------------------------ */
+
+/* One chat.completion.chunk with one choice; delta is a JSON object text
+ * or NULL for the pending content. */
+static void send_delta(job_seq *s, const char *delta, int final, int with_timings) {
+    jbuf *b = job_chunk_begin(s->job);
+    jbuf_printf(b, "{\"index\":%d,\"delta\":", s->index);
+    if (delta) {
+        jbuf_puts(b, delta);
+    } else {
+        jbuf_puts(b, "{\"content\":");
+        jbuf_str(b, s->text.data ? s->text.data : "", s->text.len);
+        jbuf_puts(b, "}");
+        jbuf_clear(&s->text);
+    }
+    jbuf_puts(b, ",\"logprobs\":");
+    if (delta && !final) jbuf_puts(b, "null");
+    else lp_write(b, (chat_seq *)s);
+    job_write_finish(b, s, final);
+    jbuf_puts(b, "}");
+    job_chunk_end(s->job, with_timings);
+}
+
+/* Sends a seq's pending content, and once it is done the closing chunk
+ * (empty delta, finish_reason; any logprobs still pending ride on it). */
+static void chat_stream_flush(job_seq *s, int with_timings) {
+    if (s->text.len > 0) send_delta(s, NULL, 0, 0);
+    if (s->state == JOB_SEQ_DONE) send_delta(s, "{}", 1, with_timings);
+}
+
+static int chat_stream_open(job_seq *s) {
+    send_delta(s, "{\"role\":\"assistant\",\"content\":\"\"}", 0, 0);
+    return 1;
+}
+
+static void chat_write_choice(jbuf *b, job_seq *s) {
+    jbuf_printf(b, "{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":", s->index);
+    jbuf_str(b, s->text.data ? s->text.data : "", s->text.len);
+    jbuf_puts(b, "},\"logprobs\":");
+    lp_write(b, (chat_seq *)s);
+    job_write_finish(b, s, 1);
+    jbuf_puts(b, "}");
+}
+
+/* ---- request parsing ------------------------------------------------------------------- */
+
+static const cJSON *given(const cJSON *obj, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* Fields of the API this server does not implement: present and not null
+ * is a 400 naming the field. Some have one value that changes nothing. */
+static int check_unsupported(const cJSON *body, params_error *e) {
+    static const char *const fields[] = { "tools", "tool_choice", "functions", "function_call",
+                                          "parallel_tool_calls", "audio", NULL };
+    for (int i = 0; fields[i]; i++) {
+        const cJSON *v = given(body, fields[i]);
+        if (v && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0)) /* [] = no tools */
+            return params_fail(e, 400, fields[i], "unsupported_parameter",
+                               "'%s' is not supported by this server (no tool or function calling)",
+                               fields[i]);
+    }
+    const cJSON *modalities = given(body, "modalities");
+    if (modalities && !(cJSON_IsArray(modalities) && cJSON_GetArraySize(modalities) == 1 &&
+                        cJSON_IsString(modalities->child) &&
+                        !strcmp(modalities->child->valuestring, "text")))
+        return params_fail(e, 400, "modalities", "unsupported_parameter",
+                           "'modalities' other than [\"text\"] is not supported");
+    const cJSON *format = given(body, "response_format");
+    if (format) {
+        const cJSON *type = cJSON_IsObject(format) ? given(format, "type") : NULL;
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
+            cJSON_GetArraySize(format) != 1)
+            return params_fail(e, 400, "response_format", "unsupported_parameter",
+                               "'response_format' other than {\"type\": \"text\"} is not supported");
+    }
+    return 0;
+}
+
+/* A message's content as one text: a string, or the texts of an array of
+ * {type: "text", text} parts joined by newlines. *owned is set when the
+ * text was built here. */
+static int flatten_content(const cJSON *content, int i, const char **text, char **owned,
+                           params_error *e) {
+    char param[64];
+    snprintf(param, sizeof(param), "messages[%d].content", i);
+    if (cJSON_IsString(content)) {
+        *text = content->valuestring;
+    } else if (cJSON_IsArray(content)) {
+        jbuf b = {0};
+        int j = 0;
+        for (const cJSON *part = content->child; part; part = part->next, j++) {
+            const cJSON *type = cJSON_IsObject(part) ? given(part, "type") : NULL;
+            const cJSON *ptext = cJSON_IsObject(part) ? given(part, "text") : NULL;
+            if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0) {
+                jbuf_free(&b);
+                snprintf(param, sizeof(param), "messages[%d].content[%d].type", i, j);
+                return params_fail(e, 400, param, "unsupported_content_type",
+                                   "'%s' is %s%.40s%s; only text parts are supported", param,
+                                   cJSON_IsString(type) ? "'" : "", cJSON_IsString(type) ? type->valuestring : "missing",
+                                   cJSON_IsString(type) ? "'" : "");
+            }
+            if (!cJSON_IsString(ptext)) {
+                jbuf_free(&b);
+                snprintf(param, sizeof(param), "messages[%d].content[%d].text", i, j);
+                return params_fail(e, 400, param, "invalid_type", "'%s' must be a string", param);
+            }
+            if (j) jbuf_puts(&b, "\n");
+            jbuf_puts(&b, ptext->valuestring);
+        }
+        if (b.oom) {
+            jbuf_free(&b);
+            return params_fail(e, 500, param, NULL, "out of memory");
+        }
+        *owned = b.data ? b.data : strdup("");
+        if (!*owned) return params_fail(e, 500, param, NULL, "out of memory");
+        *text = *owned;
+    } else {
+        return params_fail(e, 400, param, cJSON_IsNull(content) || !content ? "missing_required_parameter" : "invalid_type",
+                           "'%s' must be a string or an array of text parts", param);
+    }
+    if (!params_utf8_valid(*text, strlen(*text)))
+        return params_fail(e, 400, param, "invalid_value", "'%s' is not valid UTF-8", param);
+    return 0;
+}
+
+static int parse_message(const cJSON *m, int i, chat_message *out, char **owned, params_error *e) {
+    char param[64];
+    snprintf(param, sizeof(param), "messages[%d]", i);
+    if (!cJSON_IsObject(m))
+        return params_fail(e, 400, param, "invalid_type", "'%s' must be an object", param);
+    for (const cJSON *f = m->child; f; f = f->next) {
+        if (!strcmp(f->string, "role") || !strcmp(f->string, "content") || !strcmp(f->string, "name"))
+            continue;
+        /* Assistant messages echoed back from a response carry nulls and empty lists. */
+        if (cJSON_IsNull(f) || (cJSON_IsArray(f) && cJSON_GetArraySize(f) == 0)) continue;
+        snprintf(param, sizeof(param), "messages[%d].%.40s", i, f->string);
+        return params_fail(e, 400, param, "unsupported_parameter", "'%s' is not supported%s", param,
+                           strstr(f->string, "tool") || strstr(f->string, "function")
+                               ? " (no tool or function calling)" : "");
+    }
+    const cJSON *role = given(m, "role");
+    snprintf(param, sizeof(param), "messages[%d].role", i);
+    if (!cJSON_IsString(role))
+        return params_fail(e, 400, param, role ? "invalid_type" : "missing_required_parameter",
+                           "'%s' must be one of 'system', 'developer', 'user', 'assistant'", param);
+    const char *r = role->valuestring;
+    if (!strcmp(r, "developer")) r = "system"; /* the newer name of the same role */
+    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
+        return params_fail(e, 400, param, "unsupported_value",
+                           "'%s' is '%.40s'; supported roles are 'system', 'developer', 'user' and 'assistant'",
+                           param, r);
+    const cJSON *name = given(m, "name");
+    if (name && !cJSON_IsString(name)) {
+        snprintf(param, sizeof(param), "messages[%d].name", i);
+        return params_fail(e, 400, param, "invalid_type", "'%s' must be a string", param);
+    }
+    out->role = r;
+    return flatten_content(given(m, "content"), i, &out->content, owned, e);
+}
+
+/* Renders the messages with the template and tokenizes the result. */
+static int build_prompt(chat_job *cj, const cJSON *messages, params_error *e) {
+    api_server *a = cj->base.api;
+    if (!messages)
+        return params_fail(e, 400, "messages", "missing_required_parameter", "'messages' is required");
+    if (!cJSON_IsArray(messages))
+        return params_fail(e, 400, "messages", "invalid_type", "'messages' must be an array");
+    int n = cJSON_GetArraySize(messages);
+    if (n == 0) return params_fail(e, 400, "messages", "invalid_value", "'messages' must not be empty");
+    chat_message *msgs = calloc((size_t)n, sizeof(*msgs));
+    char **owned = calloc((size_t)n, sizeof(*owned));
+    int rc = 0, i = 0;
+    if (!msgs || !owned) rc = params_fail(e, 500, "messages", NULL, "out of memory");
+    for (const cJSON *m = messages->child; m && rc == 0; m = m->next, i++)
+        rc = parse_message(m, i, &msgs[i], &owned[i], e);
+    /* The template is checked after the request, so a bad request is still
+     * told what is wrong with it. */
+    char *text = NULL;
+    if (rc == 0 && !a->chat_template)
+        rc = params_fail(e, 500, "messages", "chat_template_unsupported",
+                         "This model's chat template is not supported (%s); the server can be "
+                         "started with --chat-template NAME to use a built-in format",
+                         a->chat_template_error);
+    if (rc == 0) {
+        gl_error err = {{0}};
+        text = chat_template_render(a->chat_template, msgs, n, true, &err);
+        if (!text) rc = params_fail(e, 400, "messages", "invalid_value", "%s", err.message);
+    }
+    for (int k = 0; owned && k < n; k++) free(owned[k]);
+    free(owned);
+    free(msgs);
+    if (rc) return rc;
+    gl_error err = {{0}};
+    /* Templates write BOS themselves; only their special tokens are parsed. */
+    int n_ids = gl_tokenize(a->model, text, strlen(text), GL_TOKENIZE_PARSE_SPECIAL, &cj->prompt, &err);
+    free(text);
+    if (n_ids < 0) return params_fail(e, 400, "messages", "invalid_value", "%s", err.message);
+    if (n_ids == 0) return params_fail(e, 400, "messages", "invalid_value", "the conversation renders to an empty prompt");
+    cj->n_prompt = n_ids;
+    return 0;
+}
+
+static void add_stop(chat_job *cj, const char *s) {
+    for (int i = 0; i < cj->n_stops; i++)
+        if (!strcmp(cj->stops[i], s)) return;
+    if (cj->n_stops < CHAT_MAX_STOP) cj->stops[cj->n_stops++] = s;
+}
+
+static int chat_parse(job *j, const cJSON *body, params_error *e) {
+    chat_job *cj = (chat_job *)j;
+    static const char *const keys[] = {
+        "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n",
+        "stream", "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
+        "seed", "user", "logprobs", "top_logprobs", "response_format", "top_k", "min_p",
+        "repetition_penalty", "ignore_eos",
+        /* known, refused by check_unsupported unless null (or harmless) */
+        "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio",
+        "modalities", NULL };
+    api_server *a = j->api;
+    if (params_check_keys(body, keys, e) || check_unsupported(body, e) || api_check_model(a, body, e))
+        return -1;
+    const cJSON *user = given(body, "user");
+    if (user && !cJSON_IsString(user))
+        return params_fail(e, 400, "user", "invalid_type", "'user' must be a string");
+
+    /* max_completion_tokens is the newer name and wins; without either the
+     * reply may run to the end of the context. */
+    int has_mct = given(body, "max_completion_tokens") != NULL;
+    int has_mt = given(body, "max_tokens") != NULL;
+    const char *max_key = has_mct ? "max_completion_tokens" : "max_tokens";
+    if (params_generation_parse_limits(body, a->model, &a->limits, max_key, &j->gen, e))
+        return -1;
+    int ignored;
+    if (has_mct && has_mt && params_get_int(body, "max_tokens", 1, a->limits.max_tokens, &ignored, e))
+        return -1;
+    if ((has_mct || has_mt) && j->gen.max_tokens < 1)
+        return params_fail(e, 400, max_key, "invalid_value", "'%s' must be at least 1", max_key);
+
+    if (params_get_bool(body, "logprobs", &cj->logprobs, e) ||
+        params_get_int(body, "top_logprobs", 0, CHAT_MAX_TOP_LOGPROBS, &cj->top_logprobs, e))
+        return -1;
+    if (given(body, "top_logprobs") && !cj->logprobs)
+        return params_fail(e, 400, "top_logprobs", "invalid_value",
+                           "'top_logprobs' needs 'logprobs' set to true");
+
+    if (build_prompt(cj, given(body, "messages"), e)) return -1;
+    int need = cj->n_prompt + (has_mct || has_mt ? j->gen.max_tokens : 1);
+    if (need > a->n_ctx)
+        return params_fail(e, 400, "messages", "context_length_exceeded",
+                           "This model's maximum context length is %d tokens, however you "
+                           "requested %d tokens (%d in the messages; %d for the completion). "
+                           "Please reduce the length of the messages or completion.",
+                           a->n_ctx, need, cj->n_prompt, need - cj->n_prompt);
+    if (api_check_prompt_tokens(a, cj->n_prompt, "messages", e)) return -1;
+    if (!has_mct && !has_mt) { /* up to the end of the context, within the server's cap */
+        int room = a->n_ctx - cj->n_prompt;
+        j->gen.max_tokens = room < a->limits.max_tokens ? room : a->limits.max_tokens;
+    }
+
+    for (int i = 0; i < j->gen.n_stop; i++) add_stop(cj, j->gen.stop[i]);
+    int n_tpl = 0;
+    const char *const *tpl_stops = chat_template_stop_strings(a->chat_template, &n_tpl);
+    for (int i = 0; i < n_tpl; i++) add_stop(cj, tpl_stops[i]);
+    j->n_seqs = j->gen.n;
+    j->prompt_tokens = cj->n_prompt;
+    j->gen.sampling.n_logprobs = cj->logprobs ? cj->top_logprobs : 0;
+    return 0;
+}
+
+static void chat_prepare(job_seq *s, gl_request *r) {
+    chat_job *cj = (chat_job *)s->job;
+    r->prompt = cj->prompt;
+    r->n_prompt = cj->n_prompt;
+    r->n_stop = cj->n_stops;
+    r->stop = cj->stops;
+}
+
+static const job_ops chat_ops = {
+    .job_size = sizeof(chat_job), .seq_size = sizeof(chat_seq),
+    .id_prefix = "chatcmpl", .prompt_param = "messages",
+    .object = "chat.completion", .chunk_object = "chat.completion.chunk",
+    .parse = chat_parse, .prepare = chat_prepare,
+    .on_token = chat_on_token, /* no prompt logprobs */
+    .stream_open = chat_stream_open, .stream_flush = chat_stream_flush,
+    .write_choice = chat_write_choice,
+    .free = chat_free,
+};
+
+void chat_handle(http_req *req, void *ctx) {
+    job_handle(req, ctx, &chat_ops);
+}
+

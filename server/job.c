@@ -1,0 +1,335 @@
+/* job.c -- the life of a completion-style request: parse, submit one engine
+ * request per choice, collect events, stream or reply, free. */
+#include "job.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+job_seq *job_seq_at(job *j, int i) {
+    return (job_seq *)((char *)j->seqs + (size_t)i * j->ops->seq_size);
+}
+
+void job_seq_append(job_seq *s, const char *text, size_t len) {
+    jbuf_raw(&s->text, text, len);
+    s->text_bytes += len;
+}
+
+/* ---- lifetime ------------------------------------------------------------------ */
+
+static void job_destroy(api_job *base) {
+    job *j = (job *)base;
+    if (j->ops->free) j->ops->free(j);
+    for (int i = 0; j->seqs && i < j->n_seqs; i++) jbuf_free(&job_seq_at(j, i)->text);
+    free(j->seqs);
+    params_generation_free(&j->gen);
+    jbuf_free(&j->chunk);
+    free(j);
+}
+
+static void job_cancel(api_job *base) {
+    job *j = (job *)base;
+    for (int i = 0; i < j->n_seqs; i++) {
+        job_seq *s = job_seq_at(j, i);
+        if (s->state != JOB_SEQ_DONE) worker_cancel(j->api->worker, &s->sink);
+    }
+}
+
+static void job_release(job *j) {
+    api_job_remove(j->api, &j->base);
+    job_destroy(&j->base);
+}
+
+static void on_http_close(void *data, int aborted) {
+    job *j = data;
+    j->req = NULL;
+    if (j->n_unfinished > 0)
+        job_cancel(&j->base);  /* the client left: stop computing for it */
+    else
+        job_release(j);
+}
+
+/* ---- response pieces ------------------------------------------------------------ */
+
+static void write_head(jbuf *b, const job *j, const char *object) {
+    jbuf_puts(b, "{\"id\":");
+    jbuf_str(b, j->id, strlen(j->id));
+    jbuf_printf(b, ",\"object\":\"%s\",\"created\":%ld,\"model\":", object, j->created);
+    jbuf_str(b, j->api->model_id, strlen(j->api->model_id));
+}
+
+void job_write_finish(jbuf *b, const job_seq *s, int final) {
+    jbuf_puts(b, ",\"finish_reason\":");
+    if (!final) { jbuf_puts(b, "null"); return; }
+    const char *r = gl_finish_reason_str(s->finish);
+    jbuf_str(b, r, strlen(r));
+}
+
+typedef struct job_totals {
+    int prompt_tokens, completion_tokens;
+    double ttft, decode_time;
+    int seqs_with_tokens;
+} job_totals;
+
+static job_totals totals(job *j) {
+    job_totals t = { j->prompt_tokens, 0, INFINITY, 0, 0 };
+    double last = 0;
+    for (int i = 0; i < j->n_seqs; i++) {
+        const job_seq *s = job_seq_at(j, i);
+        t.completion_tokens += s->n_generated;
+        if (s->n_generated > 0) {
+            t.seqs_with_tokens++;
+            if (s->t_first < t.ttft) t.ttft = s->t_first;
+            if (s->t_total > last) last = s->t_total;
+        }
+    }
+    if (t.seqs_with_tokens == 0) t.ttft = 0;
+    else t.decode_time = last - t.ttft;
+    return t;
+}
+
+static void write_usage(jbuf *b, const job_totals *t) {
+    jbuf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}",
+                t->prompt_tokens, t->completion_tokens, t->prompt_tokens + t->completion_tokens);
+}
+
+/* timings: ttft over the first token of any choice; predicted_per_second is
+ * the decode rate after each choice's first token. */
+static void write_timings(jbuf *b, const job_totals *t) {
+    int decoded = t->completion_tokens - t->seqs_with_tokens;
+    jbuf_printf(b, "\"timings\":{\"prompt_n\":%d,\"ttft_ms\":", t->prompt_tokens);
+    jbuf_num(b, t->ttft * 1e3);
+    jbuf_puts(b, ",\"prompt_per_second\":");
+    jbuf_num(b, t->ttft > 0 ? t->prompt_tokens / t->ttft : 0);
+    jbuf_printf(b, ",\"predicted_n\":%d,\"predicted_per_second\":", t->completion_tokens);
+    jbuf_num(b, t->decode_time > 0 && decoded > 0 ? decoded / t->decode_time : 0);
+    jbuf_puts(b, "}");
+}
+
+/* ---- streaming -------------------------------------------------------------------- */
+
+static void send_chunk(job *j) {
+    if (j->req) http_stream_write(j->req, j->chunk.data, j->chunk.len);
+    jbuf_clear(&j->chunk);
+}
+
+jbuf *job_chunk_begin(job *j) {
+    jbuf *b = &j->chunk;
+    jbuf_puts(b, "data: ");
+    write_head(b, j, j->ops->chunk_object);
+    jbuf_puts(b, ",\"choices\":[");
+    return b;
+}
+
+void job_chunk_end(job *j, int with_timings) {
+    jbuf *b = &j->chunk;
+    jbuf_puts(b, "]");
+    if (j->gen.include_usage) jbuf_puts(b, ",\"usage\":null");
+    if (with_timings) {
+        job_totals t = totals(j);
+        jbuf_puts(b, ",");
+        write_timings(b, &t);
+    }
+    jbuf_puts(b, "}\n\n");
+    send_chunk(j);
+}
+
+static void stream_flush(job_seq *s, int with_timings) {
+    job *j = s->job;
+    if (!j->stream_started || s->final_sent) return;
+    j->ops->stream_flush(s, with_timings);
+    if (s->state == JOB_SEQ_DONE) s->final_sent = 1;
+}
+
+static void stream_start(job *j) {
+    j->stream_started = 1;
+    if (j->req) http_stream_start(j->req, 200, "text/event-stream");
+    for (int i = 0; i < j->n_seqs; i++) {
+        job_seq *s = job_seq_at(j, i);
+        if (j->ops->stream_open(s)) stream_flush(s, 0);
+    }
+}
+
+/* ---- completion ---------------------------------------------------------------------- */
+
+static void log_line(job *j, const job_totals *t) {
+    if (!j->req) return;
+    int decoded = t->completion_tokens - t->seqs_with_tokens;
+    http_req_log(j->req, "%s prompt=%d gen=%d ttft=%.1fms tps=%.1f finish=%s%s", j->id,
+                 t->prompt_tokens, t->completion_tokens, t->ttft * 1e3,
+                 t->decode_time > 0 ? decoded / t->decode_time : 0.0,
+                 j->n_seqs ? gl_finish_reason_str(job_seq_at(j, 0)->finish) : "-",
+                 j->n_seqs > 1 ? " (choice 0)" : "");
+}
+
+static void reply_whole(job *j, const job_totals *t) {
+    jbuf b = {0};
+    write_head(&b, j, j->ops->object);
+    jbuf_puts(&b, ",\"choices\":[");
+    for (int i = 0; i < j->n_seqs; i++) {
+        if (i) jbuf_puts(&b, ",");
+        j->ops->write_choice(&b, job_seq_at(j, i));
+    }
+    jbuf_puts(&b, "],");
+    write_usage(&b, t);
+    jbuf_puts(&b, ",");
+    write_timings(&b, t);
+    jbuf_puts(&b, "}");
+    if (b.oom) {
+        params_fail(&j->err, 500, NULL, NULL, "out of memory");
+        api_reply_error(j->api, j->req, &j->err);
+    } else {
+        http_reply(j->req, 200, "application/json", b.data, b.len);
+    }
+    jbuf_free(&b);
+}
+
+static void job_complete(job *j) {
+    job_totals t = totals(j);
+    if (j->failed) {
+        if (j->req) api_reply_error(j->api, j->req, &j->err);
+    } else if (j->gen.stream) {
+        for (int i = 0; i < j->n_seqs; i++) stream_flush(job_seq_at(j, i), 0);
+        jbuf *b = &j->chunk;
+        if (j->gen.include_usage) {
+            jbuf_puts(b, "data: ");
+            write_head(b, j, j->ops->chunk_object);
+            jbuf_puts(b, ",\"choices\":[],");
+            write_usage(b, &t);
+            jbuf_puts(b, ",");
+            write_timings(b, &t);
+            jbuf_puts(b, "}\n\n");
+        }
+        jbuf_puts(b, "data: [DONE]\n\n");
+        send_chunk(j);
+        if (j->req) http_stream_end(j->req);
+        log_line(j, &t);
+    } else if (j->req) {
+        reply_whole(j, &t);
+        log_line(j, &t);
+    }
+    if (!j->req) job_release(j);
+}
+
+static void seq_on_event(api_sink *sink, const worker_event *ev) {
+    job_seq *s = (job_seq *)sink;
+    job *j = s->job;
+    api_server *a = j->api;
+    switch (ev->type) {
+    case WORKER_SUBMITTED:
+        s->state = JOB_SEQ_RUNNING;
+        j->n_submitting--;
+        if (j->failed) worker_cancel(a->worker, sink);
+        else if (j->n_submitting == 0 && j->gen.stream) stream_start(j);
+        break;
+    case WORKER_REJECTED:
+        s->state = JOB_SEQ_DONE;
+        j->n_submitting--;
+        j->n_unfinished--;
+        if (!j->failed) {
+            j->failed = 1;
+            if (ev->queue_full)
+                params_fail(&j->err, 503, NULL, "server_busy",
+                            "The server is busy (waiting queue full); retry later");
+            else
+                params_fail(&j->err, 400, j->ops->prompt_param, NULL, "%s",
+                            ev->error ? ev->error : "rejected");
+            job_cancel(&j->base);
+        }
+        if (j->n_unfinished == 0) job_complete(j);
+        break;
+    case WORKER_PROMPT_TOKEN:
+        if (j->ops->on_prompt_token) j->ops->on_prompt_token(s, ev);
+        break;
+    case WORKER_TOKEN:
+        if (s->t_last_token > 0) metrics_observe(a->m.itl, ev->t_event - s->t_last_token);
+        s->t_last_token = ev->t_event;
+        if (j->scoring_only) break;
+        if (j->ops->on_token) j->ops->on_token(s, ev);
+        job_seq_append(s, ev->text, ev->text_len);
+        if (j->gen.stream) stream_flush(s, 0);
+        break;
+    case WORKER_FINISHED: {
+        worker_event shown = *ev;
+        if (j->scoring_only && ev->finish != GL_FINISH_CANCELLED && ev->finish != GL_FINISH_ERROR) {
+            shown.n_generated = 0;
+            shown.finish = GL_FINISH_LENGTH;
+        }
+        api_note_finished(a, &shown);
+        if (!j->scoring_only) job_seq_append(s, ev->text, ev->text_len);
+        s->state = JOB_SEQ_DONE;
+        s->finish = shown.finish;
+        s->n_generated = shown.n_generated;
+        s->t_first = ev->t_first_token;
+        s->t_total = ev->t_total;
+        if (ev->finish == GL_FINISH_ERROR && !j->failed && !j->stream_started) {
+            j->failed = 1;
+            params_fail(&j->err, 500, NULL, "engine_error", "%s", ev->error ? ev->error : "engine error");
+        }
+        j->n_unfinished--;
+        if (j->gen.stream) stream_flush(s, j->n_unfinished == 0);
+        if (j->n_unfinished == 0) job_complete(j);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* ---- the handler --------------------------------------------------------------------- */
+
+void job_handle(http_req *req, api_server *a, const job_ops *ops) {
+    if (api_reply_if_loading(a, req)) return;
+    cJSON *body = api_parse_body(a, req);
+    if (!body) return;
+    job *j = calloc(1, ops->job_size);
+    params_error e;
+    if (!j) {
+        cJSON_Delete(body);
+        params_fail(&e, 500, NULL, NULL, "out of memory");
+        api_reply_error(a, req, &e);
+        return;
+    }
+    j->ops = ops;
+    j->api = a;
+    j->base.cancel = job_cancel;
+    j->base.destroy = job_destroy;
+    int rc = ops->parse(j, body, &e);
+    cJSON_Delete(body);
+    if (rc == 0) {
+        j->seqs = calloc((size_t)j->n_seqs, ops->seq_size);
+        if (!j->seqs) rc = params_fail(&e, 500, NULL, NULL, "out of memory");
+    }
+    if (rc) {
+        api_reply_error(a, req, &e);
+        job_destroy(&j->base);
+        return;
+    }
+    j->req = req;
+    j->created = (long)time(NULL);
+    snprintf(j->id, sizeof(j->id), "%s-%llx%06llx", ops->id_prefix, (unsigned long long)j->created,
+             (unsigned long long)++a->next_id);
+    j->n_submitting = j->n_unfinished = j->n_seqs;
+    api_job_add(a, &j->base);
+    http_req_on_close(req, on_http_close, j);
+
+    for (int i = 0; i < j->n_seqs; i++) {
+        job_seq *s = job_seq_at(j, i);
+        s->sink.on_event = seq_on_event;
+        s->job = j;
+        s->index = i;
+        gl_request r = {
+            .max_tokens = j->gen.max_tokens,
+            .sampling = j->gen.sampling,
+            .n_stop = j->gen.n_stop,
+            .stop = (const char *const *)j->gen.stop,
+            .ignore_eos = j->gen.ignore_eos,
+            .prompt_logprobs = -1,
+            .user = &s->sink,
+        };
+        ops->prepare(s, &r);
+        worker_submit(a->worker, &r);
+    }
+}

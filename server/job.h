@@ -1,0 +1,102 @@
+/* job.h -- one completion-style API request ("job") and the engine requests
+ * ("seqs", one per choice) it fans out into.
+ *
+ * job_handle parses the body through the endpoint's job_ops, submits every
+ * seq, and then follows the engine events: each seq collects its text and
+ * finish; streaming writes SSE chunks as tokens come, otherwise the whole
+ * response goes out once every seq has finished. Usage, timings, the log
+ * line, metrics and errors (rejected submits, engine errors) are handled
+ * here; the endpoint supplies request parsing and the JSON of its choices.
+ *
+ * A job outlives its HTTP request when the client leaves early: its seqs
+ * are cancelled and it frees itself once the connection is closed and every
+ * seq has finished. The endpoint's structs start with a job and a job_seq. */
+#ifndef JOB_H
+#define JOB_H
+
+#include <cjson/cJSON.h>
+
+#include "api.h"
+
+typedef enum { JOB_SEQ_SUBMITTING, JOB_SEQ_RUNNING, JOB_SEQ_DONE } job_seq_state;
+
+typedef struct job_seq {
+    api_sink sink;           /* first: the engine request's user pointer */
+    struct job *job;
+    int index;               /* choice index */
+    job_seq_state state;
+    jbuf text;               /* non-stream: the whole text; stream: not yet sent */
+    size_t text_bytes;       /* choice text so far, sent or not */
+    int final_sent;          /* stream: the chunk with finish_reason went out */
+    int n_generated;
+    gl_finish_reason finish;
+    double t_first, t_total; /* seconds since submit */
+    double t_last_token;     /* for inter-token latency */
+} job_seq;
+
+typedef struct job {
+    api_job base;            /* first: listed in api_server */
+    const struct job_ops *ops;
+    api_server *api;
+    http_req *req;           /* NULL once the connection has closed */
+    char id[48];
+    long created;
+    params_generation gen;   /* filled by ops->parse */
+    int n_seqs;              /* set by ops->parse */
+    int prompt_tokens;       /* usage: set by ops->parse */
+    bool scoring_only;       /* set by ops->parse: the one generated token is dropped */
+    void *seqs;              /* n_seqs of ops->seq_size bytes; see job_seq_at */
+    int n_submitting;        /* seqs without SUBMITTED/REJECTED yet */
+    int n_unfinished;        /* seqs not DONE */
+    int failed;              /* a submit was rejected: err holds the reply */
+    params_error err;
+    int stream_started;
+    jbuf chunk;              /* scratch for one SSE chunk */
+} job;
+
+typedef struct job_ops {
+    size_t job_size, seq_size; /* the endpoint's structs */
+    const char *id_prefix;   /* of response ids: "cmpl" */
+    const char *object;      /* "object" of the whole response */
+    const char *chunk_object;/* "object" of streamed chunks */
+    const char *prompt_param;/* what a rejected submit's 400 names */
+    /* Validates the body into the job (gen, n_seqs, prompt_tokens and its
+     * own fields); returns 0 or -1 with e filled. */
+    int (*parse)(job *j, const cJSON *body, params_error *e);
+    /* Fills in the endpoint's part of a seq's engine request (prompt; the
+     * rest comes from gen) just before it is submitted. */
+    void (*prepare)(job_seq *s, gl_request *r);
+    /* Optional: a prompt token was scored (prompt logprobs). */
+    void (*on_prompt_token)(job_seq *s, const worker_event *ev);
+    /* Optional: a token was generated; its text is appended after this, so
+     * s->text_bytes is its offset. Not called when scoring_only. */
+    void (*on_token)(job_seq *s, const worker_event *ev);
+    /* When the stream opens: may send a first chunk; returns 1 when the
+     * seq's pending text goes out now. */
+    int (*stream_open)(job_seq *s);
+    /* Sends a seq's pending text as chunks (job_chunk_begin/end), and the
+     * chunk with finish_reason once it is done, with_timings on that one. */
+    void (*stream_flush)(job_seq *s, int with_timings);
+    /* One choice of the whole (non-stream) response. */
+    void (*write_choice)(jbuf *b, job_seq *s);
+    /* Optional: frees the endpoint's fields of the job and its seqs. */
+    void (*free)(job *j);
+} job_ops;
+
+/* The route handler of an endpoint: ctx is the api_server. */
+void job_handle(http_req *req, api_server *a, const job_ops *ops);
+
+job_seq *job_seq_at(job *j, int i);
+/* Appends to a seq's text (echo, tokens). */
+void job_seq_append(job_seq *s, const char *text, size_t len);
+
+/* A streamed chunk: begin writes `data: {"id":..,"choices":[` to j->chunk
+ * and returns it for the endpoint's choice; end closes the object (with
+ * usage null and, if asked, timings) and sends it. */
+jbuf *job_chunk_begin(job *j);
+void job_chunk_end(job *j, int with_timings);
+
+/* A finish_reason, or null while the choice is still going. */
+void job_write_finish(jbuf *b, const job_seq *s, int final);
+
+#endif

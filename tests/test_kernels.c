@@ -1,0 +1,446 @@
+/* test_kernels.c -- every fast kernel against the scalar reference.
+ *
+ * Matmul: random weight blocks of each type, odd row counts, many token
+ * counts. A fast kernel quantizes activations to 8 bits, so it is checked
+ * two ways: (1) against the exact dot product of the reference-dequantized
+ * weights with the dequantized 8-bit activations (computed in double) to
+ * float rounding, which catches any layout mistake; (2) against the float
+ * activations within the rigorous bound of the activation rounding,
+ * sum over blocks of d/2 * sum|w|. Batch invariance is checked bit for bit:
+ * a token's outputs must not change with the number of tokens or rows in the
+ * call, the thread count, or the attention work split. */
+#include "kernels.h"
+#include "quant.h"
+#include "simd.h"
+#include "testutil.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers -------------------------------------------------------------- */
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint32_t rnd(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 16);
+}
+
+static float rnd_uniform(float lo, float hi) { return lo + (hi - lo) * (float)(rnd() & 0xffffff) / 16777216.0f; }
+
+static void put_f16(uint8_t *p, float f) {
+    uint16_t h = gl_fp32_to_fp16(f);
+    memcpy(p, &h, 2);
+}
+
+static const uint32_t quant_types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q5_0, GL_TYPE_Q5_1,
+                                       GL_TYPE_Q8_0, GL_TYPE_Q4_K, GL_TYPE_Q5_K, GL_TYPE_Q6_K};
+static const uint32_t float_types[] = {GL_TYPE_F32, GL_TYPE_F16, GL_TYPE_BF16};
+
+/* Random quant bytes with sane f16 scale fields (offsets per type). */
+static void fill_weights(uint32_t type, uint8_t *buf, int64_t n_rows, int64_t n_cols) {
+    const gl_type_traits *tt = gl_type_get(type);
+    size_t row_bytes = gl_type_row_bytes(type, n_cols);
+    size_t n_blocks = (size_t)n_rows * (size_t)(n_cols / tt->block_size);
+    if (type == GL_TYPE_F32 || type == GL_TYPE_F16 || type == GL_TYPE_BF16) {
+        for (int64_t i = 0; i < n_rows * n_cols; i++) {
+            float f = rnd_uniform(-1, 1);
+            if (type == GL_TYPE_F32) memcpy(buf + 4 * i, &f, 4);
+            else if (type == GL_TYPE_F16) put_f16(buf + 2 * i, f);
+            else {
+                uint16_t b = gl_fp32_to_bf16(f);
+                memcpy(buf + 2 * i, &b, 2);
+            }
+        }
+        return;
+    }
+    for (size_t i = 0; i < (size_t)n_rows * row_bytes; i++) buf[i] = (uint8_t)rnd();
+    int off[2] = {-1, -1};
+    switch (type) {
+    case GL_TYPE_Q4_1: case GL_TYPE_Q5_1: case GL_TYPE_Q4_K: case GL_TYPE_Q5_K: off[0] = 0; off[1] = 2; break;
+    case GL_TYPE_Q6_K: off[0] = 208; break;
+    default: off[0] = 0; break;
+    }
+    for (size_t b = 0; b < n_blocks; b++)
+        for (int k = 0; k < 2; k++)
+            if (off[k] >= 0) put_f16(buf + b * (size_t)tt->block_bytes + off[k], rnd_uniform(-0.05f, 0.05f));
+}
+
+static void fill_acts(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = rnd_uniform(-2, 2);
+    /* A few spikes and an all-zero block, as real activations have. */
+    if (n >= 64) {
+        x[5] = 40.0f;
+        memset(x + 32, 0, 32 * sizeof *x);
+    }
+}
+
+/* Dequantized activations the way a fast kernel sees them. */
+static void act_as_seen(uint32_t type, const float *x, int64_t n, float *seen, float *half_step) {
+    kern_act_kind kind = kern_act_kind_of(type);
+    if (kind == KERN_ACT_F32) {
+        memcpy(seen, x, (size_t)n * sizeof *x);
+        for (int64_t i = 0; i < n; i++) half_step[i] = 0;
+    } else if (kind == KERN_ACT_Q8_32) {
+        kq8_32 *q = malloc((size_t)(n / 32) * sizeof *q);
+        kern_quantize_32_ref(x, q, n);
+        for (int64_t i = 0; i < n; i++) {
+            seen[i] = q[i / 32].d * (256 * q[i / 32].q[i % 32] + q[i / 32].q2[i % 32]);
+            half_step[i] = q[i / 32].d; /* q2 may clip to 127 at a half step of q */
+        }
+        free(q);
+    } else {
+        kq8_256 *q = malloc((size_t)(n / 256) * sizeof *q);
+        kern_quantize_256_ref(x, q, n);
+        for (int64_t i = 0; i < n; i++) {
+            seen[i] = q[i / 256].d * (256 * q[i / 256].q[i % 256] + q[i / 256].q2[i % 256]);
+            half_step[i] = q[i / 256].d;
+        }
+        free(q);
+    }
+}
+
+/* Run impl's rows function on rows [r0, r1) for tokens [t0, t1); out is n_tok x n_rows. */
+static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, int64_t n_rows, int64_t n_cols,
+                     const float *x, int n_tok, int r0, int r1, int t0, int t1, float *out) {
+    kern_act_kind kind = kern_act_kind_of(type);
+    size_t row_bytes = gl_type_row_bytes(type, n_cols);
+    size_t stride = kind == KERN_ACT_Q8_32    ? (size_t)(n_cols / 32) * sizeof(kq8_32)
+                    : kind == KERN_ACT_Q8_256 ? (size_t)(n_cols / 256) * sizeof(kq8_256)
+                                              : (size_t)n_cols * sizeof(float);
+    uint8_t *act = malloc(stride * (size_t)n_tok);
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (size_t)t * (size_t)n_cols;
+        if (kind == KERN_ACT_Q8_32) impl->quantize_32(xt, (kq8_32 *)(act + t * stride), n_cols);
+        else if (kind == KERN_ACT_Q8_256) impl->quantize_256(xt, (kq8_256 *)(act + t * stride), n_cols);
+        else memcpy(act + t * stride, xt, stride);
+    }
+    impl->rows[type](w + (size_t)r0 * row_bytes, row_bytes, r1 - r0, n_cols, act + (size_t)t0 * stride, stride,
+                     t1 - t0, out + (size_t)t0 * (size_t)n_rows + r0, (size_t)n_rows);
+    free(act);
+}
+
+static const kern_impl *impls[2];
+static int n_impls;
+
+static void find_impls(void) {
+    n_impls = 0;
+    if (kern_impl_avx2()) impls[n_impls++] = kern_impl_avx2();
+    if (kern_impl_avx512()) impls[n_impls++] = kern_impl_avx512();
+}
+
+/* ---- activation quantizers ------------------------------------------------- */
+
+START_TEST(quantizers_match_reference) {
+    find_impls();
+    enum { N = 1024 };
+    float x[N];
+    for (int round = 0; round < 20; round++) {
+        fill_acts(x, N);
+        if (round == 1) memset(x, 0, sizeof x);
+        if (round == 2)
+            for (int i = 0; i < N; i++) x[i] = (float)(i % 255 - 127) * 0.5f; /* exact .5 ties */
+        kq8_32 r32[N / 32], s32[N / 32];
+        kq8_256 r256[N / 256], s256[N / 256];
+        kern_quantize_32_ref(x, r32, N);
+        kern_quantize_256_ref(x, r256, N);
+        for (int k = 0; k < n_impls; k++) {
+            impls[k]->quantize_32(x, s32, N);
+            impls[k]->quantize_256(x, s256, N);
+            ck_assert_msg(!memcmp(r32, s32, sizeof r32), "%s quantize_32 differs (round %d)", impls[k]->name, round);
+            ck_assert_msg(!memcmp(r256, s256, sizeof r256), "%s quantize_256 differs (round %d)", impls[k]->name, round);
+        }
+    }
+}
+END_TEST
+
+/* ---- matmul kernels ------------------------------------------------------------ */
+
+static void check_type(const kern_impl *impl, uint32_t type, int64_t n_rows, int64_t n_cols, int n_tok) {
+    const gl_type_traits *tt = gl_type_get(type);
+    size_t row_bytes = gl_type_row_bytes(type, n_cols);
+    uint8_t *w = malloc((size_t)n_rows * row_bytes);
+    float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
+    float *out = calloc((size_t)n_tok * (size_t)n_rows, sizeof *out);
+    float *one = calloc((size_t)n_tok * (size_t)n_rows, sizeof *one);
+    float *wrow = malloc((size_t)n_cols * sizeof *wrow), *seen = malloc((size_t)n_cols * sizeof *seen);
+    float *half_step = malloc((size_t)n_cols * sizeof *half_step);
+    fill_weights(type, w, n_rows, n_cols);
+    fill_acts(x, (int64_t)n_tok * n_cols);
+
+    run_rows(impl, type, w, n_rows, n_cols, x, n_tok, 0, (int)n_rows, 0, n_tok, out);
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (size_t)t * (size_t)n_cols;
+        act_as_seen(type, xt, n_cols, seen, half_step);
+        for (int64_t r = 0; r < n_rows; r++) {
+            tt->to_float(w + (size_t)r * row_bytes, wrow, n_cols);
+            double exact_seen = 0, exact = 0, mag = 0, bound = 0;
+            for (int64_t i = 0; i < n_cols; i++) {
+                exact_seen += (double)wrow[i] * seen[i];
+                exact += (double)wrow[i] * xt[i];
+                mag += fabs((double)wrow[i] * seen[i]);
+                bound += fabs((double)wrow[i]) * half_step[i];
+            }
+            double got = out[(size_t)t * (size_t)n_rows + (size_t)r];
+            ck_assert_msg(fabs(got - exact_seen) <= 2e-6 * mag + 1e-6,
+                          "%s %s row %lld tok %d: got %.9g, exact %.9g (mag %g)", impl->name, tt->name,
+                          (long long)r, t, got, exact_seen, mag);
+            ck_assert_msg(fabs(got - exact) <= bound + 2e-6 * mag + 1e-6,
+                          "%s %s row %lld tok %d: got %.9g, float reference %.9g, bound %g", impl->name, tt->name,
+                          (long long)r, t, got, exact, bound);
+        }
+    }
+    /* Invariance: each token alone, and rows in odd-sized pieces, give the same bits. */
+    for (int t = 0; t < n_tok; t++) {
+        for (int r0 = 0; r0 < n_rows;) {
+            int r1 = r0 + 1 + (int)(rnd() % 6);
+            if (r1 > n_rows) r1 = (int)n_rows;
+            run_rows(impl, type, w, n_rows, n_cols, x, n_tok, r0, r1, t, t + 1, one);
+            r0 = r1;
+        }
+    }
+    ck_assert_msg(!memcmp(out, one, (size_t)n_tok * (size_t)n_rows * sizeof *out),
+                  "%s %s: result depends on the tile", impl->name, tt->name);
+    free(w), free(x), free(out), free(one), free(wrow), free(seen), free(half_step);
+}
+
+START_TEST(quant_kernels_match_reference) {
+    find_impls();
+    if (n_impls == 0) return;
+    static const int toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 13, 17};
+    for (int k = 0; k < n_impls; k++)
+        for (size_t ti = 0; ti < sizeof quant_types / sizeof quant_types[0]; ti++) {
+            uint32_t type = quant_types[ti];
+            int64_t n_cols = gl_type_get(type)->block_size == 256 ? 768 : 544;
+            for (size_t n = 0; n < sizeof toks / sizeof toks[0]; n++) check_type(impls[k], type, 13, n_cols, toks[n]);
+            check_type(impls[k], type, 1, n_cols, 3);
+            check_type(impls[k], type, 6, gl_type_get(type)->block_size, 2);
+        }
+}
+END_TEST
+
+START_TEST(float_kernels_match_reference) {
+    find_impls();
+    static const int cols[] = {1, 7, 8, 37, 64, 67, 600};
+    for (int k = 0; k < n_impls; k++)
+        for (size_t ti = 0; ti < sizeof float_types / sizeof float_types[0]; ti++)
+            for (size_t c = 0; c < sizeof cols / sizeof cols[0]; c++)
+                for (int n_tok = 1; n_tok <= 10; n_tok += 3) check_type(impls[k], float_types[ti], 11, cols[c], n_tok);
+}
+END_TEST
+
+/* ---- kern_matmul through the pool ------------------------------------------------- */
+
+static void matmul_with(const char *backend, int n_threads, const gl_tensor *w, const float *x, int n_tok, float *out) {
+    kern_pool *p = kern_pool_new(n_threads);
+    ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(kern_pool_reserve(p, (size_t)w->n_cols), 0);
+    ck_assert_int_eq(kern_set_backend(backend), 0);
+    kern_matmul(p, w, x, n_tok, out);
+    kern_set_backend("auto");
+    kern_pool_free(p);
+}
+
+START_TEST(matmul_is_batch_and_thread_invariant) {
+    for (size_t ti = 0; ti < 4; ti++) {
+        uint32_t type = (uint32_t[]){GL_TYPE_Q4_1, GL_TYPE_Q8_0, GL_TYPE_Q6_K, GL_TYPE_F16}[ti];
+        int64_t n_rows = 301, n_cols = 512;
+        int n_tok = 19;
+        size_t row_bytes = gl_type_row_bytes(type, n_cols);
+        uint8_t *data = malloc((size_t)n_rows * row_bytes);
+        fill_weights(type, data, n_rows, n_cols);
+        gl_tensor w = {.type = type, .n_cols = n_cols, .n_rows = n_rows, .data = data,
+                       .n_bytes = (uint64_t)n_rows * row_bytes};
+        float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
+        fill_acts(x, (int64_t)n_tok * n_cols);
+        x[5] = 0.5f; /* no spike: the bound below is a plain relative one */
+        float *all = malloc((size_t)n_tok * (size_t)n_rows * sizeof *all);
+        float *one = malloc((size_t)n_rows * sizeof *one), *ref = malloc((size_t)n_tok * (size_t)n_rows * sizeof *ref);
+        const char *backends[] = {"auto", "avx2", "scalar"};
+        for (int b = 0; b < 3; b++) {
+            bool ok = kern_set_backend(backends[b]) == 0;
+            kern_set_backend("auto");
+            if (!ok) continue;
+            matmul_with(backends[b], 2, &w, x, n_tok, all);
+            for (int t = 0; t < n_tok; t++) {
+                matmul_with(backends[b], 1 + t % 2, &w, x + (size_t)t * (size_t)n_cols, 1, one);
+                ck_assert_msg(!memcmp(one, all + (size_t)t * (size_t)n_rows, (size_t)n_rows * sizeof *one),
+                              "%s %s: token %d alone differs from the batch", backends[b], gl_type_get(type)->name, t);
+            }
+            if (b == 2) memcpy(ref, all, (size_t)n_tok * (size_t)n_rows * sizeof *ref);
+        }
+        /* Fast vs scalar path: within the activation-rounding tolerance. */
+        matmul_with("auto", 2, &w, x, n_tok, all);
+        float maxref = 0, maxdiff = 0;
+        for (size_t i = 0; i < (size_t)n_tok * (size_t)n_rows; i++) {
+            maxref = fabsf(ref[i]) > maxref ? fabsf(ref[i]) : maxref;
+            maxdiff = fabsf(ref[i] - all[i]) > maxdiff ? fabsf(ref[i] - all[i]) : maxdiff;
+        }
+        ck_assert_msg(maxdiff <= 1e-4f * maxref, "%s: fast vs scalar max diff %g of %g", gl_type_get(type)->name,
+                      maxdiff, maxref);
+        free(data), free(x), free(all), free(one), free(ref);
+    }
+}
+END_TEST
+
+START_TEST(backend_selection) {
+    ck_assert_int_eq(kern_set_backend("scalar"), 0);
+    ck_assert_str_eq(kern_backend(), "scalar");
+    ck_assert_int_eq(kern_set_backend("no-such-thing"), -1);
+    ck_assert_str_eq(kern_backend(), "scalar");
+    ck_assert_int_eq(kern_set_backend("auto"), 0);
+    find_impls();
+    if (n_impls) ck_assert_str_eq(kern_backend(), impls[n_impls - 1]->name);
+}
+END_TEST
+
+/* ---- attention ------------------------------------------------------------------- */
+
+typedef struct attn_fixture {
+    int n_heads, n_kv_heads, head_dim, block_size, n_blocks, n_seqs;
+    bool f16;
+    uint8_t *k, *v;
+    int32_t *tables[3];
+} attn_fixture;
+
+static void attn_setup(attn_fixture *f) {
+    int kv_dim = f->n_kv_heads * f->head_dim;
+    size_t es = f->f16 ? 2 : 4, n = (size_t)f->n_blocks * (size_t)f->block_size * (size_t)kv_dim;
+    f->k = malloc(n * es);
+    f->v = malloc(n * es);
+    for (size_t i = 0; i < n; i++) {
+        float kv[2] = {rnd_uniform(-3, 3), rnd_uniform(-1, 1)};
+        for (int j = 0; j < 2; j++) {
+            uint8_t *dst = (j ? f->v : f->k) + i * es;
+            if (f->f16) put_f16(dst, kv[j]);
+            else memcpy(dst, &kv[j], 4);
+        }
+    }
+    /* Each sequence owns a shuffled third of the blocks. */
+    int per = f->n_blocks / f->n_seqs;
+    for (int s = 0; s < f->n_seqs; s++) {
+        f->tables[s] = malloc((size_t)per * sizeof(int32_t));
+        for (int i = 0; i < per; i++) f->tables[s][i] = s + f->n_seqs * i;
+        for (int i = per - 1; i > 0; i--) {
+            int j = (int)(rnd() % (uint32_t)(i + 1)), tmp = f->tables[s][i];
+            f->tables[s][i] = f->tables[s][j];
+            f->tables[s][j] = tmp;
+        }
+    }
+}
+
+static float kv_value(const attn_fixture *f, const uint8_t *base, int block, int slot, int i) {
+    size_t idx = ((size_t)block * (size_t)f->block_size + (size_t)slot) * (size_t)(f->n_kv_heads * f->head_dim) + (size_t)i;
+    if (f->f16) {
+        uint16_t h;
+        memcpy(&h, base + 2 * idx, 2);
+        return gl_fp16_to_fp32(h);
+    }
+    float v;
+    memcpy(&v, base + 4 * idx, 4);
+    return v;
+}
+
+static void attention_case(bool f16, int n_heads, int n_kv_heads, int head_dim) {
+    attn_fixture f = {.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim, .block_size = 16,
+                      .n_blocks = 30, .n_seqs = 3, .f16 = f16};
+    attn_setup(&f);
+    enum { T = 12 };
+    int32_t positions[T], seq_of_token[T];
+    for (int t = 0; t < T; t++) {
+        seq_of_token[t] = t % 3;
+        positions[t] = t == 0 ? 0 : (int32_t)(rnd() % (10 * 16 - 1)) + 1;
+    }
+    int D = n_heads * head_dim;
+    float *q = malloc((size_t)T * D * sizeof *q), *out = malloc((size_t)T * D * sizeof *out);
+    float *ref = malloc((size_t)T * D * sizeof *ref), *one = malloc((size_t)D * sizeof *one);
+    for (int i = 0; i < T * D; i++) q[i] = rnd_uniform(-1, 1);
+    kern_attn a = {.n_tokens = T, .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim, .q = q,
+                   .out = out, .positions = positions, .seq_of_token = seq_of_token,
+                   .block_tables = (const int32_t *const *)f.tables, .k = f.k, .v = f.v, .block_size = 16, .f16 = f16};
+    const char *backends[] = {"scalar", "avx2", "auto"};
+    for (int b = 0; b < 3; b++) {
+        if (kern_set_backend(backends[b])) continue;
+        kern_pool *p = kern_pool_new(2);
+        a.out = out;
+        a.n_tokens = T;
+        ck_assert_int_eq(kern_attention(p, &a), 0);
+        /* Straightforward softmax in double. */
+        int group = n_heads / n_kv_heads;
+        for (int t = 0; t < T; t++)
+            for (int h = 0; h < n_heads; h++) {
+                int kvh = h / group, pos = positions[t];
+                double *s = malloc((size_t)(pos + 1) * sizeof *s), mx = -INFINITY, sum = 0;
+                for (int j = 0; j <= pos; j++) {
+                    int blk = f.tables[seq_of_token[t]][j / 16];
+                    double d = 0;
+                    for (int i = 0; i < head_dim; i++)
+                        d += (double)q[t * D + h * head_dim + i] * kv_value(&f, f.k, blk, j % 16, kvh * head_dim + i);
+                    s[j] = d / sqrt((double)head_dim);
+                    mx = s[j] > mx ? s[j] : mx;
+                }
+                for (int j = 0; j <= pos; j++) sum += (s[j] = exp(s[j] - mx));
+                for (int i = 0; i < head_dim; i++) {
+                    double o = 0;
+                    for (int j = 0; j <= pos; j++)
+                        o += s[j] * kv_value(&f, f.v, f.tables[seq_of_token[t]][j / 16], j % 16, kvh * head_dim + i);
+                    o /= sum;
+                    float got = out[t * D + h * head_dim + i];
+                    ck_assert_msg(fabs(got - o) <= 1e-5 * (1 + fabs(o)), "%s attention t%d h%d i%d: %g vs %g",
+                                  kern_backend(), t, h, i, got, o);
+                }
+                free(s);
+            }
+        /* A token alone (single-head work units) gives the batch's bits. */
+        memcpy(ref, out, (size_t)T * D * sizeof *ref);
+        for (int t = 0; t < T; t++) {
+            kern_attn one_tok = a;
+            one_tok.n_tokens = 1;
+            one_tok.q = q + (size_t)t * D;
+            one_tok.out = one;
+            one_tok.positions = positions + t;
+            one_tok.seq_of_token = seq_of_token + t;
+            ck_assert_int_eq(kern_attention(p, &one_tok), 0);
+            ck_assert_msg(!memcmp(one, ref + (size_t)t * D, (size_t)D * sizeof *one), "%s: token %d alone differs",
+                          kern_backend(), t);
+        }
+        kern_pool_free(p);
+    }
+    kern_set_backend("auto");
+    free(q), free(out), free(ref), free(one), free(f.k), free(f.v);
+    for (int s = 0; s < 3; s++) free(f.tables[s]);
+}
+
+START_TEST(attention_matches_reference) {
+    attention_case(true, 9, 3, 64);
+    attention_case(false, 9, 3, 64);
+    attention_case(true, 8, 8, 8);   /* stories260K-like: head_dim 8 */
+    attention_case(true, 4, 1, 20);  /* head_dim with a tail */
+}
+END_TEST
+
+static Suite *kernels_suite(void) {
+    Suite *s = suite_create("kernels");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, quantizers_match_reference);
+    tcase_add_test(tc, quant_kernels_match_reference);
+    tcase_add_test(tc, float_kernels_match_reference);
+    tcase_add_test(tc, matmul_is_batch_and_thread_invariant);
+    tcase_add_test(tc, backend_selection);
+    tcase_add_test(tc, attention_matches_reference);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    SRunner *sr = srunner_create(kernels_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
