@@ -14,7 +14,7 @@ FROM debian:bookworm AS build
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
        build-essential meson ninja-build pkg-config \
-       libmicrohttpd-dev libcjson-dev libopenblas-dev libuv1-dev \
+       libmicrohttpd-dev libcjson-dev libuv1-dev \
        libpcre2-dev libutf8proc-dev python3 \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
@@ -33,7 +33,7 @@ FROM debian:bookworm-slim
 # Only the shared libraries genloop links against, and curl for HEALTHCHECK.
 RUN apt-get update \
     && apt-get install -y --no-install-recommends \
-       libmicrohttpd12 libcjson1 libopenblas0-pthread libuv1 libpcre2-8-0 libutf8proc2 curl \
+       libmicrohttpd12 libcjson1 libuv1 libpcre2-8-0 libutf8proc2 curl \
     && rm -rf /var/lib/apt/lists/* \
     && groupadd --system --gid 10001 genloop \
     && useradd --system --uid 10001 --gid 10001 --home-dir /nonexistent --no-create-home \
