@@ -86,6 +86,13 @@ void kv_register(gl_kv_cache *kv, int b, uint64_t hash, uint64_t parent_hash, co
 
 /* ---- pool ---------------------------------------------------------------------- */
 
+/* Write every page (volatile: a compiler may turn malloc + memset(0) into
+ * calloc, which leaves the pages untouched). */
+static void touch_pages(uint8_t *p, size_t n) {
+    volatile uint8_t *v = p;
+    for (size_t i = 0; i < n; i += 4096) v[i] = 0;
+}
+
 gl_kv_cache *kv_new(int n_layers, int kv_dim, int block_size, int n_blocks, bool f16, gl_error *err) {
     if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0) {
         gl_error_set(err, "KV cache: invalid shape (%d layers, %d dims, %d-token blocks, %d blocks)",
@@ -118,6 +125,11 @@ gl_kv_cache *kv_new(int n_layers, int kv_dim, int block_size, int n_blocks, bool
     if (!kv->k || !kv->v || !kv->ref_count || !kv->free_prev || !kv->free_next || !kv->cached || !kv->hash ||
         !kv->parent_hash || !kv->block_tokens || !kv->chain_next || !kv->bucket)
         goto oom;
+    /* Touch the whole pool now: memory is committed at start-up (an
+     * over-sized pool fails here, not mid-request), and no page faults land
+     * on the decode path as the LRU queue cycles through every block. */
+    touch_pages(kv->k, half);
+    touch_pages(kv->v, half);
     for (int i = 0; i < kv->n_buckets; i++) kv->bucket[i] = -1;
     kv->free_head = kv->free_tail = -1;
     for (int b = 0; b < n_blocks; b++) free_push_back(kv, b);
