@@ -454,9 +454,6 @@ int main(void) {
     tcase_add_test(tc, hostile);
     tcase_add_test(tc, mutations);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return failed ? 1 : 0;
 }

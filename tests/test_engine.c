@@ -339,13 +339,19 @@ START_TEST(prompt_logprobs) {
 }
 END_TEST
 
+/* A 49-token prompt (three full 16-token blocks and one more token): a
+ * reference case's prompt followed by the first 44 tokens of its answer. */
+static int long_prompt(int case_index, int32_t prompt[70]) {
+    const cJSON *cs = cJSON_GetArrayItem(cJSON_GetObjectItem(reference, "cases"), case_index);
+    int n = json_ids(cJSON_GetObjectItem(cs, "prompt_token_ids"), prompt);
+    return n + json_ids(cJSON_GetObjectItem(cs, "generated_token_ids"), prompt + n) - 20;
+}
+
 /* A repeated prompt reuses its cached blocks, and the output is unchanged. */
 START_TEST(prefix_cache_hit) {
     gl_engine *e = make_engine(0, 512, 4);
     int32_t prompt[70];
-    const cJSON *cs = cJSON_GetArrayItem(cJSON_GetObjectItem(reference, "cases"), 0);
-    int n = json_ids(cJSON_GetObjectItem(cs, "prompt_token_ids"), prompt);
-    n += json_ids(cJSON_GetObjectItem(cs, "generated_token_ids"), prompt + n) - 20; /* 49 tokens */
+    int n = long_prompt(0, prompt);
     gl_error err;
     for (int i = 0; i < 2; i++) {
         gl_request r = greedy_request(prompt, n, 10, &outs[i]);
@@ -370,9 +376,7 @@ END_TEST
 START_TEST(parallel_requests_share_prompt_blocks) {
     gl_engine *e = make_engine(0, 32, 8);
     int32_t prompt[70];
-    const cJSON *cs = cJSON_GetArrayItem(cJSON_GetObjectItem(reference, "cases"), 1);
-    int n = json_ids(cJSON_GetObjectItem(cs, "prompt_token_ids"), prompt);
-    n += json_ids(cJSON_GetObjectItem(cs, "generated_token_ids"), prompt + n) - 20; /* 49 tokens */
+    int n = long_prompt(1, prompt);
     gl_error err;
     for (int i = 0; i < 4; i++) {
         gl_request r = greedy_request(prompt, n, 8, &outs[i]);
@@ -454,9 +458,6 @@ int main(void) {
     tcase_add_test(tc, scheduler_step_plans);
     tcase_add_test(tc, parallel_requests_share_prompt_blocks);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return failed ? 1 : 0;
 }

@@ -996,10 +996,7 @@ int main(void) {
     tcase_add_test(tc, test_hostile_file);
     suite_add_tcase(s, tc);
 
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     if (failed) return 1;
     /* Without the shared data the real-file cases did nothing: say so. */
     if (!testdata_path("models/stories260K.gguf")) {

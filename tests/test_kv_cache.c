@@ -4,6 +4,7 @@
 
 #include "kv_cache.h"
 #include "quant.h"
+#include "testutil.h"
 
 START_TEST(alloc_share_release) {
     gl_error err;
@@ -96,9 +97,6 @@ int main(void) {
     tcase_add_test(tc, invalid_shapes);
     tcase_add_test(tc, prefix_cache_lookup_evict_collision);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(s);
     return failed ? 1 : 0;
 }

@@ -572,9 +572,6 @@ static Suite *quant_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(quant_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(quant_suite());
     return failed ? 1 : 0;
 }

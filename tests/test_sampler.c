@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "sampler.h"
+#include "testutil.h"
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -728,9 +729,6 @@ static Suite *sampler_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(sampler_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(sampler_suite());
     return failed ? 1 : 0;
 }

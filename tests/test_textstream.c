@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "textstream.h"
+#include "testutil.h"
 
 #define FFFD "\xEF\xBF\xBD"
 
@@ -491,9 +492,6 @@ static Suite *textstream_suite(void) {
 }
 
 int main(void) {
-    SRunner *sr = srunner_create(textstream_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = test_run_suite(textstream_suite());
     return failed ? 1 : 0;
 }

@@ -1,5 +1,7 @@
 #include "testutil.h"
 
+#include <check.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,4 +26,12 @@ const char *testdata_path(const char *relative) {
     }
     snprintf(buf, sizeof buf, "%s/%s", dir, relative);
     return buf;
+}
+
+int test_run_suite(Suite *s) {
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed;
 }

@@ -15,4 +15,8 @@ const char *testdata_path(const char *relative);
 /* True when the environment says we are in CI (CI=true). */
 bool test_in_ci(void);
 
+/* Run every case of a check suite; the number of failed tests. */
+typedef struct Suite Suite;
+int test_run_suite(Suite *s);
+
 #endif
