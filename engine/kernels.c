@@ -308,7 +308,7 @@ kern_act_kind kern_act_kind_of(uint32_t type) {
 }
 
 static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
-    if (kind == KERN_ACT_Q8_32) return (size_t)(n_cols / 32) * sizeof(kq8_32);
+    if (kind == KERN_ACT_Q8_32) return kq8_32_row_bytes(n_cols);
     if (kind == KERN_ACT_Q8_256) return (size_t)(n_cols / 256) * sizeof(kq8_256);
     return (size_t)n_cols * sizeof(float);
 }
@@ -324,8 +324,10 @@ static int act_reserve(kern_pool *p, size_t bytes) {
 }
 
 int kern_pool_reserve_tokens(kern_pool *p, int max_tokens, int64_t max_cols) {
-    /* kq8_256 is the larger form per element. */
-    return act_reserve(p, (size_t)max_tokens * (size_t)((max_cols + 31) / 32) * ((sizeof(kq8_256) + 7) / 8));
+    /* The larger of the two 8-bit forms, per 32 elements. */
+    size_t per32 = (sizeof(kq8_256) + 7) / 8, per32_small = kq8_32_row_bytes(32);
+    if (per32_small > per32) per32 = per32_small;
+    return act_reserve(p, (size_t)max_tokens * (size_t)((max_cols + 31) / 32) * per32);
 }
 
 /* ---- matmul ------------------------------------------------------------------ */
@@ -355,7 +357,10 @@ static void quantize_rows(matmul_job *job) {
         if (t >= job->n_tokens) break;
         const float *x = job->x + (size_t)t * (size_t)n;
         uint8_t *dst = (uint8_t *)job->act + (size_t)t * job->act_stride;
-        if (job->act_kind == KERN_ACT_Q8_32) job->impl->quantize_32(x, (kq8_32 *)dst, n);
+        if (job->act_kind == KERN_ACT_Q8_32) {
+            job->impl->quantize_32(x, (kq8_32 *)dst, n);
+            kq8_32_index(dst, n / 32);
+        }
         else job->impl->quantize_256(x, (kq8_256 *)dst, n);
     }
 }

@@ -2,17 +2,35 @@
  * from about 2013 on); integer dots through vpmaddubsw. */
 #include "simd.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "quant.h"
+
+/* Every function below is compiled for the target; gcc and clang spell it apart. */
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC target("avx2,fma,f16c")
+#endif
 #define SIMD_NAME avx2
 #define SIMD_NAME_STR "avx2"
 #define SIMD_VNNI 0
+#define SIMD_AVX512 0
 #define TT 4
 #include "simd_body.h"
+#ifdef __clang__
+#pragma clang attribute pop
+#endif
 
 const kern_impl *kern_impl_avx2(void) {
+    unsigned a, b, c, d; /* F16C by cpuid: clang has no __builtin_cpu_supports("f16c") */
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c"))
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+        (c & bit_F16C))
         return &impl_avx2;
     return NULL;
 }

@@ -1,20 +1,38 @@
 /* kernels_avx512.c -- the kernels of simd_body.h with AVX-512 VNNI (Ice Lake,
- * Zen 4 and later): vpdpbusd for the integer dots, 32 vector registers for
- * wider token tiles. */
+ * Zen 4 and later): vpdpbusd for the integer dots, 512-bit registers for the
+ * legacy 32-element types, 32 vector registers for wider token tiles. */
 #include "simd.h"
 
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+#include <immintrin.h>
+#include <math.h>
+#include <string.h>
+
+#include "quant.h"
+
+/* Every function below is compiled for the target; gcc and clang spell it apart. */
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))), \
+                             apply_to = function)
+#else
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#endif
 #define SIMD_NAME avx512
 #define SIMD_NAME_STR "avx512"
 #define SIMD_VNNI 1
+#define SIMD_AVX512 1
 #define TT 8
 #include "simd_body.h"
+#ifdef __clang__
+#pragma clang attribute pop
+#endif
 
 const kern_impl *kern_impl_avx512(void) {
+    unsigned a, b, c, d; /* F16C by cpuid: clang has no __builtin_cpu_supports("f16c") */
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c") &&
-        __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+        (c & bit_F16C) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
         return &impl_avx512;
     return NULL;

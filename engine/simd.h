@@ -35,6 +35,29 @@ typedef struct kq8_256 {
     int8_t q2[256];
 } kq8_256;
 
+/* A row of n_cols activations in the 32-element form, as rows functions read
+ * it: the n_cols / 32 blocks, then every block's d, then every block's s,
+ * each list zero-padded to a multiple of 16 so wide kernels load the scales
+ * of 16 blocks at once without reading past the row. */
+static inline int64_t kq8_32_padded(int64_t n_blocks) { return (n_blocks + 15) & ~(int64_t)15; }
+static inline size_t kq8_32_row_bytes(int64_t n_cols) {
+    return (size_t)(n_cols / 32) * sizeof(kq8_32) + 2 * (size_t)kq8_32_padded(n_cols / 32) * sizeof(float);
+}
+/* The d's; the s's follow kq8_32_padded(n_blocks) floats later. */
+static inline const float *kq8_32_scales(const uint8_t *row, int64_t n_blocks) {
+    return (const float *)(row + (size_t)n_blocks * sizeof(kq8_32));
+}
+/* Fill in the d and s lists after quantize_32 wrote the blocks. */
+static inline void kq8_32_index(uint8_t *row, int64_t n_blocks) {
+    const kq8_32 *y = (const kq8_32 *)row;
+    int64_t padded = kq8_32_padded(n_blocks);
+    float *ds = (float *)(row + (size_t)n_blocks * sizeof(kq8_32));
+    for (int64_t b = 0; b < padded; b++) {
+        ds[b] = b < n_blocks ? y[b].d : 0.0f;
+        ds[padded + b] = b < n_blocks ? y[b].s : 0.0f;
+    }
+}
+
 /* What a weight type multiplies with: float rows or one of the 8-bit forms. */
 typedef enum kern_act_kind { KERN_ACT_F32, KERN_ACT_Q8_32, KERN_ACT_Q8_256 } kern_act_kind;
 

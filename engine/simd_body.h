@@ -1,12 +1,14 @@
 /* simd_body.h -- the x86 kernels, written once and compiled once per
  * instruction set: the including file defines SIMD_NAME (the suffix of every
- * function), TT (tokens per tile) and SIMD_VNNI (1 to use vpdpbusd), and sets
- * the target with a pragma before including this file. Everything here is
- * reached only through a kern_impl that kernels.c picks after asking the CPU.
+ * function), TT (tokens per tile), SIMD_VNNI (1 to use vpdpbusd) and
+ * SIMD_AVX512 (1 for the 512-bit forms), and sets the target before
+ * including this file. Everything here is reached only through a kern_impl
+ * that kernels.c picks after asking the CPU.
  *
- * The vectors are 256 bits wide: one 32-element block of 8-bit values fills
- * one register. Weights are turned into unsigned bytes (Q8_0 uses the sign
- * trick instead) so one multiply-add instruction dots them with the signed
+ * The vectors are 256 bits wide, one 32-element block of 8-bit values to a
+ * register, except in the 512-bit Q4_0/Q4_1/Q8_0 tiles of the AVX-512
+ * build. Weights are turned into unsigned bytes (Q8_0 uses the sign trick
+ * instead) so one multiply-add instruction dots them with the signed
  * activation bytes; offsets (Q4_0's -8, Q4_1's minimum, ...) are applied
  * afterwards through the activation block sums.
  *
@@ -206,6 +208,146 @@ INLINE void tile_q32(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = hsum_ps(acc[r][t]) + accm[r][t];
 }
+
+#if SIMD_AVX512
+/* ---- 512-bit form for Q4_0, Q4_1 and Q8_0 -----------------------------------------
+ * Two blocks per register: a pair's dot lands in 16 int32 lanes, 0..7 for
+ * block b and 8..15 for block b + 1. Scales come sixteen blocks at a time:
+ * the weights' F16 words picked out of the chunk's 64-byte pieces with
+ * vpermw (vpgatherdd is several times slower on Zen) and converted in one
+ * go, the activations' from the lists after their blocks (kq8_32_index). So
+ * the weight offsets enter as one vector multiply-add per 16 blocks instead
+ * of a scalar one per block, and one output's sum runs in a fixed order of
+ * 16-block chunks and block pairs whatever the tile. Q8_0 has no vpsignb at 512 bits: its weights
+ * get 128 added to become unsigned, and 128 * sum(activations), taken once
+ * per activation pair and shared by every row, is subtracted in integer. */
+
+/* Blocks b and b + 1 (or b alone when !two, the rest zero) as unsigned
+ * bytes in the order the activations have them: 32 of b, then 32 of b + 1. */
+INLINE __m512i pair_weights(const int type, const uint8_t *blk, int bb, bool two) {
+    if (type == GL_TYPE_Q8_0) {
+        __m512i v = _mm512_zextsi256_si512(load256(blk + 2));
+        if (two) v = _mm512_inserti64x4(v, load256(blk + bb + 2), 1);
+        return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
+    }
+    const int qo = type == GL_TYPE_Q4_0 ? 2 : 4;
+    /* 128-bit lanes [qs_b, qs_b, qs_b1, qs_b1], then low nibbles of lanes 0 and
+     * 2, high nibbles of 1 and 3: elements 0..15 and 16..31 of each block. */
+    __m512i v = _mm512_maskz_broadcast_i32x4(0x00ff, _mm_loadu_si128((const __m128i *)(blk + qo)));
+    if (two) v = _mm512_mask_broadcast_i32x4(v, 0xff00, _mm_loadu_si128((const __m128i *)(blk + bb + qo)));
+    const long long by4 = 0x0004000400040004; /* srlv counts per 16-bit word */
+    const __m512i shift = _mm512_set_epi64(by4, by4, 0, 0, by4, by4, 0, 0);
+    return _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(0x0f));
+}
+
+/* The q (or q2) bytes of activation blocks a[0] and a[1]. */
+INLINE __m512i pair_act(const kq8_32 *a, bool two, bool residual) {
+    __m512i v = _mm512_zextsi256_si512(load256(residual ? a[0].q2 : a[0].q));
+    if (two) v = _mm512_inserti64x4(v, load256(residual ? a[1].q2 : a[1].q), 1);
+    return v;
+}
+
+/* Word j of the 32 lanes picked by in_piece from the 64-byte pieces of a
+ * chunk of n_bytes, lanes of piece j chosen by mine[j]. Reads stay inside
+ * the chunk: a last partial piece is the chunk's final 64 bytes, its
+ * indices moved up to match (a chunk under 64 bytes goes through a copy). */
+INLINE __m512i chunk_words(const uint8_t *blk, int n_bytes, __m512i in_piece, const __mmask32 *mine) {
+    __m512i words = _mm512_setzero_si512();
+    int full = n_bytes / 64, left = n_bytes % 64;
+    for (int j = 0; j < full; j++)
+        words = _mm512_mask_permutexvar_epi16(words, mine[j], in_piece, _mm512_loadu_si512(blk + 64 * j));
+    if (left == 0) return words;
+    if (full == 0) {
+        uint8_t copy[64] = {0};
+        memcpy(copy, blk, (size_t)n_bytes);
+        return _mm512_mask_permutexvar_epi16(words, mine[0], in_piece, _mm512_loadu_si512(copy));
+    }
+    __m512i moved = _mm512_add_epi16(in_piece, _mm512_set1_epi16((short)((64 - left) / 2)));
+    return _mm512_mask_permutexvar_epi16(words, mine[full], moved, _mm512_loadu_si512(blk + n_bytes - 64));
+}
+
+INLINE void tile_q32x2(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                       size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    const int bb = type == GL_TYPE_Q4_0 ? 18 : type == GL_TYPE_Q4_1 ? 20 : 34;
+    const bool q8 = type == GL_TYPE_Q8_0;
+    const int nb = (int)(n_cols / 32);
+    /* Word lane L < 16 takes block L's scale, 16 + L its Q4_1 min: word
+     * (L % 16) * bb / 2 + L / 16 of the chunk, in its 64-byte piece L_piece. */
+    static const uint16_t lanes[32] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
+                                       16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
+    const __m512i lane = _mm512_loadu_si512(lanes);
+    const __m512i word = _mm512_add_epi16(_mm512_mullo_epi16(_mm512_and_si512(lane, _mm512_set1_epi16(15)),
+                                                             _mm512_set1_epi16((short)(bb / 2))),
+                                          _mm512_srli_epi16(lane, 4));
+    const __m512i in_piece = _mm512_and_si512(word, _mm512_set1_epi16(31)), piece = _mm512_srli_epi16(word, 5);
+    const int n_pieces = (16 * bb + 63) / 64;
+    __mmask32 mine[9];
+    for (int j = 0; j < n_pieces; j++) mine[j] = _mm512_cmpeq_epi16_mask(piece, _mm512_set1_epi16((short)j));
+    const __m512i pair_lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    __m512 acc[8][TT];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int c0 = 0; c0 < nb; c0 += 16) {
+        int nc = nb - c0 < 16 ? nb - c0 : 16;
+        __mmask32 valid_words = (__mmask32)((1u << nc) - 1) * 0x10001u;
+        __m512 dw[8], mw[8], da[TT], sa[TT];
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+            __m512i words = chunk_words(w + (size_t)r * row_bytes + (size_t)c0 * bb, nc * bb, in_piece, mine);
+            words = _mm512_maskz_mov_epi16(valid_words, words); /* no scales of blocks past the row */
+            dw[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(words));
+            mw[r] = type == GL_TYPE_Q4_1 ? _mm512_cvtph_ps(_mm512_extracti64x4_epi64(words, 1))
+                                         : _mm512_mul_ps(dw[r], _mm512_set1_ps(-8.0f));
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            const float *ds = kq8_32_scales(act + (size_t)t * act_stride, nb);
+            da[t] = _mm512_loadu_ps(ds + c0); /* zero past the last block */
+            sa[t] = _mm512_loadu_ps(ds + kq8_32_padded(nb) + c0);
+        }
+        __m512 sc[8][TT];
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) {
+                sc[r][t] = _mm512_mul_ps(dw[r], da[t]);
+                if (!q8) acc[r][t] = _mm512_fmadd_ps(mw[r], sa[t], acc[r][t]);
+            }
+        for (int p = 0; 2 * p < nc; p++) {
+            int b = c0 + 2 * p;
+            bool two = 2 * p + 1 < nc;
+            __m512i idx = _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(2 * p));
+            __m512i u[8];
+#pragma GCC unroll 8
+            for (int r = 0; r < NR; r++) u[r] = pair_weights(type, w + (size_t)r * row_bytes + (size_t)b * bb, bb, two);
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) {
+                const kq8_32 *a = (const kq8_32 *)(act + (size_t)t * act_stride) + b;
+                __m512i s = pair_act(a, two, false), s2 = pair_act(a, two, true);
+                __m512i base = _mm512_setzero_si512(), base2 = _mm512_setzero_si512();
+                if (q8) { /* -128 * sums of 4, for the 128 added to the weights */
+                    const __m512i m80 = _mm512_set1_epi8((char)0x80);
+                    base = _mm512_sub_epi32(base, _mm512_dpbusd_epi32(_mm512_setzero_si512(), m80, s));
+                    base2 = _mm512_sub_epi32(base2, _mm512_dpbusd_epi32(_mm512_setzero_si512(), m80, s2));
+                }
+#pragma GCC unroll 8
+                for (int r = 0; r < NR; r++) {
+                    /* |256 * dot(q) + dot(q2)| <= 257 * 255 * 127 * 4 per lane: fits int32. */
+                    __m512i dot = _mm512_slli_epi32(_mm512_dpbusd_epi32(base, u[r], s), 8);
+                    dot = _mm512_dpbusd_epi32(_mm512_add_epi32(dot, base2), u[r], s2);
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx, sc[r][t]), acc[r][t]);
+                }
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+#endif
 
 /* ---- K-quants: 256-element super-blocks against kq8_256 --------------------------
  * Integer sums of scale * dot per sub-block stay exact in 32 bits; the
@@ -496,11 +638,37 @@ INLINE void tile_float(const int type, const uint8_t *w, size_t row_bytes, int64
         }                                                                                                    \
     }
 
+#if SIMD_AVX512
+/* The 512-bit tiles hold NR x NT accumulators plus as many scale vectors:
+ * 8 outputs per tile fit the 32 registers with room for the operands. */
+#define DEFINE_ROWS_X2(name, TYPE)                                                                           \
+    static void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act, \
+                         size_t act_stride, int n_tok, float *out, size_t out_stride) {                      \
+        int t0 = 0;                                                                                          \
+        for (; t0 + 4 <= n_tok; t0 += 4) {                                                                   \
+            const uint8_t *a = act + (size_t)t0 * act_stride;                                                \
+            float *o = out + (size_t)t0 * out_stride;                                                        \
+            ROWS_PASS(tile_q32x2, TYPE, 2, 4);                                                               \
+        }                                                                                                    \
+        const uint8_t *a = act + (size_t)t0 * act_stride;                                                    \
+        float *o = out + (size_t)t0 * out_stride;                                                            \
+        switch (n_tok - t0) {                                                                                \
+        case 1: ROWS_PASS(tile_q32x2, TYPE, 4, 1); break;                                                    \
+        case 2: ROWS_PASS(tile_q32x2, TYPE, 4, 2); break;                                                    \
+        case 3: ROWS_PASS(tile_q32x2, TYPE, 2, 3); break;                                                    \
+        default: break;                                                                                      \
+        }                                                                                                    \
+    }
+DEFINE_ROWS_X2(rows_q4_0, GL_TYPE_Q4_0)
+DEFINE_ROWS_X2(rows_q4_1, GL_TYPE_Q4_1)
+DEFINE_ROWS_X2(rows_q8_0, GL_TYPE_Q8_0)
+#else
 DEFINE_ROWS(rows_q4_0, tile_q32, GL_TYPE_Q4_0)
 DEFINE_ROWS(rows_q4_1, tile_q32, GL_TYPE_Q4_1)
+DEFINE_ROWS(rows_q8_0, tile_q32, GL_TYPE_Q8_0)
+#endif
 DEFINE_ROWS(rows_q5_0, tile_q32, GL_TYPE_Q5_0)
 DEFINE_ROWS(rows_q5_1, tile_q32, GL_TYPE_Q5_1)
-DEFINE_ROWS(rows_q8_0, tile_q32, GL_TYPE_Q8_0)
 DEFINE_ROWS(rows_q4_k, tile_q45_k, GL_TYPE_Q4_K)
 DEFINE_ROWS(rows_q5_k, tile_q45_k, GL_TYPE_Q5_K)
 DEFINE_ROWS(rows_q6_k, tile_q6_k, GL_TYPE_Q6_K)

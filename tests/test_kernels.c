@@ -109,14 +109,16 @@ static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, int
                      const float *x, int n_tok, int r0, int r1, int t0, int t1, float *out) {
     kern_act_kind kind = kern_act_kind_of(type);
     size_t row_bytes = gl_type_row_bytes(type, n_cols);
-    size_t stride = kind == KERN_ACT_Q8_32    ? (size_t)(n_cols / 32) * sizeof(kq8_32)
+    size_t stride = kind == KERN_ACT_Q8_32    ? kq8_32_row_bytes(n_cols)
                     : kind == KERN_ACT_Q8_256 ? (size_t)(n_cols / 256) * sizeof(kq8_256)
                                               : (size_t)n_cols * sizeof(float);
     uint8_t *act = malloc(stride * (size_t)n_tok);
     for (int t = 0; t < n_tok; t++) {
         const float *xt = x + (size_t)t * (size_t)n_cols;
-        if (kind == KERN_ACT_Q8_32) impl->quantize_32(xt, (kq8_32 *)(act + t * stride), n_cols);
-        else if (kind == KERN_ACT_Q8_256) impl->quantize_256(xt, (kq8_256 *)(act + t * stride), n_cols);
+        if (kind == KERN_ACT_Q8_32) {
+            impl->quantize_32(xt, (kq8_32 *)(act + t * stride), n_cols);
+            kq8_32_index(act + t * stride, n_cols / 32);
+        } else if (kind == KERN_ACT_Q8_256) impl->quantize_256(xt, (kq8_256 *)(act + t * stride), n_cols);
         else memcpy(act + t * stride, xt, stride);
     }
     impl->rows[type](w + (size_t)r0 * row_bytes, row_bytes, r1 - r0, n_cols, act + (size_t)t0 * stride, stride,
@@ -219,6 +221,8 @@ START_TEST(quant_kernels_match_reference) {
             for (size_t n = 0; n < sizeof toks / sizeof toks[0]; n++) check_type(impls[k], type, 13, n_cols, toks[n]);
             check_type(impls[k], type, 1, n_cols, 3);
             check_type(impls[k], type, 6, gl_type_get(type)->block_size, 2);
+            /* 23 blocks: a 16-block chunk, then 7 whose scales span pieces */
+            if (gl_type_get(type)->block_size == 32) check_type(impls[k], type, 9, 23 * 32, 5);
         }
 }
 END_TEST
