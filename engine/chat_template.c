@@ -883,7 +883,10 @@ static _Noreturn void undefined_error(render *R, int line, value v) {
     die(&R->f, "line %d: use of an undefined value", line);
 }
 
-static bool value_eq(value a, value b) {
+/* Structural equality; level bounds the recursion, since a template can
+ * build a cycle ({% set ns.self = ns %}). */
+static bool value_eq_at(render *R, value a, value b, int level) {
+    if (level > MAX_EVAL_DEPTH) die(&R->f, "value nested too deeply to compare (a cycle?)");
     if ((a.t == V_INT || a.t == V_BOOL) && (b.t == V_INT || b.t == V_BOOL))
         return (a.t == V_INT ? a.i : a.b) == (b.t == V_INT ? b.i : b.b);
     if (a.t != b.t) return false;
@@ -892,21 +895,22 @@ static bool value_eq(value a, value b) {
     case V_STR: return str_same(a.s, b.s);
     case V_LIST:
         if (a.list->n != b.list->n) return false;
-        for (size_t i = 0; i < a.list->n; i++) if (!value_eq(a.list->items[i], b.list->items[i])) return false;
+        for (size_t i = 0; i < a.list->n; i++) if (!value_eq_at(R, a.list->items[i], b.list->items[i], level + 1)) return false;
         return true;
     case V_DICT:
         if (a.dict->n != b.dict->n) return false;
         for (size_t i = 0; i < a.dict->n; i++) {
             value *o = dict_find(b.dict, a.dict->keys[i]);
-            if (!o || !value_eq(a.dict->vals[i], *o)) return false;
+            if (!o || !value_eq_at(R, a.dict->vals[i], *o, level + 1)) return false;
         }
         return true;
     default: return false;
     }
 }
 
+static bool value_eq(render *R, value a, value b) { return value_eq_at(R, a, b, 0); }
+
 /* Python-style text of a value: what {{ }} and ~ produce. */
-static void put_value(sbuf *b, value v, bool quoted);
 
 static void put_repr_str(sbuf *b, str s) {
     sb_put(b, "'", 1);
@@ -919,8 +923,9 @@ static void put_repr_str(sbuf *b, str s) {
     sb_put(b, "'", 1);
 }
 
-static void put_value(sbuf *b, value v, bool quoted) {
+static void put_value_at(render *R, sbuf *b, value v, bool quoted, int level) {
     char num[32];
+    if (level > MAX_EVAL_DEPTH) die(&R->f, "value nested too deeply to print (a cycle?)");
     switch (v.t) {
     case V_UNDEF: break;
     case V_NONE: sb_puts(b, "None"); break;
@@ -929,7 +934,7 @@ static void put_value(sbuf *b, value v, bool quoted) {
     case V_STR: if (quoted) put_repr_str(b, v.s); else sb_put(b, v.s.p, v.s.n); break;
     case V_LIST:
         sb_put(b, "[", 1);
-        for (size_t i = 0; i < v.list->n; i++) { if (i) sb_puts(b, ", "); put_value(b, v.list->items[i], true); }
+        for (size_t i = 0; i < v.list->n; i++) { if (i) sb_puts(b, ", "); put_value_at(R, b, v.list->items[i], true, level + 1); }
         sb_put(b, "]", 1);
         break;
     case V_DICT:
@@ -938,17 +943,19 @@ static void put_value(sbuf *b, value v, bool quoted) {
             if (i) sb_puts(b, ", ");
             put_repr_str(b, v.dict->keys[i]);
             sb_puts(b, ": ");
-            put_value(b, v.dict->vals[i], true);
+            put_value_at(R, b, v.dict->vals[i], true, level + 1);
         }
         sb_put(b, "}", 1);
         break;
     }
 }
 
+static void put_value(render *R, sbuf *b, value v) { put_value_at(R, b, v, false, 0); }
+
 static str to_str(render *R, value v) {
     if (v.t == V_STR) return v.s;
     sbuf b = {.a = &R->mem};
-    put_value(&b, v, false);
+    put_value(R, &b, v);
     return sb_str(&b);
 }
 
@@ -1145,7 +1152,7 @@ static bool contains(render *R, value hay, value needle, int line) {
         return false;
     }
     case V_LIST:
-        for (size_t i = 0; i < hay.list->n; i++) if (value_eq(hay.list->items[i], needle)) return true;
+        for (size_t i = 0; i < hay.list->n; i++) if (value_eq(R, hay.list->items[i], needle)) return true;
         return false;
     case V_DICT: return needle.t == V_STR && dict_find(hay.dict, needle.s) != NULL;
     default: die(&R->f, "line %d: 'in' needs a string, list or dict, got %s", line, type_name(hay.t));
@@ -1221,7 +1228,7 @@ static value apply_filter(render *R, str name, value v, const args *a, int line)
         for (size_t i = 0; i < l->n; i++) {
             if (i && sep.t == V_STR) sb_put(&b, sep.s.p, sep.s.n);
             value item = attr.t == V_STR ? get_item(R, l->items[i], attr, line) : l->items[i];
-            put_value(&b, item, false);
+            put_value(R, &b, item);
         }
         return v_str(sb_str(&b));
     }
@@ -1296,8 +1303,8 @@ static bool apply_test(render *R, str name, value v, const args *a, int line) {
     if (IS("mapping")) return v.t == V_DICT;
     if (IS("sequence")) return v.t == V_LIST || v.t == V_STR || v.t == V_DICT;
     if (IS("iterable")) return v.t == V_LIST || v.t == V_STR || v.t == V_DICT;
-    if (IS("equalto") || IS("eq") || IS("==")) return value_eq(v, arg(a, 0, NULL));
-    if (IS("ne") || IS("!=")) return !value_eq(v, arg(a, 0, NULL));
+    if (IS("equalto") || IS("eq") || IS("==")) return value_eq(R, v, arg(a, 0, NULL));
+    if (IS("ne") || IS("!=")) return !value_eq(R, v, arg(a, 0, NULL));
     if (IS("in")) return contains(R, arg(a, 0, NULL), v, line);
     if (IS("odd")) return need_int(R, v, line, "odd") % 2 != 0;
     if (IS("even")) return need_int(R, v, line, "even") % 2 == 0;
@@ -1475,8 +1482,8 @@ static value arith(render *R, const expr *e, value a, value b) {
 
 static value compare(render *R, const expr *e, value a, value b) {
     str op = e->name;
-    if (str_eq(op, "==")) return v_bool(value_eq(a, b));
-    if (str_eq(op, "!=")) return v_bool(!value_eq(a, b));
+    if (str_eq(op, "==")) return v_bool(value_eq(R, a, b));
+    if (str_eq(op, "!=")) return v_bool(!value_eq(R, a, b));
     if (str_eq(op, "in")) return v_bool(contains(R, b, a, e->line) != e->negate);
     if (a.t == V_UNDEF) undefined_error(R, e->line, a);
     if (b.t == V_UNDEF) undefined_error(R, e->line, b);

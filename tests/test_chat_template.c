@@ -367,6 +367,10 @@ START_TEST(hostile) {
         {"{{ 'x' * 100000000000 }}", "too large"},
         {"{{ messages[::0] }}", "zero"},
         {"{% for a, b in messages %}{% endfor %}", "unpack"},
+        /* a namespace that holds itself: printing or comparing it must stop (fuzzer find) */
+        {"{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ ns }}", "nested too deeply"},
+        {"{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ ns == ns }}", "nested too deeply"},
+        {"{% set ns = namespace(n=0) %}{% set ns.n = [ns] %}{{ [ns] | join(',') }}", "nested too deeply"},
         {"{{ raise_exception('custom failure') }}", "custom failure"},
         {"\xff\xfe{{", "unterminated"},
         {"{% set x = 1 %}{{ x() }}", "not callable"},
