@@ -43,8 +43,9 @@ int kern_pool_reserve_tokens(kern_pool *p, int max_tokens, int64_t max_cols);
 
 /* out[t][r] = sum_c w[r][c] * x[t][c] for t < n_tokens, r < w->n_rows.
  * x is n_tokens x n_cols, out is n_tokens x n_rows (row stride n_rows).
- * The fast paths quantize x to 8 bits per block once per call and use integer
- * dot products (relative error ~1e-3 of the row's magnitude, as llama.cpp). */
+ * The fast paths quantize x once per call into two 8-bit parts per block (a
+ * coarse value and its rounding residual: about 16-bit precision) and use
+ * integer dot products. */
 void kern_matmul(kern_pool *p, const gl_tensor *w, const float *x, int n_tokens, float *out);
 
 /* Kernel implementation: "scalar" (dequantize rows to float; the reference),
