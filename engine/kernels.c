@@ -434,65 +434,34 @@ void kern_matmul(kern_pool *p, const gl_tensor *w, const float *x, int n_tokens,
 }
 
 /* ---- attention ------------------------------------------------------------------
- * The scalar reference of simd_body.h's attend: the same block-by-block
- * online softmax, in plain C. */
+ * The scalar reference: attend_body.h with plain C helpers. */
 
-static float kv_elem(const kern_attn *a, const uint8_t *row, int i) {
-    if (a->f16) {
-        uint16_t h;
-        memcpy(&h, row + 2 * (size_t)i, 2);
-        return gl_fp16_to_fp32(h);
+static void row_scalar(const uint8_t *src, float *dst, int n, bool f16) {
+    for (int i = 0; i < n; i++) {
+        if (f16) {
+            uint16_t h;
+            memcpy(&h, src + 2 * (size_t)i, 2);
+            dst[i] = gl_fp16_to_fp32(h);
+        } else {
+            memcpy(&dst[i], src + 4 * (size_t)i, 4);
+        }
     }
-    float f;
-    memcpy(&f, row + 4 * (size_t)i, 4);
-    return f;
 }
 
-static void attend_scalar(const kern_attn *a, int t, int h0, int nh, float *scratch) {
-    int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, bs = a->block_size;
-    int kv_dim = a->n_kv_heads * hd, pos = a->positions[t];
-    size_t es = a->f16 ? 2 : 4, row_bytes = (size_t)kv_dim * es;
-    size_t head_off = (size_t)(h0 / group) * (size_t)hd * es;
-    const int32_t *table = a->block_tables[a->seq_of_token[t]];
-    const float *q = a->q + (size_t)t * (size_t)a->n_heads * hd + (size_t)h0 * hd;
-    float *out = a->out + (size_t)t * (size_t)a->n_heads * hd + (size_t)h0 * hd;
-    float *row = scratch, *mx = row + hd, *sum = mx + nh, *score = sum + nh;
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int g = 0; g < nh; g++) {
-        mx[g] = -INFINITY;
-        sum[g] = 0;
-        memset(out + (size_t)g * hd, 0, (size_t)hd * sizeof *out);
-    }
-    for (int p0 = 0; p0 <= pos; p0 += bs) {
-        int n = pos + 1 - p0 < bs ? pos + 1 - p0 : bs;
-        size_t base = (size_t)table[p0 / bs] * (size_t)bs * row_bytes + head_off;
-        for (int j = 0; j < n; j++) {
-            for (int i = 0; i < hd; i++) row[i] = kv_elem(a, a->k + base + (size_t)j * row_bytes, i);
-            for (int g = 0; g < nh; g++) score[g * bs + j] = kern_dot(q + (size_t)g * hd, row, hd) * scale;
-        }
-        for (int g = 0; g < nh; g++) {
-            float *sg = score + g * bs, m = sg[0];
-            for (int j = 1; j < n; j++) m = sg[j] > m ? sg[j] : m;
-            if (m > mx[g]) {
-                float r = expf(mx[g] - m);
-                sum[g] *= r;
-                for (int i = 0; i < hd; i++) out[(size_t)g * hd + i] *= r;
-                mx[g] = m;
-            }
-            for (int j = 0; j < n; j++) {
-                sg[j] = expf(sg[j] - mx[g]);
-                sum[g] += sg[j];
-            }
-        }
-        for (int j = 0; j < n; j++) {
-            for (int i = 0; i < hd; i++) row[i] = kv_elem(a, a->v + base + (size_t)j * row_bytes, i);
-            for (int g = 0; g < nh; g++)
-                for (int i = 0; i < hd; i++) out[(size_t)g * hd + i] += score[g * bs + j] * row[i];
-        }
-    }
-    for (int g = 0; g < nh; g++)
-        for (int i = 0; i < hd; i++) out[(size_t)g * hd + i] *= 1.0f / sum[g];
+static void axpy_scalar(float *y, float a, const float *x, int n) {
+    for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
+
+static void scale_scalar(float *y, float a, int n) {
+    for (int i = 0; i < n; i++) y[i] *= a;
+}
+
+#define ATTEND_NAME attend_scalar
+#define ATTEND_ROW row_scalar
+#define ATTEND_DOT kern_dot
+#define ATTEND_AXPY axpy_scalar
+#define ATTEND_SCALE scale_scalar
+#include "attend_body.h"
 
 typedef struct attn_job {
     kern_pool *pool;

@@ -724,49 +724,12 @@ INLINE void scale_f32(float *y, float a, int n) {
     for (; i < n; i++) y[i] *= a;
 }
 
-static void FN(attend)(const kern_attn *a, int t, int h0, int nh, float *scratch) {
-    int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, bs = a->block_size;
-    int kv_dim = a->n_kv_heads * hd, pos = a->positions[t];
-    size_t es = a->f16 ? 2 : 4, row_bytes = (size_t)kv_dim * es;
-    size_t head_off = (size_t)(h0 / group) * (size_t)hd * es;
-    const int32_t *table = a->block_tables[a->seq_of_token[t]];
-    const float *q = a->q + (size_t)t * (size_t)a->n_heads * hd + (size_t)h0 * hd;
-    float *out = a->out + (size_t)t * (size_t)a->n_heads * hd + (size_t)h0 * hd;
-    float *row = scratch, *mx = row + hd, *sum = mx + nh, *score = sum + nh; /* score: [nh][bs] */
-    float scale = 1.0f / sqrtf((float)hd);
-    for (int g = 0; g < nh; g++) {
-        mx[g] = -INFINITY;
-        sum[g] = 0;
-        memset(out + (size_t)g * hd, 0, (size_t)hd * sizeof *out);
-    }
-    for (int p0 = 0; p0 <= pos; p0 += bs) {
-        int n = pos + 1 - p0 < bs ? pos + 1 - p0 : bs;
-        size_t base = (size_t)table[p0 / bs] * (size_t)bs * row_bytes + head_off;
-        for (int j = 0; j < n; j++) {
-            kv_row_to_float(a->k + base + (size_t)j * row_bytes, row, hd, a->f16);
-            for (int g = 0; g < nh; g++) score[g * bs + j] = dot_f32(q + (size_t)g * hd, row, hd) * scale;
-        }
-        for (int g = 0; g < nh; g++) {
-            float *sg = score + g * bs, m = sg[0];
-            for (int j = 1; j < n; j++) m = sg[j] > m ? sg[j] : m;
-            if (m > mx[g]) { /* online softmax: rescale what came before */
-                float r = expf(mx[g] - m);
-                sum[g] *= r;
-                scale_f32(out + (size_t)g * hd, r, hd);
-                mx[g] = m;
-            }
-            for (int j = 0; j < n; j++) {
-                sg[j] = expf(sg[j] - mx[g]);
-                sum[g] += sg[j];
-            }
-        }
-        for (int j = 0; j < n; j++) {
-            kv_row_to_float(a->v + base + (size_t)j * row_bytes, row, hd, a->f16);
-            for (int g = 0; g < nh; g++) axpy_f32(out + (size_t)g * hd, score[g * bs + j], row, hd);
-        }
-    }
-    for (int g = 0; g < nh; g++) scale_f32(out + (size_t)g * hd, 1.0f / sum[g], hd);
-}
+#define ATTEND_NAME FN(attend)
+#define ATTEND_ROW kv_row_to_float
+#define ATTEND_DOT dot_f32
+#define ATTEND_AXPY axpy_f32
+#define ATTEND_SCALE scale_f32
+#include "attend_body.h"
 
 /* ---- the table ------------------------------------------------------------------ */
 
