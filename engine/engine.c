@@ -130,6 +130,13 @@ static gl_seq *queue_pop(seq_queue *q) {
     return s;
 }
 
+/* The waiting count that bounds submissions; shared with submitting threads. */
+static void queued_add(gl_engine *e, int delta) {
+    pthread_mutex_lock(&e->mutex);
+    e->n_queued += delta;
+    pthread_mutex_unlock(&e->mutex);
+}
+
 /* ---- parameters ------------------------------------------------------------- */
 
 void gl_engine_params_default(gl_engine_params *p) {
@@ -434,9 +441,7 @@ static void apply_cancels(gl_engine *e, uint64_t *ids, int n, gl_event_fn fn, vo
                 queue_unlink(&e->waiting, link, prev);
                 emit_finished(e, s, GL_FINISH_CANCELLED, NULL, fn, ctx);
                 seq_free(e, s);
-                pthread_mutex_lock(&e->mutex);
-                e->n_queued--;
-                pthread_mutex_unlock(&e->mutex);
+                queued_add(e, -1);
                 break;
             }
             prev = s;
@@ -458,9 +463,7 @@ static void preempt(gl_engine *e, int i) {
     s->num_computed_tokens = 0;
     queue_push_front(&e->waiting, s);
     e->stats.n_preemptions++;
-    pthread_mutex_lock(&e->mutex);
-    e->n_queued++;
-    pthread_mutex_unlock(&e->mutex);
+    queued_add(e, +1);
 }
 
 /* Blocks s needs so that positions below end are backed. */
@@ -471,6 +474,12 @@ static int blocks_needed(const gl_engine *e, const gl_seq *s, int end) {
 
 static void grow_blocks(gl_engine *e, gl_seq *s, int end) {
     for (int n = blocks_needed(e, s, end); n > 0; n--) s->block_table[s->n_blocks++] = kv_alloc_block(e->kv);
+}
+
+/* Whether the row at pos yields a prompt logprob still to report: it
+ * predicts prompt token pos + 1, which has not been reported yet. */
+static bool wants_prompt_logprob(const gl_seq *s, int pos) {
+    return s->prompt_logprobs >= 0 && pos + 1 < s->n_prompt && pos + 1 >= s->prompt_logprobs_sent;
 }
 
 /* Add n tokens of s (from num_computed_tokens) to the batch. */
@@ -496,7 +505,7 @@ static void schedule(gl_engine *e, gl_seq *s, int n, int *n_batch_tokens, int *n
     for (int j = 0; j < n; j++) {
         int pos = first + j;
         bool want = (samples && j == n - 1) ||
-                    (s->prompt_logprobs >= 0 && pos + 1 < s->n_prompt && pos + 1 >= s->prompt_logprobs_sent);
+                    wants_prompt_logprob(s, pos);
         if (!want) continue;
         if (e->b_logit_first[si] < 0) e->b_logit_first[si] = *n_logits;
         if (samples && j == n - 1) e->b_sample_row[si] = *n_logits;
@@ -597,7 +606,7 @@ static void emit_prompt_logprobs(gl_engine *e, gl_seq *s, int si, gl_event_fn fn
     int row = e->b_logit_first[si];
     for (int j = 0; j < n; j++) {
         int pos = first + j;
-        if (!(pos + 1 < s->n_prompt && pos + 1 >= s->prompt_logprobs_sent)) {
+        if (!wants_prompt_logprob(s, pos)) {
             if (first + n == s->n_tokens && j == n - 1) break; /* the sampling row, handled later */
             continue;
         }
@@ -686,9 +695,7 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
             e->stats.prefix_hits += (uint64_t)w->n_cached;
         }
         queue_unlink(&e->waiting, link, prev);
-        pthread_mutex_lock(&e->mutex);
-        e->n_queued--;
-        pthread_mutex_unlock(&e->mutex);
+        queued_add(e, -1);
         e->running[e->n_running++] = w;
         grow_blocks(e, w, w->num_computed_tokens + n);
         schedule(e, w, n, &n_batch, &n_seqs, &n_logits);
