@@ -1398,8 +1398,9 @@ static value call_method(render *R, value obj, str name, const args *a, int line
 static value call_function(render *R, str name, const args *a, int line) {
     if (str_eq(name, "raise_exception")) {
         value m = arg(a, 0, NULL);
-        str s = m.t == V_STR ? m.s : str_of("raise_exception called");
-        die(&R->f, "%.*s", (int)(s.n > 400 ? 400 : s.n), s.p);
+        /* The prefix keeps the message non-empty even for raise_exception(''). */
+        str s = m.t == V_STR ? m.s : str_of("(no message)");
+        die(&R->f, "template raised an exception: %.*s", (int)(s.n > 400 ? 400 : s.n), s.p);
     }
     if (str_eq(name, "range")) {
         int64_t lo = 0, hi, st = 1;

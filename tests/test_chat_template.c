@@ -372,6 +372,8 @@ START_TEST(hostile) {
         {"{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ ns == ns }}", "nested too deeply"},
         {"{% set ns = namespace(n=0) %}{% set ns.n = [ns] %}{{ [ns] | join(',') }}", "nested too deeply"},
         {"{{ raise_exception('custom failure') }}", "custom failure"},
+        /* an empty message still gives the caller something to show (fuzzer find) */
+        {"{{ raise_exception('') }}", "template raised an exception"},
         {"\xff\xfe{{", "unterminated"},
         {"{% set x = 1 %}{{ x() }}", "not callable"},
     };
