@@ -296,6 +296,64 @@ void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n) {
     }
 }
 
+void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int64_t n) {
+    int64_t nb = n / 32;
+    for (int64_t c = 0; c * 16 < nb; c++) {
+        int m = nb - 16 * c < 16 ? (int)(nb - 16 * c) : 16;
+        kq8_32 tmp[16];
+        impl->quantize_32(x + 512 * c, tmp, 32 * (int64_t)m);
+        kq16_chunk *ch = &y[c];
+        memset(ch, 0, sizeof *ch);
+        for (int j = 0; j < m; j++) {
+            for (int i = 0; i < 32; i++) { /* pair order: P = 16 g + j, or m g + j in a short tail (simd.h) */
+                int pair = (m <= KQ16_SHORT_TAIL ? m : 16) * (i / 2) + j;
+                (&ch->q[0][0])[2 * pair + i % 2] = (int16_t)(256 * tmp[j].q[i] + tmp[j].q2[i]);
+            }
+            ch->d[j] = tmp[j].d;
+            ch->s[j] = tmp[j].s;
+        }
+    }
+}
+
+/* ---- packed weights (layout in simd.h) --------------------------------------- */
+
+static bool packable(uint32_t type) {
+    return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q4_1 || type == GL_TYPE_Q8_0;
+}
+
+static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb) {
+    const int bb = gl_type_get(type)->block_bytes, hdr = type == GL_TYPE_Q4_1 ? 4 : 2;
+    const int n_groups = type == GL_TYPE_Q8_0 ? 16 : 8;
+    for (int64_t c0 = 0; c0 < nb; c0 += 16) {
+        int m = nb - c0 < 16 ? (int)(nb - c0) : 16;
+        const uint8_t *blk = src + c0 * bb;
+        for (int j = 0; j < m; j++) {
+            memcpy(dst + 2 * j, blk + (size_t)j * bb, 2);
+            if (hdr == 4) memcpy(dst + 2 * (m + j), blk + (size_t)j * bb + 2, 2);
+        }
+        dst += (size_t)hdr * m;
+        for (int g = 0; g < n_groups; g++)
+            for (int j = 0; j < m; j++, dst += 2) memcpy(dst, blk + (size_t)j * bb + hdr + 2 * g, 2);
+    }
+}
+
+int kern_pack(gl_tensor *w) {
+    if (w->packed || !packable(w->type) || w->n_cols % 32) return 0;
+    size_t row_bytes = gl_type_row_bytes(w->type, w->n_cols), n = row_bytes * (size_t)w->n_rows;
+    void *buf = NULL;
+    if (posix_memalign(&buf, 64, n ? n : 64)) return -1;
+    for (int64_t r = 0; r < w->n_rows; r++)
+        pack_row(w->type, (const uint8_t *)w->data + (size_t)r * row_bytes, (uint8_t *)buf + (size_t)r * row_bytes,
+                 w->n_cols / 32);
+    w->packed = buf;
+    return 0;
+}
+
+void kern_unpack(gl_tensor *w) {
+    free(w->packed);
+    w->packed = NULL;
+}
+
 kern_act_kind kern_act_kind_of(uint32_t type) {
     switch (type) {
     case GL_TYPE_Q4_0: case GL_TYPE_Q4_1: case GL_TYPE_Q5_0: case GL_TYPE_Q5_1: case GL_TYPE_Q8_0:
@@ -309,6 +367,7 @@ kern_act_kind kern_act_kind_of(uint32_t type) {
 
 static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
     if (kind == KERN_ACT_Q8_32) return kq8_32_row_bytes(n_cols);
+    if (kind == KERN_ACT_Q16_X16) return (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk);
     if (kind == KERN_ACT_Q8_256) return (size_t)(n_cols / 256) * sizeof(kq8_256);
     return (size_t)n_cols * sizeof(float);
 }
@@ -327,7 +386,8 @@ int kern_pool_reserve_tokens(kern_pool *p, int max_tokens, int64_t max_cols) {
     /* The larger of the two 8-bit forms, per 32 elements. */
     size_t per32 = (sizeof(kq8_256) + 7) / 8, per32_small = kq8_32_row_bytes(32);
     if (per32_small > per32) per32 = per32_small;
-    return act_reserve(p, (size_t)max_tokens * (size_t)((max_cols + 31) / 32) * per32);
+    size_t row = (size_t)((max_cols + 31) / 32) * per32, packed_row = act_row_bytes(KERN_ACT_Q16_X16, max_cols);
+    return act_reserve(p, (size_t)max_tokens * (row > packed_row ? row : packed_row));
 }
 
 /* ---- matmul ------------------------------------------------------------------ */
@@ -340,6 +400,7 @@ typedef struct matmul_job {
     float *out;
     size_t row_bytes;
     kern_rows_fn rows;         /* NULL: the scalar path */
+    const uint8_t *weights;    /* what rows() reads: w->data or w->packed */
     const kern_impl *impl;
     kern_act_kind act_kind;
     const uint8_t *act;        /* what rows() reads: x itself or its quantized copy */
@@ -360,8 +421,11 @@ static void quantize_rows(matmul_job *job) {
         if (job->act_kind == KERN_ACT_Q8_32) {
             job->impl->quantize_32(x, (kq8_32 *)dst, n);
             kq8_32_index(dst, n / 32);
+        } else if (job->act_kind == KERN_ACT_Q16_X16) {
+            kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n);
+        } else {
+            job->impl->quantize_256(x, (kq8_256 *)dst, n);
         }
-        else job->impl->quantize_256(x, (kq8_256 *)dst, n);
     }
 }
 
@@ -397,7 +461,7 @@ static void matmul_worker(void *arg, int ith, int nth) {
             matmul_scalar_rows(job, ith, r0, r1);
             continue;
         }
-        job->rows((const uint8_t *)w->data + (size_t)r0 * job->row_bytes, job->row_bytes, (int)(r1 - r0), w->n_cols,
+        job->rows(job->weights + (size_t)r0 * job->row_bytes, job->row_bytes, (int)(r1 - r0), w->n_cols,
                   job->act, job->act_stride, job->n_tokens, job->out + r0, (size_t)w->n_rows);
     }
     (void)nth;
@@ -410,6 +474,12 @@ void kern_matmul(kern_pool *p, const gl_tensor *w, const float *x, int n_tokens,
     job.impl = impl;
     job.act_kind = kern_act_kind_of(w->type);
     job.rows = impl && w->type < 40 ? impl->rows[w->type] : NULL;
+    job.weights = w->data;
+    if (job.rows && w->packed && impl->packed_rows[w->type]) {
+        job.rows = impl->packed_rows[w->type];
+        job.act_kind = KERN_ACT_Q16_X16;
+        job.weights = w->packed;
+    }
     if (job.rows) {
         job.act_stride = act_row_bytes(job.act_kind, w->n_cols);
         if (job.act_kind == KERN_ACT_F32) {

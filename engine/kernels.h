@@ -18,6 +18,7 @@ typedef struct gl_tensor {
     int64_t n_rows;           /* ne[1]: the output dimension */
     const void *data;         /* row-major, in the file mapping */
     uint64_t n_bytes;
+    void *packed;             /* the same rows rearranged by kern_pack, or NULL */
 } gl_tensor;
 
 typedef struct kern_pool kern_pool;
@@ -47,6 +48,15 @@ int kern_pool_reserve_tokens(kern_pool *p, int max_tokens, int64_t max_cols);
  * coarse value and its rounding residual: about 16-bit precision) and use
  * integer dot products. */
 void kern_matmul(kern_pool *p, const gl_tensor *w, const float *x, int n_tokens, float *out);
+
+/* Give w a copy of its rows in the layout the fast kernels read best (only
+ * some types have one; see simd.h), which kern_matmul then uses whatever the
+ * token count, so results stay batch invariant. w->data stays valid for the
+ * scalar path and row lookups. 0 also when there is nothing to pack; -1 when
+ * the copy cannot be allocated (w is left unpacked and still works). */
+int kern_pack(gl_tensor *w);
+/* Free what kern_pack allocated. */
+void kern_unpack(gl_tensor *w);
 
 /* Kernel implementation: "scalar" (dequantize rows to float; the reference),
  * "avx2", "avx512", or "auto" (the best the CPU runs, the default unless the

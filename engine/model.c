@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include "gl_error.h"
 #include "quant.h"
@@ -142,6 +144,34 @@ static int load_weights(gl_model *m, gl_error *err) {
     return 0;
 }
 
+/* Matrix i of the 7 * n_layers + 1 that the forward pass multiplies with. */
+static gl_tensor *matmul_weight(gl_weights *w, int n_layers, int i) {
+    if (i == 7 * n_layers) return &w->output;
+    gl_layer_weights *L = &w->layers[i / 7];
+    gl_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    return ts[i % 7];
+}
+
+/* Repack the matrices for the fast kernels (kern_pack). The packed copy is
+ * what the forward pass reads from then on, so the file pages read while
+ * packing are handed back: the process keeps one copy of the weights. A
+ * matrix that cannot be packed (no memory) is used as it is. */
+static void pack_weights(gl_model *m) {
+    long page = sysconf(_SC_PAGESIZE);
+    for (int i = 0; i <= 7 * m->config.n_layers; i++) {
+        gl_tensor *t = matmul_weight(&m->weights, m->config.n_layers, i);
+        if (kern_pack(t) || !t->packed || !m->file->mapped || page <= 0) continue;
+        uintptr_t lo = ((uintptr_t)t->data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+        uintptr_t hi = ((uintptr_t)t->data + t->n_bytes) & ~((uintptr_t)page - 1);
+        if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
+}
+
+static void unpack_weights(gl_model *m) {
+    if (!m->weights.layers) return;
+    for (int i = 0; i <= 7 * m->config.n_layers; i++) kern_unpack(matmul_weight(&m->weights, m->config.n_layers, i));
+}
+
 static void fill_info(gl_model *m) {
     gl_model_info *info = &m->info;
     const gl_config *c = &m->config;
@@ -212,6 +242,7 @@ gl_model *gl_model_load(const char *path, gl_error *err) {
         if (load_config(&m->config, f, m->arch, err)) goto fail;
         m->config.n_vocab = tok_n_vocab(m->tokenizer);
         if (load_weights(m, err)) goto fail;
+        pack_weights(m);
     }
     fill_info(m);
     return m;
@@ -224,6 +255,7 @@ fail:
 void gl_model_free(gl_model *m) {
     if (!m) return;
     tok_free(m->tokenizer);
+    unpack_weights(m);
     free(m->weights.layers);
     free(m->name);
     free(m->arch);

@@ -58,8 +58,32 @@ static inline void kq8_32_index(uint8_t *row, int64_t n_blocks) {
     }
 }
 
+/* ---- the packed form (Q4_0, Q4_1, Q8_0 under AVX-512) -------------------------
+ * kern_pack rearranges a weight row chunk by chunk: a chunk is up to 16
+ * consecutive blocks (m of them; only a row's last chunk has fewer), stored
+ * as their m scales (F16), then for Q4_1 their m minimums, then the quants
+ * interleaved across the blocks: group g holds, for block j = 0..m-1, the
+ * two bytes that carry elements 2g, 2g+1 (Q8_0, 16 groups) or, in their low
+ * and high nibbles, elements 2g, 2g+1 and 16+2g, 16+2g+1 (Q4, 8 groups). A
+ * row keeps its size. The activations come in the matching kq16_chunk, with
+ * 256 q + q2 as one 16-bit number, so one 16-bit multiply-add instruction
+ * puts block j's partial dot in lane j: a chunk's 16 dots finish in 16
+ * lanes with no horizontal sums, and each scale is applied once per block. */
+/* A last chunk of at most this many blocks (a "short tail") keeps its
+ * pairs in plain pair order P = m g + j, 16 pairs to a vector, instead of
+ * one vector per group with most lanes empty: 4 blocks fill 4 lanes of 16. */
+#define KQ16_SHORT_TAIL 4
+
+typedef struct kq16_chunk {
+    int16_t q[16][32];        /* [v][2j + e]: element 2v + e of block j, 256 q + q2; 0 past the row */
+    float d[16];              /* unit of block j, 0 past the row */
+    float s[16];              /* d * sum of block j */
+} kq16_chunk;
+
+static inline int64_t kq16_chunks(int64_t n_cols) { return (n_cols / 32 + 15) / 16; }
+
 /* What a weight type multiplies with: float rows or one of the 8-bit forms. */
-typedef enum kern_act_kind { KERN_ACT_F32, KERN_ACT_Q8_32, KERN_ACT_Q8_256 } kern_act_kind;
+typedef enum kern_act_kind { KERN_ACT_F32, KERN_ACT_Q8_32, KERN_ACT_Q8_256, KERN_ACT_Q16_X16 } kern_act_kind;
 
 /* out[t * out_stride + r] = row r of w . activation row t, for r < n_rows and
  * t < n_tok. act rows are act_stride bytes apart (floats or kq8 blocks as the
@@ -77,6 +101,7 @@ typedef struct kern_impl {
     void (*quantize_32)(const float *x, kq8_32 *y, int64_t n);   /* n % 32 == 0 */
     void (*quantize_256)(const float *x, kq8_256 *y, int64_t n); /* n % 256 == 0 */
     kern_rows_fn rows[40];                             /* by gl_type; NULL = scalar path */
+    kern_rows_fn packed_rows[40];                      /* by gl_type, for kern_pack'ed weights; NULL = none */
     kern_attend_fn attend;
 } kern_impl;
 
@@ -87,6 +112,9 @@ const kern_impl *kern_impl_avx512(void);
 /* The scalar quantizers every implementation must match bit for bit. */
 void kern_quantize_32_ref(const float *x, kq8_32 *y, int64_t n);
 void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n);
+
+/* Activation rows for packed weights, from quantize_32 (kernels.c). */
+void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int64_t n);
 
 /* Which activation form a weight type takes under an implementation. */
 kern_act_kind kern_act_kind_of(uint32_t type);

@@ -210,141 +210,163 @@ INLINE void tile_q32(const int type, const uint8_t *w, size_t row_bytes, int64_t
 }
 
 #if SIMD_AVX512
-/* ---- 512-bit form for Q4_0, Q4_1 and Q8_0 -----------------------------------------
- * Two blocks per register: a pair's dot lands in 16 int32 lanes, 0..7 for
- * block b and 8..15 for block b + 1. Scales come sixteen blocks at a time:
- * the weights' F16 words picked out of the chunk's 64-byte pieces with
- * vpermw (vpgatherdd is several times slower on Zen) and converted in one
- * go, the activations' from the lists after their blocks (kq8_32_index). So
- * the weight offsets enter as one vector multiply-add per 16 blocks instead
- * of a scalar one per block, and one output's sum runs in a fixed order of
- * 16-block chunks and block pairs whatever the tile. Q8_0 has no vpsignb at 512 bits: its weights
- * get 128 added to become unsigned, and 128 * sum(activations), taken once
- * per activation pair and shared by every row, is subtracted in integer. */
+/* ---- packed Q4_0, Q4_1 and Q8_0 against kq16_chunk (layout in simd.h) ------------
+ * Lane j of every vector belongs to block j of the chunk, so vpdpwssd
+ * accumulates each block's exact integer dot in its own lane; per chunk and
+ * output the 16 dots become floats once and take their scales in one
+ * multiply-add: acc += dot * (dw * da), then acc += mw * s for the weight
+ * offset (Q4_0: -8 dw, Q8_0: none, Q4_1: its minimum). One output's float
+ * operations run in chunk order with the same instructions whatever the tile. */
 
-/* Blocks b and b + 1 (or b alone when !two, the rest zero) as unsigned
- * bytes in the order the activations have them: 32 of b, then 32 of b + 1. */
-INLINE __m512i pair_weights(const int type, const uint8_t *blk, int bb, bool two) {
-    if (type == GL_TYPE_Q8_0) {
-        __m512i v = _mm512_zextsi256_si512(load256(blk + 2));
-        if (two) v = _mm512_inserti64x4(v, load256(blk + bb + 2), 1);
-        return _mm512_xor_si512(v, _mm512_set1_epi8((char)0x80));
-    }
-    const int qo = type == GL_TYPE_Q4_0 ? 2 : 4;
-    /* 128-bit lanes [qs_b, qs_b, qs_b1, qs_b1], then low nibbles of lanes 0 and
-     * 2, high nibbles of 1 and 3: elements 0..15 and 16..31 of each block. */
-    __m512i v = _mm512_maskz_broadcast_i32x4(0x00ff, _mm_loadu_si128((const __m128i *)(blk + qo)));
-    if (two) v = _mm512_mask_broadcast_i32x4(v, 0xff00, _mm_loadu_si128((const __m128i *)(blk + bb + qo)));
-    const long long by4 = 0x0004000400040004; /* srlv counts per 16-bit word */
-    const __m512i shift = _mm512_set_epi64(by4, by4, 0, 0, by4, by4, 0, 0);
-    return _mm512_and_si512(_mm512_srlv_epi16(v, shift), _mm512_set1_epi8(0x0f));
+/* Group g of a chunk of m blocks as 32 words: 2 bytes per block. */
+INLINE __m512i group_bytes(const uint8_t *p, int m, bool sign) {
+    if (m == 16) return sign ? _mm512_cvtepi8_epi16(load256(p)) : _mm512_cvtepu8_epi16(load256(p));
+    __mmask32 k = (__mmask32)((1u << (2 * m)) - 1);
+    __m256i v = _mm256_maskz_loadu_epi8(k, p);
+    return sign ? _mm512_cvtepi8_epi16(v) : _mm512_cvtepu8_epi16(v);
 }
 
-/* The q (or q2) bytes of activation blocks a[0] and a[1]. */
-INLINE __m512i pair_act(const kq8_32 *a, bool two, bool residual) {
-    __m512i v = _mm512_zextsi256_si512(load256(residual ? a[0].q2 : a[0].q));
-    if (two) v = _mm512_inserti64x4(v, load256(residual ? a[1].q2 : a[1].q), 1);
-    return v;
+INLINE __m512 chunk_f16(const uint8_t *p, int m) {
+    __m256i h = m == 16 ? load256(p) : _mm256_maskz_loadu_epi16((__mmask16)((1u << m) - 1), p);
+    return _mm512_cvtph_ps(h);
 }
 
-/* Word j of the 32 lanes picked by in_piece from the 64-byte pieces of a
- * chunk of n_bytes, lanes of piece j chosen by mine[j]. Reads stay inside
- * the chunk: a last partial piece is the chunk's final 64 bytes, its
- * indices moved up to match (a chunk under 64 bytes goes through a copy). */
-INLINE __m512i chunk_words(const uint8_t *blk, int n_bytes, __m512i in_piece, const __mmask32 *mine) {
-    __m512i words = _mm512_setzero_si512();
-    int full = n_bytes / 64, left = n_bytes % 64;
-    for (int j = 0; j < full; j++)
-        words = _mm512_mask_permutexvar_epi16(words, mine[j], in_piece, _mm512_loadu_si512(blk + 64 * j));
-    if (left == 0) return words;
-    if (full == 0) {
-        uint8_t copy[64] = {0};
-        memcpy(copy, blk, (size_t)n_bytes);
-        return _mm512_mask_permutexvar_epi16(words, mine[0], in_piece, _mm512_loadu_si512(copy));
-    }
-    __m512i moved = _mm512_add_epi16(in_piece, _mm512_set1_epi16((short)((64 - left) / 2)));
-    return _mm512_mask_permutexvar_epi16(words, mine[full], moved, _mm512_loadu_si512(blk + n_bytes - 64));
-}
-
-INLINE void tile_q32x2(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
-                       size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     const int bb = type == GL_TYPE_Q4_0 ? 18 : type == GL_TYPE_Q4_1 ? 20 : 34;
+    const int hdr = type == GL_TYPE_Q4_1 ? 4 : 2;
     const bool q8 = type == GL_TYPE_Q8_0;
     const int nb = (int)(n_cols / 32);
-    /* Word lane L < 16 takes block L's scale, 16 + L its Q4_1 min: word
-     * (L % 16) * bb / 2 + L / 16 of the chunk, in its 64-byte piece L_piece. */
-    static const uint16_t lanes[32] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15,
-                                       16, 17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31};
-    const __m512i lane = _mm512_loadu_si512(lanes);
-    const __m512i word = _mm512_add_epi16(_mm512_mullo_epi16(_mm512_and_si512(lane, _mm512_set1_epi16(15)),
-                                                             _mm512_set1_epi16((short)(bb / 2))),
-                                          _mm512_srli_epi16(lane, 4));
-    const __m512i in_piece = _mm512_and_si512(word, _mm512_set1_epi16(31)), piece = _mm512_srli_epi16(word, 5);
-    const int n_pieces = (16 * bb + 63) / 64;
-    __mmask32 mine[9];
-    for (int j = 0; j < n_pieces; j++) mine[j] = _mm512_cmpeq_epi16_mask(piece, _mm512_set1_epi16((short)j));
-    const __m512i pair_lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-    __m512 acc[8][TT];
-#pragma GCC unroll 8
+    const __m512i m4 = _mm512_set1_epi16(0x0f);
+    __m512 acc[4][4];
+#pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
-#pragma GCC unroll 8
+#pragma GCC unroll 4
         for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
-    for (int c0 = 0; c0 < nb; c0 += 16) {
-        int nc = nb - c0 < 16 ? nb - c0 : 16;
-        __mmask32 valid_words = (__mmask32)((1u << nc) - 1) * 0x10001u;
-        __m512 dw[8], mw[8], da[TT], sa[TT];
-#pragma GCC unroll 8
+    const int short_tail = nb % 16 <= KQ16_SHORT_TAIL ? nb % 16 : 0;
+    for (int c0 = 0; c0 < nb - short_tail; c0 += 16) {
+        const int m = nb - c0 < 16 ? nb - c0 : 16;
+        const uint8_t *chunk[4];
+        const kq16_chunk *a[4];
+        __m512i dot[4][4];
+#pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            __m512i words = chunk_words(w + (size_t)r * row_bytes + (size_t)c0 * bb, nc * bb, in_piece, mine);
-            words = _mm512_maskz_mov_epi16(valid_words, words); /* no scales of blocks past the row */
-            dw[r] = _mm512_cvtph_ps(_mm512_castsi512_si256(words));
-            mw[r] = type == GL_TYPE_Q4_1 ? _mm512_cvtph_ps(_mm512_extracti64x4_epi64(words, 1))
-                                         : _mm512_mul_ps(dw[r], _mm512_set1_ps(-8.0f));
+            chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb;
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) dot[r][t] = _mm512_setzero_si512();
         }
-#pragma GCC unroll 8
-        for (int t = 0; t < NT; t++) {
-            const float *ds = kq8_32_scales(act + (size_t)t * act_stride, nb);
-            da[t] = _mm512_loadu_ps(ds + c0); /* zero past the last block */
-            sa[t] = _mm512_loadu_ps(ds + kq8_32_padded(nb) + c0);
-        }
-        __m512 sc[8][TT];
-#pragma GCC unroll 8
-        for (int r = 0; r < NR; r++)
-#pragma GCC unroll 8
-            for (int t = 0; t < NT; t++) {
-                sc[r][t] = _mm512_mul_ps(dw[r], da[t]);
-                if (!q8) acc[r][t] = _mm512_fmadd_ps(mw[r], sa[t], acc[r][t]);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
+        if (q8) {
+            for (int g = 0; g < 16; g++) {
+                __m512i u[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) u[r] = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, true);
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    __m512i x = _mm512_loadu_si512(a[t]->q[g]);
+#pragma GCC unroll 4
+                    for (int r = 0; r < NR; r++) dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u[r], x);
+                }
             }
-        for (int p = 0; 2 * p < nc; p++) {
-            int b = c0 + 2 * p;
-            bool two = 2 * p + 1 < nc;
-            __m512i idx = _mm512_add_epi32(pair_lanes, _mm512_set1_epi32(2 * p));
-            __m512i u[8];
-#pragma GCC unroll 8
-            for (int r = 0; r < NR; r++) u[r] = pair_weights(type, w + (size_t)r * row_bytes + (size_t)b * bb, bb, two);
-#pragma GCC unroll 8
-            for (int t = 0; t < NT; t++) {
-                const kq8_32 *a = (const kq8_32 *)(act + (size_t)t * act_stride) + b;
-                __m512i s = pair_act(a, two, false), s2 = pair_act(a, two, true);
-                __m512i base = _mm512_setzero_si512(), base2 = _mm512_setzero_si512();
-                if (q8) { /* -128 * sums of 4, for the 128 added to the weights */
-                    const __m512i m80 = _mm512_set1_epi8((char)0x80);
-                    base = _mm512_sub_epi32(base, _mm512_dpbusd_epi32(_mm512_setzero_si512(), m80, s));
-                    base2 = _mm512_sub_epi32(base2, _mm512_dpbusd_epi32(_mm512_setzero_si512(), m80, s2));
-                }
-#pragma GCC unroll 8
+        } else {
+            for (int g = 0; g < 8; g++) {
+                __m512i lo[4], hi[4];
+#pragma GCC unroll 4
                 for (int r = 0; r < NR; r++) {
-                    /* |256 * dot(q) + dot(q2)| <= 257 * 255 * 127 * 4 per lane: fits int32. */
-                    __m512i dot = _mm512_slli_epi32(_mm512_dpbusd_epi32(base, u[r], s), 8);
-                    dot = _mm512_dpbusd_epi32(_mm512_add_epi32(dot, base2), u[r], s2);
-                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_permutexvar_ps(idx, sc[r][t]), acc[r][t]);
+                    __m512i v = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, false);
+                    lo[r] = _mm512_and_si512(v, m4);
+                    hi[r] = _mm512_srli_epi16(v, 4);
                 }
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    __m512i xl = _mm512_loadu_si512(a[t]->q[g]), xh = _mm512_loadu_si512(a[t]->q[g + 8]);
+#pragma GCC unroll 4
+                    for (int r = 0; r < NR; r++)
+                        dot[r][t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(dot[r][t], lo[r], xl), hi[r], xh);
+                }
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m512 dw = chunk_f16(chunk[r], m);
+            __m512 mw = type == GL_TYPE_Q4_1 ? chunk_f16(chunk[r] + 2 * m, m) : _mm512_mul_ps(dw, _mm512_set1_ps(-8.0f));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), sc, acc[r][t]);
+                if (!q8) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
             }
         }
     }
-#pragma GCC unroll 8
+    /* A short last chunk (m <= KQ16_SHORT_TAIL blocks) would leave most
+     * lanes idle in the layout above: its pairs of quants run on in pair order
+     * P = m g + j instead (see simd.h), 16 to a vector, so lane L of vector v
+     * holds block (16 v + L) mod m. Each vector's dots turn into floats and
+     * take their blocks' scales, permuted into those lanes. */
+    if (short_tail) {
+        const int m = nb % 16, c0 = nb - m;
+        const int raw_bytes = q8 ? 32 * m : 16 * m, n_vec = (raw_bytes + 31) / 32;
+        const uint8_t *chunk[4];
+        const kq16_chunk *a[4];
+        __m512 dw[4], da[4];
+    #pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb;
+            dw[r] = chunk_f16(chunk[r], m);
+        }
+    #pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
+            da[t] = _mm512_loadu_ps(a[t]->d);
+        }
+        if (!q8) {
+    #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512 mw = type == GL_TYPE_Q4_1 ? chunk_f16(chunk[r] + 2 * m, m) : _mm512_mul_ps(dw[r], _mm512_set1_ps(-8.0f));
+    #pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
+            }
+        }
+        /* block = L mod m, by floor((L + 0.5) / m) in floats: exact for L, m < 16 */
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512i mv = _mm512_set1_epi32(m);
+        __m512 quot = _mm512_floor_ps(_mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(lane), _mm512_set1_ps(0.5f)),
+                                                    _mm512_set1_ps(1.0f / (float)m)));
+        __m512i block = _mm512_sub_epi32(lane, _mm512_mullo_epi32(_mm512_cvtps_epi32(quot), mv));
+        const __m512i step = _mm512_set1_epi32(16 - (16 / m) * m);
+        for (int v = 0; v < n_vec; v++) {
+            int left = raw_bytes - 32 * v;
+            __mmask32 k = left >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << left) - 1);
+            __m512i lo[4], hi[4];
+            __m512 dws[4];
+    #pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m256i raw = _mm256_maskz_loadu_epi8(k, chunk[r] + hdr * m + 32 * v);
+                lo[r] = q8 ? _mm512_cvtepi8_epi16(raw) : _mm512_and_si512(_mm512_cvtepu8_epi16(raw), m4);
+                hi[r] = q8 ? lo[r] : _mm512_srli_epi16(_mm512_cvtepu8_epi16(raw), 4);
+                dws[r] = _mm512_permutexvar_ps(block, dw[r]);
+            }
+    #pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const int16_t *q = &a[t]->q[0][0];
+                __m512i xl = _mm512_loadu_si512(q + 32 * v);
+                __m512i xh = q8 ? xl : _mm512_loadu_si512(q + 16 * m + 32 * v);
+                __m512 das = _mm512_permutexvar_ps(block, da[t]);
+    #pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) {
+                    __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), lo[r], xl);
+                    if (!q8) dot = _mm512_dpwssd_epi32(dot, hi[r], xh);
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dws[r], das), acc[r][t]);
+                }
+            }
+            block = _mm512_add_epi32(block, step);
+            block = _mm512_mask_sub_epi32(block, _mm512_cmpge_epi32_mask(block, mv), block, mv);
+        }
+    }
+#pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
-#pragma GCC unroll 8
+#pragma GCC unroll 4
         for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 #endif
@@ -638,34 +660,33 @@ INLINE void tile_float(const int type, const uint8_t *w, size_t row_bytes, int64
         }                                                                                                    \
     }
 
+DEFINE_ROWS(rows_q4_0, tile_q32, GL_TYPE_Q4_0)
+DEFINE_ROWS(rows_q4_1, tile_q32, GL_TYPE_Q4_1)
+DEFINE_ROWS(rows_q8_0, tile_q32, GL_TYPE_Q8_0)
 #if SIMD_AVX512
-/* The 512-bit tiles hold NR x NT accumulators plus as many scale vectors:
- * 8 outputs per tile fit the 32 registers with room for the operands. */
-#define DEFINE_ROWS_X2(name, TYPE)                                                                           \
+/* Packed tiles: 2 rows x 4 tokens keep 8 integer and 8 float accumulators
+ * plus the operands in the 32 registers; fewer tokens take more rows. */
+#define DEFINE_PACKED_ROWS(name, TYPE)                                                                       \
     static void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act, \
                          size_t act_stride, int n_tok, float *out, size_t out_stride) {                      \
         int t0 = 0;                                                                                          \
         for (; t0 + 4 <= n_tok; t0 += 4) {                                                                   \
             const uint8_t *a = act + (size_t)t0 * act_stride;                                                \
             float *o = out + (size_t)t0 * out_stride;                                                        \
-            ROWS_PASS(tile_q32x2, TYPE, 2, 4);                                                               \
+            ROWS_PASS(tile_x16, TYPE, 2, 4);                                                                 \
         }                                                                                                    \
         const uint8_t *a = act + (size_t)t0 * act_stride;                                                    \
         float *o = out + (size_t)t0 * out_stride;                                                            \
         switch (n_tok - t0) {                                                                                \
-        case 1: ROWS_PASS(tile_q32x2, TYPE, 4, 1); break;                                                    \
-        case 2: ROWS_PASS(tile_q32x2, TYPE, 4, 2); break;                                                    \
-        case 3: ROWS_PASS(tile_q32x2, TYPE, 2, 3); break;                                                    \
+        case 1: ROWS_PASS(tile_x16, TYPE, 4, 1); break;                                                      \
+        case 2: ROWS_PASS(tile_x16, TYPE, 4, 2); break;                                                      \
+        case 3: ROWS_PASS(tile_x16, TYPE, 2, 3); break;                                                      \
         default: break;                                                                                      \
         }                                                                                                    \
     }
-DEFINE_ROWS_X2(rows_q4_0, GL_TYPE_Q4_0)
-DEFINE_ROWS_X2(rows_q4_1, GL_TYPE_Q4_1)
-DEFINE_ROWS_X2(rows_q8_0, GL_TYPE_Q8_0)
-#else
-DEFINE_ROWS(rows_q4_0, tile_q32, GL_TYPE_Q4_0)
-DEFINE_ROWS(rows_q4_1, tile_q32, GL_TYPE_Q4_1)
-DEFINE_ROWS(rows_q8_0, tile_q32, GL_TYPE_Q8_0)
+DEFINE_PACKED_ROWS(packed_rows_q4_0, GL_TYPE_Q4_0)
+DEFINE_PACKED_ROWS(packed_rows_q4_1, GL_TYPE_Q4_1)
+DEFINE_PACKED_ROWS(packed_rows_q8_0, GL_TYPE_Q8_0)
 #endif
 DEFINE_ROWS(rows_q5_0, tile_q32, GL_TYPE_Q5_0)
 DEFINE_ROWS(rows_q5_1, tile_q32, GL_TYPE_Q5_1)
@@ -743,5 +764,11 @@ static const kern_impl FN(impl) = {
         [GL_TYPE_Q5_1] = FN(rows_q5_1), [GL_TYPE_Q8_0] = FN(rows_q8_0), [GL_TYPE_Q4_K] = FN(rows_q4_k),
         [GL_TYPE_Q5_K] = FN(rows_q5_k), [GL_TYPE_Q6_K] = FN(rows_q6_k),
     },
+#if SIMD_AVX512
+    .packed_rows = {
+        [GL_TYPE_Q4_0] = FN(packed_rows_q4_0), [GL_TYPE_Q4_1] = FN(packed_rows_q4_1),
+        [GL_TYPE_Q8_0] = FN(packed_rows_q8_0),
+    },
+#endif
     .attend = FN(attend),
 };

@@ -104,25 +104,29 @@ static void act_as_seen(uint32_t type, const float *x, int64_t n, float *seen, f
     }
 }
 
-/* Run impl's rows function on rows [r0, r1) for tokens [t0, t1); out is n_tok x n_rows. */
-static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, int64_t n_rows, int64_t n_cols,
-                     const float *x, int n_tok, int r0, int r1, int t0, int t1, float *out) {
-    kern_act_kind kind = kern_act_kind_of(type);
+/* Run impl's rows function on rows [r0, r1) for tokens [t0, t1); out is n_tok x n_rows.
+ * With packed (kern_pack's copy of w) the packed rows function runs instead. */
+static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, const uint8_t *packed, int64_t n_rows,
+                     int64_t n_cols, const float *x, int n_tok, int r0, int r1, int t0, int t1, float *out) {
+    kern_act_kind kind = packed ? KERN_ACT_Q16_X16 : kern_act_kind_of(type);
     size_t row_bytes = gl_type_row_bytes(type, n_cols);
-    size_t stride = kind == KERN_ACT_Q8_32    ? kq8_32_row_bytes(n_cols)
-                    : kind == KERN_ACT_Q8_256 ? (size_t)(n_cols / 256) * sizeof(kq8_256)
-                                              : (size_t)n_cols * sizeof(float);
+    size_t stride = kind == KERN_ACT_Q8_32      ? kq8_32_row_bytes(n_cols)
+                    : kind == KERN_ACT_Q8_256   ? (size_t)(n_cols / 256) * sizeof(kq8_256)
+                    : kind == KERN_ACT_Q16_X16 ? (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk)
+                                                : (size_t)n_cols * sizeof(float);
     uint8_t *act = malloc(stride * (size_t)n_tok);
     for (int t = 0; t < n_tok; t++) {
         const float *xt = x + (size_t)t * (size_t)n_cols;
         if (kind == KERN_ACT_Q8_32) {
             impl->quantize_32(xt, (kq8_32 *)(act + t * stride), n_cols);
             kq8_32_index(act + t * stride, n_cols / 32);
-        } else if (kind == KERN_ACT_Q8_256) impl->quantize_256(xt, (kq8_256 *)(act + t * stride), n_cols);
+        } else if (kind == KERN_ACT_Q16_X16) kern_quantize_x16(impl, xt, (kq16_chunk *)(act + t * stride), n_cols);
+        else if (kind == KERN_ACT_Q8_256) impl->quantize_256(xt, (kq8_256 *)(act + t * stride), n_cols);
         else memcpy(act + t * stride, xt, stride);
     }
-    impl->rows[type](w + (size_t)r0 * row_bytes, row_bytes, r1 - r0, n_cols, act + (size_t)t0 * stride, stride,
-                     t1 - t0, out + (size_t)t0 * (size_t)n_rows + r0, (size_t)n_rows);
+    kern_rows_fn fn = packed ? impl->packed_rows[type] : impl->rows[type];
+    fn((packed ? packed : w) + (size_t)r0 * row_bytes, row_bytes, r1 - r0, n_cols, act + (size_t)t0 * stride, stride,
+       t1 - t0, out + (size_t)t0 * (size_t)n_rows + r0, (size_t)n_rows);
     free(act);
 }
 
@@ -162,10 +166,12 @@ END_TEST
 
 /* ---- matmul kernels ------------------------------------------------------------ */
 
-static void check_type(const kern_impl *impl, uint32_t type, int64_t n_rows, int64_t n_cols, int n_tok) {
+/* With packed, through kern_pack and the implementation's packed rows (when it has them). */
+static void check_type_as(const kern_impl *impl, uint32_t type, int64_t n_rows, int64_t n_cols, int n_tok, bool packed) {
     const gl_type_traits *tt = gl_type_get(type);
     size_t row_bytes = gl_type_row_bytes(type, n_cols);
     uint8_t *w = malloc((size_t)n_rows * row_bytes);
+    gl_tensor wt = {.type = type, .n_cols = n_cols, .n_rows = n_rows, .data = w, .n_bytes = n_rows * row_bytes};
     float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
     float *out = calloc((size_t)n_tok * (size_t)n_rows, sizeof *out);
     float *one = calloc((size_t)n_tok * (size_t)n_rows, sizeof *one);
@@ -173,8 +179,13 @@ static void check_type(const kern_impl *impl, uint32_t type, int64_t n_rows, int
     float *half_step = malloc((size_t)n_cols * sizeof *half_step);
     fill_weights(type, w, n_rows, n_cols);
     fill_acts(x, (int64_t)n_tok * n_cols);
+    if (packed) {
+        ck_assert_int_eq(kern_pack(&wt), 0);
+        ck_assert_ptr_nonnull(wt.packed);
+    }
+    const uint8_t *pw = wt.packed;
 
-    run_rows(impl, type, w, n_rows, n_cols, x, n_tok, 0, (int)n_rows, 0, n_tok, out);
+    run_rows(impl, type, w, pw, n_rows, n_cols, x, n_tok, 0, (int)n_rows, 0, n_tok, out);
     for (int t = 0; t < n_tok; t++) {
         const float *xt = x + (size_t)t * (size_t)n_cols;
         act_as_seen(type, xt, n_cols, seen, half_step);
@@ -189,8 +200,8 @@ static void check_type(const kern_impl *impl, uint32_t type, int64_t n_rows, int
             }
             double got = out[(size_t)t * (size_t)n_rows + (size_t)r];
             ck_assert_msg(fabs(got - exact_seen) <= 2e-6 * mag + 1e-6,
-                          "%s %s row %lld tok %d: got %.9g, exact %.9g (mag %g)", impl->name, tt->name,
-                          (long long)r, t, got, exact_seen, mag);
+                          "%s %s%s row %lld tok %d: got %.9g, exact %.9g (mag %g)", impl->name, tt->name,
+                          packed ? " packed" : "", (long long)r, t, got, exact_seen, mag);
             ck_assert_msg(fabs(got - exact) <= bound + 2e-6 * mag + 1e-6,
                           "%s %s row %lld tok %d: got %.9g, float reference %.9g, bound %g", impl->name, tt->name,
                           (long long)r, t, got, exact, bound);
@@ -201,13 +212,19 @@ static void check_type(const kern_impl *impl, uint32_t type, int64_t n_rows, int
         for (int r0 = 0; r0 < n_rows;) {
             int r1 = r0 + 1 + (int)(rnd() % 6);
             if (r1 > n_rows) r1 = (int)n_rows;
-            run_rows(impl, type, w, n_rows, n_cols, x, n_tok, r0, r1, t, t + 1, one);
+            run_rows(impl, type, w, pw, n_rows, n_cols, x, n_tok, r0, r1, t, t + 1, one);
             r0 = r1;
         }
     }
     ck_assert_msg(!memcmp(out, one, (size_t)n_tok * (size_t)n_rows * sizeof *out),
-                  "%s %s: result depends on the tile", impl->name, tt->name);
+                  "%s %s%s: result depends on the tile", impl->name, tt->name, packed ? " packed" : "");
+    kern_unpack(&wt);
     free(w), free(x), free(out), free(one), free(wrow), free(seen), free(half_step);
+}
+
+static void check_type(const kern_impl *impl, uint32_t type, int64_t n_rows, int64_t n_cols, int n_tok) {
+    check_type_as(impl, type, n_rows, n_cols, n_tok, false);
+    if (impl->packed_rows[type]) check_type_as(impl, type, n_rows, n_cols, n_tok, true);
 }
 
 START_TEST(quant_kernels_match_reference) {
@@ -222,7 +239,11 @@ START_TEST(quant_kernels_match_reference) {
             check_type(impls[k], type, 1, n_cols, 3);
             check_type(impls[k], type, 6, gl_type_get(type)->block_size, 2);
             /* 23 blocks: a 16-block chunk, then 7 whose scales span pieces */
-            if (gl_type_get(type)->block_size == 32) check_type(impls[k], type, 9, 23 * 32, 5);
+            if (gl_type_get(type)->block_size == 32) {
+                check_type(impls[k], type, 9, 23 * 32, 5);
+                check_type(impls[k], type, 7, 32 * 32, 6); /* whole chunks only */
+                check_type(impls[k], type, 5, 20 * 32, 6); /* a short tail of 4 blocks */
+            }
         }
 }
 END_TEST
@@ -259,6 +280,7 @@ START_TEST(matmul_is_batch_and_thread_invariant) {
         fill_weights(type, data, n_rows, n_cols);
         gl_tensor w = {.type = type, .n_cols = n_cols, .n_rows = n_rows, .data = data,
                        .n_bytes = (uint64_t)n_rows * row_bytes};
+        ck_assert_int_eq(kern_pack(&w), 0); /* as the model loader does */
         float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
         fill_acts(x, (int64_t)n_tok * n_cols);
         x[5] = 0.5f; /* no spike: the bound below is a plain relative one */
@@ -286,6 +308,7 @@ START_TEST(matmul_is_batch_and_thread_invariant) {
         }
         ck_assert_msg(maxdiff <= 1e-4f * maxref, "%s: fast vs scalar max diff %g of %g", gl_type_get(type)->name,
                       maxdiff, maxref);
+        kern_unpack(&w);
         free(data), free(x), free(all), free(one), free(ref);
     }
 }

@@ -1,0 +1,78 @@
+/* bench_matmul.c -- one matrix multiply shape, timed in isolation (a
+ * benchmark, not a test): random weights of TYPE, ROWS x COLS, against
+ * N_TOK tokens, on THREADS threads; prints the median time, the multiply-adds
+ * per second and the weight bytes per second.
+ *
+ *   bench_matmul TYPE ROWS COLS N_TOK THREADS [REPS]     TYPE: q4_0 q4_1 q8_0 q4_k q6_k
+ *
+ * The weights are kern_pack'ed unless BENCH_UNPACKED is set. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kernels.h"
+#include "quant.h"
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+int main(int argc, char **argv) {
+    if (argc < 6) {
+        fprintf(stderr, "usage: bench_matmul TYPE ROWS COLS N_TOK THREADS [REPS]\n");
+        return 2;
+    }
+    static const struct { const char *name; uint32_t type; int scale_at[2]; } types[] = {
+        {"q4_0", GL_TYPE_Q4_0, {0, -1}}, {"q4_1", GL_TYPE_Q4_1, {0, 2}}, {"q8_0", GL_TYPE_Q8_0, {0, -1}},
+        {"q4_k", GL_TYPE_Q4_K, {0, 2}},  {"q6_k", GL_TYPE_Q6_K, {208, -1}},
+    };
+    int ti = -1;
+    for (int i = 0; i < (int)(sizeof types / sizeof types[0]); i++)
+        if (!strcmp(argv[1], types[i].name)) ti = i;
+    if (ti < 0) { fprintf(stderr, "bench_matmul: unknown type %s\n", argv[1]); return 2; }
+    int64_t rows = atoll(argv[2]), cols = atoll(argv[3]);
+    int n_tok = atoi(argv[4]), threads = atoi(argv[5]), reps = argc > 6 ? atoi(argv[6]) : 21;
+    uint32_t type = types[ti].type;
+    size_t row_bytes = gl_type_row_bytes(type, cols), block_bytes = (size_t)gl_type_get(type)->block_bytes;
+    size_t n_bytes = row_bytes * (size_t)rows;
+    uint8_t *w = malloc(n_bytes);
+    float *x = malloc(sizeof(float) * (size_t)cols * n_tok), *out = malloc(sizeof(float) * (size_t)rows * n_tok);
+    srand(1);
+    for (size_t i = 0; i < n_bytes; i++) w[i] = (uint8_t)rand();
+    /* Finite, modest F16 scales (0x2c00 = 1/16) so the sums stay ordinary. */
+    for (size_t b = 0; b < n_bytes / block_bytes; b++)
+        for (int k = 0; k < 2; k++)
+            if (types[ti].scale_at[k] >= 0) {
+                w[b * block_bytes + types[ti].scale_at[k]] = 0x00;
+                w[b * block_bytes + types[ti].scale_at[k] + 1] = 0x2c;
+            }
+    for (size_t i = 0; i < (size_t)cols * n_tok; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
+    gl_tensor t = {.type = type, .n_cols = cols, .n_rows = rows, .data = w, .n_bytes = n_bytes};
+    if (!getenv("BENCH_UNPACKED") && kern_pack(&t)) return 1;
+    kern_pool *p = kern_pool_new(threads);
+    if (!p || kern_pool_reserve(p, (size_t)cols) || kern_pool_reserve_tokens(p, n_tok, cols)) return 1;
+    double *ts = malloc(sizeof(double) * reps);
+    kern_matmul(p, &t, x, n_tok, out);
+    for (int r = 0; r < reps; r++) {
+        double t0 = now();
+        kern_matmul(p, &t, x, n_tok, out);
+        ts[r] = now() - t0;
+    }
+    qsort(ts, reps, sizeof *ts, cmp_double);
+    double med = ts[reps / 2];
+    printf("%s %s %lldx%lld tok %d thr %d: %.3f ms  %.1f GMAC/s  %.1f GB/s weights\n", kern_backend(), argv[1],
+           (long long)rows, (long long)cols, n_tok, threads, med * 1e3, rows * cols * (double)n_tok / med * 1e-9,
+           n_bytes / med * 1e-9);
+    kern_pool_free(p);
+    kern_unpack(&t);
+    free(ts); free(w); free(x); free(out);
+    return 0;
+}
