@@ -497,7 +497,7 @@ void kern_matmul(kern_pool *p, const gl_tensor *w, const float *x, int n_tokens,
     /* About eight hand-outs per thread so both cores finish together; a
      * multiple of 4 rows keeps the 4-row tiles of single-token calls whole. */
     long chunk = w->n_rows / (8 * p->n_threads);
-    chunk = chunk < 4 ? 4 : chunk > 64 ? 64 : chunk & ~3L;
+    chunk = chunk < 4 ? 4 : chunk & ~3L;
     job.chunk = (int)chunk;
     atomic_init(&job.next_row, 0);
     kern_pool_run(p, matmul_worker, &job);

@@ -59,6 +59,15 @@ INLINE float f16_at(const uint8_t *p) {
 
 INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i *)p); }
 
+/* Weights stream through once per decode step; the hardware prefetchers
+ * alone reach about half of one core's memory bandwidth on them. Asking
+ * 3 KiB ahead for the lines of what is being read now keeps enough misses
+ * in flight (measured: 16 -> 25 GB/s on one core, 27 -> 50 GB/s on two).
+ * Prefetches never fault, so running past the end of the weights is harmless. */
+INLINE void prefetch_ahead(const uint8_t *p, int n_bytes) {
+    for (int off = 0; off < n_bytes; off += 64) _mm_prefetch((const char *)p + 3072 + off, _MM_HINT_T0);
+}
+
 /* Sum of u[i] * s[i] over each group of 4 bytes: u unsigned, s signed. The
  * AVX2 form goes through 16-bit pairs, which cannot saturate here because
  * every caller keeps u <= 128 and |s| <= 127. */
@@ -170,6 +179,7 @@ INLINE void tile_q32(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * bb;
+            if (b % 2 == 0) prefetch_ahead(blk, 2 * bb);
             dw[r] = f16_at(blk);
             if (type == GL_TYPE_Q8_0) {
                 wq[r] = load256(blk + 2);
@@ -257,6 +267,8 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
         }
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb);
         if (q8) {
             for (int g = 0; g < 16; g++) {
                 __m512i u[4];
@@ -407,6 +419,7 @@ INLINE void tile_q45_k(const int type, const uint8_t *w, size_t row_bytes, int64
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * bb;
+            prefetch_ahead(blk[r], bb);
             k4_scales(blk[r] + 4, sc[r], mn[r]);
 #pragma GCC unroll 8
             for (int t = 0; t < NT; t++) isum[r][t] = isum2[r][t] = _mm256_setzero_si256();
@@ -497,6 +510,7 @@ INLINE void tile_q6_k(const int type, const uint8_t *w, size_t row_bytes, int64_
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * 210;
+            prefetch_ahead(blk[r], 210);
             scales[r] = (const int8_t *)blk[r] + 192;
 #pragma GCC unroll 8
             for (int t = 0; t < NT; t++) isum[r][t] = isum2[r][t] = _mm256_setzero_si256();
