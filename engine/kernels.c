@@ -392,19 +392,30 @@ int kern_pool_reserve_tokens(kern_pool *p, int max_tokens, int64_t max_cols) {
 
 /* ---- matmul ------------------------------------------------------------------ */
 
-typedef struct matmul_job {
-    kern_pool *pool;
+/* One matrix of a matmul job. */
+typedef struct matmul_part {
     const gl_tensor *w;
-    const float *x;
-    int n_tokens;
     float *out;
     size_t row_bytes;
     kern_rows_fn rows;         /* NULL: the scalar path */
     const uint8_t *weights;    /* what rows() reads: w->data or w->packed */
+    long first_row;            /* of the job's row space, which runs through the parts in order */
+} matmul_part;
+
+#define MATMUL_MAX_PARTS 4
+
+typedef struct matmul_job {
+    kern_pool *pool;
+    const float *x;
+    int64_t n_cols;
+    int n_tokens;
     const kern_impl *impl;
-    kern_act_kind act_kind;
+    kern_act_kind act_kind;    /* shared by every part */
     const uint8_t *act;        /* what rows() reads: x itself or its quantized copy */
     size_t act_stride;
+    matmul_part parts[MATMUL_MAX_PARTS];
+    int n_parts;
+    long n_rows;               /* all parts together */
     int chunk;                 /* rows handed to a thread at a time */
     atomic_int next_tok;       /* quantization: next activation row */
     atomic_long next_row;      /* work stealing by chunks */
@@ -412,7 +423,7 @@ typedef struct matmul_job {
 
 /* Quantize token rows taken one at a time: one thread per row. */
 static void quantize_rows(matmul_job *job) {
-    int64_t n = job->w->n_cols;
+    int64_t n = job->n_cols;
     for (;;) {
         int t = atomic_fetch_add_explicit(&job->next_tok, 1, memory_order_relaxed);
         if (t >= job->n_tokens) break;
@@ -431,8 +442,8 @@ static void quantize_rows(matmul_job *job) {
 
 static void quantize_worker(void *arg, int ith, int nth) { quantize_rows(arg); }
 
-static void matmul_scalar_rows(matmul_job *job, int ith, long r0, long r1) {
-    const gl_tensor *w = job->w;
+static void matmul_scalar_rows(matmul_job *job, const matmul_part *part, int ith, long r0, long r1) {
+    const gl_tensor *w = part->w;
     int64_t n_cols = w->n_cols;
     float *row_buf = job->pool->workers[ith].scratch; /* kern_pool_reserve'd >= n_cols */
     gl_to_float_fn to_float = gl_type_get(w->type)->to_float;
@@ -441,47 +452,75 @@ static void matmul_scalar_rows(matmul_job *job, int ith, long r0, long r1) {
         if (w->type == GL_TYPE_F32) {
             row = (const float *)w->data + (size_t)r * (size_t)n_cols;
         } else {
-            to_float((const uint8_t *)w->data + (size_t)r * job->row_bytes, row_buf, n_cols);
+            to_float((const uint8_t *)w->data + (size_t)r * part->row_bytes, row_buf, n_cols);
             row = row_buf;
         }
         for (int t = 0; t < job->n_tokens; t++)
-            job->out[(size_t)t * (size_t)w->n_rows + (size_t)r] =
+            part->out[(size_t)t * (size_t)w->n_rows + (size_t)r] =
                 kern_dot(row, job->x + (size_t)t * (size_t)n_cols, (int)n_cols);
     }
 }
 
 static void matmul_worker(void *arg, int ith, int nth) {
     matmul_job *job = arg;
-    const gl_tensor *w = job->w;
     for (;;) {
-        long r0 = atomic_fetch_add_explicit(&job->next_row, job->chunk, memory_order_relaxed);
-        if (r0 >= w->n_rows) break;
-        long r1 = r0 + job->chunk < w->n_rows ? r0 + job->chunk : (long)w->n_rows;
-        if (!job->rows) {
-            matmul_scalar_rows(job, ith, r0, r1);
-            continue;
+        long g0 = atomic_fetch_add_explicit(&job->next_row, job->chunk, memory_order_relaxed);
+        if (g0 >= job->n_rows) break;
+        long g1 = g0 + job->chunk < job->n_rows ? g0 + job->chunk : job->n_rows;
+        /* The hand-out may span parts: each piece goes to its own matrix. */
+        for (int i = 0; i < job->n_parts; i++) {
+            const matmul_part *part = &job->parts[i];
+            long lo = part->first_row, hi = lo + (long)part->w->n_rows;
+            long r0 = (g0 > lo ? g0 : lo) - lo, r1 = (g1 < hi ? g1 : hi) - lo;
+            if (r0 >= r1) continue;
+            if (!part->rows) {
+                matmul_scalar_rows(job, part, ith, r0, r1);
+                continue;
+            }
+            part->rows(part->weights + (size_t)r0 * part->row_bytes, part->row_bytes, (int)(r1 - r0), job->n_cols,
+                       job->act, job->act_stride, job->n_tokens, part->out + r0, (size_t)part->w->n_rows);
         }
-        job->rows(job->weights + (size_t)r0 * job->row_bytes, job->row_bytes, (int)(r1 - r0), w->n_cols,
-                  job->act, job->act_stride, job->n_tokens, job->out + r0, (size_t)w->n_rows);
     }
     (void)nth;
 }
 
-void kern_matmul(kern_pool *p, const gl_tensor *w, const float *x, int n_tokens, float *out) {
-    matmul_job job = {.pool = p, .w = w, .x = x, .n_tokens = n_tokens, .out = out,
-                      .row_bytes = gl_type_row_bytes(w->type, w->n_cols)};
-    const kern_impl *impl = kern_impl_active();
-    job.impl = impl;
-    job.act_kind = kern_act_kind_of(w->type);
-    job.rows = impl && w->type < 40 ? impl->rows[w->type] : NULL;
-    job.weights = w->data;
-    if (job.rows && w->packed && impl->packed_rows[w->type]) {
-        job.rows = impl->packed_rows[w->type];
-        job.act_kind = KERN_ACT_Q16_X16;
-        job.weights = w->packed;
+/* How w is multiplied under impl: its rows function, weights and activation form. */
+static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, matmul_part *part) {
+    part->w = w;
+    part->row_bytes = gl_type_row_bytes(w->type, w->n_cols);
+    part->rows = impl && w->type < 40 ? impl->rows[w->type] : NULL;
+    part->weights = w->data;
+    if (part->rows && w->packed && impl->packed_rows[w->type]) {
+        part->rows = impl->packed_rows[w->type];
+        part->weights = w->packed;
+        return KERN_ACT_Q16_X16;
     }
-    if (job.rows) {
-        job.act_stride = act_row_bytes(job.act_kind, w->n_cols);
+    return kern_act_kind_of(w->type);
+}
+
+void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float *x, int n_tokens, float *const *outs) {
+    const kern_impl *impl = kern_impl_active();
+    matmul_job job = {.pool = p, .x = x, .n_tokens = n_tokens, .impl = impl};
+    /* Parts that take the same activations share one quantized copy; the
+     * rest (a different weight type among them) run as jobs of their own. */
+    for (int i = 0; i < n; i++) {
+        matmul_part part = {.out = outs[i]};
+        kern_act_kind kind = plan_part(impl, ws[i], &part);
+        bool fits = job.n_parts < MATMUL_MAX_PARTS && ws[i]->n_cols == ws[0]->n_cols &&
+                    (job.n_parts == 0 || (kind == job.act_kind && !part.rows == !job.parts[0].rows));
+        if (!fits) {
+            kern_matmul_n(p, 1, &ws[i], x, n_tokens, &outs[i]);
+            continue;
+        }
+        job.act_kind = kind;
+        part.first_row = job.n_rows;
+        job.n_rows += (long)ws[i]->n_rows;
+        job.parts[job.n_parts++] = part;
+    }
+    if (job.n_parts == 0) return;
+    job.n_cols = job.parts[0].w->n_cols;
+    if (job.parts[0].rows) {
+        job.act_stride = act_row_bytes(job.act_kind, job.n_cols);
         if (job.act_kind == KERN_ACT_F32) {
             job.act = (const uint8_t *)x;
         } else if (act_reserve(p, (size_t)n_tokens * job.act_stride) == 0) {
@@ -491,16 +530,21 @@ void kern_matmul(kern_pool *p, const gl_tensor *w, const float *x, int n_tokens,
             if (n_tokens < 2 * p->n_threads) quantize_rows(&job);
             else kern_pool_run(p, quantize_worker, &job);
         } else {
-            job.rows = NULL; /* no memory for the quantized copy: the scalar path needs none */
+            /* no memory for the quantized copy: the scalar path needs none */
+            for (int i = 0; i < job.n_parts; i++) job.parts[i].rows = NULL;
         }
     }
     /* About eight hand-outs per thread so both cores finish together; a
      * multiple of 4 rows keeps the 4-row tiles of single-token calls whole. */
-    long chunk = w->n_rows / (8 * p->n_threads);
+    long chunk = job.n_rows / (8 * p->n_threads);
     chunk = chunk < 4 ? 4 : chunk & ~3L;
     job.chunk = (int)chunk;
     atomic_init(&job.next_row, 0);
     kern_pool_run(p, matmul_worker, &job);
+}
+
+void kern_matmul(kern_pool *p, const gl_tensor *w, const float *x, int n_tokens, float *out) {
+    kern_matmul_n(p, 1, &w, x, n_tokens, &out);
 }
 
 /* ---- attention ------------------------------------------------------------------

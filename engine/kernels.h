@@ -48,6 +48,10 @@ int kern_pool_reserve_tokens(kern_pool *p, int max_tokens, int64_t max_cols);
  * coarse value and its rounding residual: about 16-bit precision) and use
  * integer dot products. */
 void kern_matmul(kern_pool *p, const gl_tensor *w, const float *x, int n_tokens, float *out);
+/* The same x through n matrices of as many columns (attention's Q, K and V;
+ * the FFN's gate and up): outs[i] = ws[i] x, as n kern_matmul calls would
+ * give bit for bit, with x quantized once and one hand-out of all the rows. */
+void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float *x, int n_tokens, float *const *outs);
 
 /* Give w a copy of its rows in the layout the fast kernels read best (only
  * some types have one; see simd.h), which kern_matmul then uses whatever the

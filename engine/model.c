@@ -357,9 +357,8 @@ int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_ca
         /* attention: x += Wo * attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) */
         for (int t = 0; t < T; t++)
             kern_rmsnorm(rs->xb + (size_t)t * D, rs->x + (size_t)t * D, L->attn_norm.data, D, c->rms_eps);
-        kern_matmul(pool, &L->wq, rs->xb, T, rs->q);
-        kern_matmul(pool, &L->wk, rs->xb, T, rs->k);
-        kern_matmul(pool, &L->wv, rs->xb, T, rs->v);
+        kern_matmul_n(pool, 3, (const gl_tensor *[]){&L->wq, &L->wk, &L->wv}, rs->xb, T,
+                      (float *[]){rs->q, rs->k, rs->v});
         for (int t = 0; t < T; t++) {
             int pos = b->positions[t];
             kern_rope(rs->q + (size_t)t * D, c->n_heads, c->head_dim, c->rope_dim, pos, c->rope_freq_base,
@@ -382,8 +381,8 @@ int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_ca
         /* feed-forward: x += W_down (silu(W_gate h) * W_up h), h = rmsnorm(x) */
         for (int t = 0; t < T; t++)
             kern_rmsnorm(rs->xb + (size_t)t * D, rs->x + (size_t)t * D, L->ffn_norm.data, D, c->rms_eps);
-        kern_matmul(pool, &L->w_gate, rs->xb, T, rs->gate);
-        kern_matmul(pool, &L->w_up, rs->xb, T, rs->up);
+        kern_matmul_n(pool, 2, (const gl_tensor *[]){&L->w_gate, &L->w_up}, rs->xb, T,
+                      (float *[]){rs->gate, rs->up});
         kern_swiglu(rs->gate, rs->up, T * c->n_ff);
         kern_matmul(pool, &L->w_down, rs->gate, T, rs->proj);
         for (size_t i = 0; i < (size_t)T * D; i++) rs->x[i] += rs->proj[i];

@@ -314,6 +314,49 @@ START_TEST(matmul_is_batch_and_thread_invariant) {
 }
 END_TEST
 
+/* kern_matmul_n gives what one kern_matmul per matrix gives, bit for bit,
+ * also when the matrices differ in type (some then run apart). */
+START_TEST(matmul_n_matches_single_matmuls) {
+    static const uint32_t types[][3] = {
+        {GL_TYPE_Q4_0, GL_TYPE_Q4_0, GL_TYPE_Q4_0},
+        {GL_TYPE_Q4_1, GL_TYPE_Q6_K, GL_TYPE_Q4_1},
+        {GL_TYPE_Q8_0, GL_TYPE_Q4_0, GL_TYPE_F16},
+    };
+    static const int64_t rows[3] = {37, 8, 130};
+    const int64_t n_cols = 768;
+    const int n_tok = 6;
+    float *x = malloc((size_t)n_tok * n_cols * sizeof *x);
+    fill_acts(x, n_tok * n_cols);
+    kern_pool *p = kern_pool_new(2);
+    ck_assert_int_eq(kern_pool_reserve(p, (size_t)n_cols), 0);
+    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+        gl_tensor w[3];
+        uint8_t *data[3];
+        float *together[3], *apart[3];
+        for (int i = 0; i < 3; i++) {
+            size_t row_bytes = gl_type_row_bytes(types[k][i], n_cols);
+            data[i] = malloc((size_t)rows[i] * row_bytes);
+            fill_weights(types[k][i], data[i], rows[i], n_cols);
+            w[i] = (gl_tensor){.type = types[k][i], .n_cols = n_cols, .n_rows = rows[i], .data = data[i],
+                               .n_bytes = (uint64_t)rows[i] * row_bytes};
+            ck_assert_int_eq(kern_pack(&w[i]), 0);
+            together[i] = malloc((size_t)n_tok * rows[i] * sizeof(float));
+            apart[i] = malloc((size_t)n_tok * rows[i] * sizeof(float));
+            kern_matmul(p, &w[i], x, n_tok, apart[i]);
+        }
+        kern_matmul_n(p, 3, (const gl_tensor *[]){&w[0], &w[1], &w[2]}, x, n_tok, together);
+        for (int i = 0; i < 3; i++) {
+            ck_assert_msg(!memcmp(together[i], apart[i], (size_t)n_tok * rows[i] * sizeof(float)),
+                          "case %zu matrix %d: kern_matmul_n differs from kern_matmul", k, i);
+            kern_unpack(&w[i]);
+            free(data[i]), free(together[i]), free(apart[i]);
+        }
+    }
+    kern_pool_free(p);
+    free(x);
+}
+END_TEST
+
 START_TEST(backend_selection) {
     ck_assert_int_eq(kern_set_backend("scalar"), 0);
     ck_assert_str_eq(kern_backend(), "scalar");
@@ -458,6 +501,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, quant_kernels_match_reference);
     tcase_add_test(tc, float_kernels_match_reference);
     tcase_add_test(tc, matmul_is_batch_and_thread_invariant);
+    tcase_add_test(tc, matmul_n_matches_single_matmuls);
     tcase_add_test(tc, backend_selection);
     tcase_add_test(tc, attention_matches_reference);
     suite_add_tcase(s, tc);
