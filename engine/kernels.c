@@ -315,13 +315,65 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
     }
 }
 
+void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t n) {
+    for (int64_t b = 0; b < n / 256; b++, x += 256) {
+        kq8_32 tmp[8];
+        impl->quantize_32(x, tmp, 256);
+        for (int j = 0; j < 16; j++) {
+            int32_t sum = 0;
+            for (int i = 0; i < 16; i++) { /* element 16 j + i is in pair v = i / 2 */
+                const kq8_32 *blk = &tmp[j / 2];
+                int e = 16 * (j % 2) + i;
+                int16_t v = (int16_t)(256 * blk->q[e] + blk->q2[e]);
+                y[b].q[i / 2][2 * j + i % 2] = v;
+                sum += v;
+            }
+            y[b].d[j] = tmp[j / 2].d;
+            y[b].sum[j] = sum;
+        }
+    }
+}
+
 /* ---- packed weights (layout in simd.h) --------------------------------------- */
 
 static bool packable(uint32_t type) {
-    return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q4_1 || type == GL_TYPE_Q8_0;
+    return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q4_1 || type == GL_TYPE_Q8_0 || type == GL_TYPE_Q6_K;
+}
+
+kern_act_kind kern_packed_act_kind(uint32_t type) {
+    return type == GL_TYPE_Q6_K ? KERN_ACT_Q16_K : KERN_ACT_Q16_X16;
+}
+
+/* One Q6_K super-block into the packed order of simd.h. */
+static void pack_q6_k(const uint8_t *src, uint8_t *dst) {
+    const uint8_t *ql = src, *qh = src + 128;
+    uint8_t q[256]; /* the 6-bit quants in element order, as the reference dequantizer reads them */
+    for (int h = 0; h < 2; h++)
+        for (int l = 0; l < 32; l++) {
+            const uint8_t *L = ql + 64 * h, *H = qh + 32 * h;
+            q[128 * h + l] = (uint8_t)((L[l] & 0xf) | ((H[l] >> 0) & 3) << 4);
+            q[128 * h + l + 32] = (uint8_t)((L[l + 32] & 0xf) | ((H[l] >> 2) & 3) << 4);
+            q[128 * h + l + 64] = (uint8_t)((L[l] >> 4) | ((H[l] >> 4) & 3) << 4);
+            q[128 * h + l + 96] = (uint8_t)((L[l + 32] >> 4) | ((H[l] >> 6) & 3) << 4);
+        }
+    memcpy(dst, src + 208, 2);        /* d */
+    memcpy(dst + 2, src + 192, 16);   /* scales */
+    uint8_t *lo = dst + 18, *hi = dst + 18 + 128;
+    memset(hi, 0, 64);
+    for (int v = 0; v < 8; v++)
+        for (int b = 0; b < 32; b++) { /* byte b of group v: element 16 (b / 2) + 2 v + b % 2 */
+            uint8_t e = q[16 * (b / 2) + 2 * v + b % 2];
+            if (v < 4) lo[32 * v + b] = e & 0xf;
+            else lo[32 * (v - 4) + b] |= (uint8_t)((e & 0xf) << 4);
+            hi[32 * (v % 2) + b] |= (uint8_t)((e >> 4) << (2 * (v / 2)));
+        }
 }
 
 static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb) {
+    if (type == GL_TYPE_Q6_K) {
+        for (int64_t b = 0; b < nb / 8; b++) pack_q6_k(src + 210 * b, dst + 210 * b);
+        return;
+    }
     const int bb = gl_type_get(type)->block_bytes, hdr = type == GL_TYPE_Q4_1 ? 4 : 2;
     const int n_groups = type == GL_TYPE_Q8_0 ? 16 : 8;
     for (int64_t c0 = 0; c0 < nb; c0 += 16) {
@@ -338,7 +390,7 @@ static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb
 }
 
 int kern_pack(gl_tensor *w) {
-    if (w->packed || !packable(w->type) || w->n_cols % 32) return 0;
+    if (w->packed || !packable(w->type) || w->n_cols % gl_type_get(w->type)->block_size) return 0;
     size_t row_bytes = gl_type_row_bytes(w->type, w->n_cols), n = row_bytes * (size_t)w->n_rows;
     void *buf = NULL;
     if (posix_memalign(&buf, 64, n ? n : 64)) return -1;
@@ -368,6 +420,7 @@ kern_act_kind kern_act_kind_of(uint32_t type) {
 static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
     if (kind == KERN_ACT_Q8_32) return kq8_32_row_bytes(n_cols);
     if (kind == KERN_ACT_Q16_X16) return (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk);
+    if (kind == KERN_ACT_Q16_K) return (size_t)(n_cols / 256) * sizeof(kq16_k);
     if (kind == KERN_ACT_Q8_256) return (size_t)(n_cols / 256) * sizeof(kq8_256);
     return (size_t)n_cols * sizeof(float);
 }
@@ -383,11 +436,14 @@ static int act_reserve(kern_pool *p, size_t bytes) {
 }
 
 int kern_pool_reserve_tokens(kern_pool *p, int max_tokens, int64_t max_cols) {
-    /* The larger of the two 8-bit forms, per 32 elements. */
-    size_t per32 = (sizeof(kq8_256) + 7) / 8, per32_small = kq8_32_row_bytes(32);
-    if (per32_small > per32) per32 = per32_small;
-    size_t row = (size_t)((max_cols + 31) / 32) * per32, packed_row = act_row_bytes(KERN_ACT_Q16_X16, max_cols);
-    return act_reserve(p, (size_t)max_tokens * (row > packed_row ? row : packed_row));
+    /* The largest activation form, for the widest row rounded up to whole chunks. */
+    int64_t cols = (max_cols + 511) / 512 * 512;
+    size_t row = 0;
+    for (int kind = KERN_ACT_Q8_32; kind <= KERN_ACT_Q16_K; kind++) {
+        size_t b = act_row_bytes((kern_act_kind)kind, cols);
+        row = b > row ? b : row;
+    }
+    return act_reserve(p, (size_t)max_tokens * row);
 }
 
 /* ---- matmul ------------------------------------------------------------------ */
@@ -434,6 +490,8 @@ static void quantize_rows(matmul_job *job) {
             kq8_32_index(dst, n / 32);
         } else if (job->act_kind == KERN_ACT_Q16_X16) {
             kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n);
+        } else if (job->act_kind == KERN_ACT_Q16_K) {
+            kern_quantize_k16(job->impl, x, (kq16_k *)dst, n);
         } else {
             job->impl->quantize_256(x, (kq8_256 *)dst, n);
         }
@@ -493,7 +551,7 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, matmul
     if (part->rows && w->packed && impl->packed_rows[w->type]) {
         part->rows = impl->packed_rows[w->type];
         part->weights = w->packed;
-        return KERN_ACT_Q16_X16;
+        return kern_packed_act_kind(w->type);
     }
     return kern_act_kind_of(w->type);
 }

@@ -82,8 +82,20 @@ typedef struct kq16_chunk {
 
 static inline int64_t kq16_chunks(int64_t n_cols) { return (n_cols / 32 + 15) / 16; }
 
+/* Packed Q6_K keeps each 210-byte super-block, rearranged: d, the 16
+ * sub-block scales, then the low 4 bits of the quants (4 pieces of 32 bytes:
+ * piece k's low nibbles are group k, its high nibbles group k + 4), then the
+ * high 2 bits (2 pieces: bits 2i, 2i + 1 of piece k's bytes are group
+ * k + 2i). Group v, byte 2j + e: element 16 j + 2 v + e, so lane j of a
+ * vector is sub-block j. The activations come in the matching kq16_k. */
+typedef struct kq16_k {
+    int16_t q[8][32];         /* [v][2j + e]: element 16 j + 2 v + e, 256 q + q2 */
+    float d[16];              /* unit of sub-block j (that of its 32-element block) */
+    int32_t sum[16];          /* sum of sub-block j's q[][] values, for the -32 of Q6_K */
+} kq16_k;
+
 /* What a weight type multiplies with: float rows or one of the 8-bit forms. */
-typedef enum kern_act_kind { KERN_ACT_F32, KERN_ACT_Q8_32, KERN_ACT_Q8_256, KERN_ACT_Q16_X16 } kern_act_kind;
+typedef enum kern_act_kind { KERN_ACT_F32, KERN_ACT_Q8_32, KERN_ACT_Q8_256, KERN_ACT_Q16_X16, KERN_ACT_Q16_K } kern_act_kind;
 
 /* out[t * out_stride + r] = row r of w . activation row t, for r < n_rows and
  * t < n_tok. act rows are act_stride bytes apart (floats or kq8 blocks as the
@@ -115,6 +127,9 @@ void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n);
 
 /* Activation rows for packed weights, from quantize_32 (kernels.c). */
 void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int64_t n);
+void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t n); /* n % 256 == 0 */
+/* The activation form packed weights of this type take. */
+kern_act_kind kern_packed_act_kind(uint32_t type);
 
 /* Which activation form a weight type takes under an implementation. */
 kern_act_kind kern_act_kind_of(uint32_t type);

@@ -381,6 +381,71 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
 }
+
+/* Packed Q6_K against kq16_k: lane j is sub-block j of the super-block, so
+ * 8 vpdpwssd give the 16 sub-block dots of the 6-bit quants q, exact; the
+ * -32 comes off as 32 times the activation sums; then one multiply-add
+ * applies d * scale_j * unit_j per lane. */
+INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    (void)type;
+    const int nb = (int)(n_cols / 256);
+    const __m512i m4 = _mm512_set1_epi16(0x0f), m30 = _mm512_set1_epi16(0x30);
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk[4];
+        const kq16_k *a[4];
+        __m512i dot[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            blk[r] = w + (size_t)r * row_bytes + (size_t)b * 210;
+            prefetch_ahead(blk[r], 210);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) dot[r][t] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) a[t] = (const kq16_k *)(act + (size_t)t * act_stride) + b;
+        for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
+            __m512i u0[4], u1[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i l = _mm512_cvtepu8_epi16(load256(blk[r] + 18 + 32 * k));
+                __m512i h = _mm512_cvtepu8_epi16(load256(blk[r] + 146 + 32 * (k % 2)));
+                /* group v's high bits sit at 2 (v / 2) in piece v % 2; shifted to bits 4, 5 */
+                const int s0 = 2 * (k / 2), s1 = 2 * ((k + 4) / 2);
+                __m512i h0 = _mm512_and_si512(s0 <= 4 ? _mm512_slli_epi16(h, 4 - s0) : _mm512_srli_epi16(h, s0 - 4), m30);
+                __m512i h1 = _mm512_and_si512(s1 <= 4 ? _mm512_slli_epi16(h, 4 - s1) : _mm512_srli_epi16(h, s1 - 4), m30);
+                u0[r] = _mm512_or_si512(_mm512_and_si512(l, m4), h0);
+                u1[r] = _mm512_or_si512(_mm512_srli_epi16(l, 4), h1);
+            }
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512i x0 = _mm512_loadu_si512(a[t]->q[k]), x1 = _mm512_loadu_si512(a[t]->q[k + 4]);
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++)
+                    dot[r][t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(dot[r][t], u0[r], x0), u1[r], x1);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m512 sd = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk[r] + 2)))),
+                                      _mm512_set1_ps(f16_at(blk[r])));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512i q = _mm512_sub_epi32(dot[r][t], _mm512_slli_epi32(_mm512_loadu_si512(a[t]->sum), 5));
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_mul_ps(sd, _mm512_loadu_ps(a[t]->d)), acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+}
 #endif
 
 /* ---- K-quants: 256-element super-blocks against kq8_256 --------------------------
@@ -680,27 +745,28 @@ DEFINE_ROWS(rows_q8_0, tile_q32, GL_TYPE_Q8_0)
 #if SIMD_AVX512
 /* Packed tiles: 2 rows x 4 tokens keep 8 integer and 8 float accumulators
  * plus the operands in the 32 registers; fewer tokens take more rows. */
-#define DEFINE_PACKED_ROWS(name, TYPE)                                                                       \
+#define DEFINE_PACKED_ROWS(name, TILE, TYPE)                                                                 \
     static void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act, \
                          size_t act_stride, int n_tok, float *out, size_t out_stride) {                      \
         int t0 = 0;                                                                                          \
         for (; t0 + 4 <= n_tok; t0 += 4) {                                                                   \
             const uint8_t *a = act + (size_t)t0 * act_stride;                                                \
             float *o = out + (size_t)t0 * out_stride;                                                        \
-            ROWS_PASS(tile_x16, TYPE, 2, 4);                                                                 \
+            ROWS_PASS(TILE, TYPE, 2, 4);                                                                 \
         }                                                                                                    \
         const uint8_t *a = act + (size_t)t0 * act_stride;                                                    \
         float *o = out + (size_t)t0 * out_stride;                                                            \
         switch (n_tok - t0) {                                                                                \
-        case 1: ROWS_PASS(tile_x16, TYPE, 4, 1); break;                                                      \
-        case 2: ROWS_PASS(tile_x16, TYPE, 4, 2); break;                                                      \
-        case 3: ROWS_PASS(tile_x16, TYPE, 2, 3); break;                                                      \
+        case 1: ROWS_PASS(TILE, TYPE, 4, 1); break;                                                      \
+        case 2: ROWS_PASS(TILE, TYPE, 4, 2); break;                                                      \
+        case 3: ROWS_PASS(TILE, TYPE, 2, 3); break;                                                      \
         default: break;                                                                                      \
         }                                                                                                    \
     }
-DEFINE_PACKED_ROWS(packed_rows_q4_0, GL_TYPE_Q4_0)
-DEFINE_PACKED_ROWS(packed_rows_q4_1, GL_TYPE_Q4_1)
-DEFINE_PACKED_ROWS(packed_rows_q8_0, GL_TYPE_Q8_0)
+DEFINE_PACKED_ROWS(packed_rows_q4_0, tile_x16, GL_TYPE_Q4_0)
+DEFINE_PACKED_ROWS(packed_rows_q4_1, tile_x16, GL_TYPE_Q4_1)
+DEFINE_PACKED_ROWS(packed_rows_q8_0, tile_x16, GL_TYPE_Q8_0)
+DEFINE_PACKED_ROWS(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K)
 #endif
 DEFINE_ROWS(rows_q5_0, tile_q32, GL_TYPE_Q5_0)
 DEFINE_ROWS(rows_q5_1, tile_q32, GL_TYPE_Q5_1)
@@ -781,7 +847,7 @@ static const kern_impl FN(impl) = {
 #if SIMD_AVX512
     .packed_rows = {
         [GL_TYPE_Q4_0] = FN(packed_rows_q4_0), [GL_TYPE_Q4_1] = FN(packed_rows_q4_1),
-        [GL_TYPE_Q8_0] = FN(packed_rows_q8_0),
+        [GL_TYPE_Q8_0] = FN(packed_rows_q8_0), [GL_TYPE_Q6_K] = FN(packed_rows_q6_k),
     },
 #endif
     .attend = FN(attend),

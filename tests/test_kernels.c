@@ -80,12 +80,12 @@ static void fill_acts(float *x, int64_t n) {
 }
 
 /* Dequantized activations the way a fast kernel sees them. */
-static void act_as_seen(uint32_t type, const float *x, int64_t n, float *seen, float *half_step) {
-    kern_act_kind kind = kern_act_kind_of(type);
+static void act_as_seen(kern_act_kind kind, const float *x, int64_t n, float *seen, float *half_step) {
     if (kind == KERN_ACT_F32) {
         memcpy(seen, x, (size_t)n * sizeof *x);
         for (int64_t i = 0; i < n; i++) half_step[i] = 0;
-    } else if (kind == KERN_ACT_Q8_32) {
+    } else if (kind == KERN_ACT_Q8_32 || kind == KERN_ACT_Q16_X16 || kind == KERN_ACT_Q16_K) {
+        /* the 16-bit forms hold the same 32-element blocks, rearranged */
         kq8_32 *q = malloc((size_t)(n / 32) * sizeof *q);
         kern_quantize_32_ref(x, q, n);
         for (int64_t i = 0; i < n; i++) {
@@ -108,11 +108,12 @@ static void act_as_seen(uint32_t type, const float *x, int64_t n, float *seen, f
  * With packed (kern_pack's copy of w) the packed rows function runs instead. */
 static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, const uint8_t *packed, int64_t n_rows,
                      int64_t n_cols, const float *x, int n_tok, int r0, int r1, int t0, int t1, float *out) {
-    kern_act_kind kind = packed ? KERN_ACT_Q16_X16 : kern_act_kind_of(type);
+    kern_act_kind kind = packed ? kern_packed_act_kind(type) : kern_act_kind_of(type);
     size_t row_bytes = gl_type_row_bytes(type, n_cols);
     size_t stride = kind == KERN_ACT_Q8_32      ? kq8_32_row_bytes(n_cols)
                     : kind == KERN_ACT_Q8_256   ? (size_t)(n_cols / 256) * sizeof(kq8_256)
                     : kind == KERN_ACT_Q16_X16 ? (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk)
+                    : kind == KERN_ACT_Q16_K   ? (size_t)(n_cols / 256) * sizeof(kq16_k)
                                                 : (size_t)n_cols * sizeof(float);
     uint8_t *act = malloc(stride * (size_t)n_tok);
     for (int t = 0; t < n_tok; t++) {
@@ -121,6 +122,7 @@ static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, con
             impl->quantize_32(xt, (kq8_32 *)(act + t * stride), n_cols);
             kq8_32_index(act + t * stride, n_cols / 32);
         } else if (kind == KERN_ACT_Q16_X16) kern_quantize_x16(impl, xt, (kq16_chunk *)(act + t * stride), n_cols);
+        else if (kind == KERN_ACT_Q16_K) kern_quantize_k16(impl, xt, (kq16_k *)(act + t * stride), n_cols);
         else if (kind == KERN_ACT_Q8_256) impl->quantize_256(xt, (kq8_256 *)(act + t * stride), n_cols);
         else memcpy(act + t * stride, xt, stride);
     }
@@ -188,7 +190,7 @@ static void check_type_as(const kern_impl *impl, uint32_t type, int64_t n_rows, 
     run_rows(impl, type, w, pw, n_rows, n_cols, x, n_tok, 0, (int)n_rows, 0, n_tok, out);
     for (int t = 0; t < n_tok; t++) {
         const float *xt = x + (size_t)t * (size_t)n_cols;
-        act_as_seen(type, xt, n_cols, seen, half_step);
+        act_as_seen(packed ? kern_packed_act_kind(type) : kern_act_kind_of(type), xt, n_cols, seen, half_step);
         for (int64_t r = 0; r < n_rows; r++) {
             tt->to_float(w + (size_t)r * row_bytes, wrow, n_cols);
             double exact_seen = 0, exact = 0, mag = 0, bound = 0;
