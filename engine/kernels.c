@@ -628,11 +628,17 @@ static void scale_scalar(float *y, float a, int n) {
     for (int i = 0; i < n; i++) y[i] *= a;
 }
 
+static float exp_sum_scalar(float *y, int n, float m) {
+    float s = 0;
+    for (int i = 0; i < n; i++) s += (y[i] = expf(y[i] - m));
+    return s;
+}
+
 #define ATTEND_NAME attend_scalar
 #define ATTEND_ROW row_scalar
-#define ATTEND_DOT kern_dot
 #define ATTEND_AXPY axpy_scalar
 #define ATTEND_SCALE scale_scalar
+#define ATTEND_EXP_SUM exp_sum_scalar
 #include "attend_body.h"
 
 typedef struct attn_job {

@@ -80,7 +80,8 @@ typedef struct kern_attn {
     const int32_t *positions; /* [n_tokens] */
     const int32_t *seq_of_token;          /* [n_tokens] */
     const int32_t *const *block_tables;   /* per sequence: cache block ids */
-    const uint8_t *k, *v;     /* this layer's cache: [n_blocks][block_size][kv_dim] */
+    const uint8_t *k;         /* this layer's K: [n_blocks][kv_dim][block_size] (channel-major) */
+    const uint8_t *v;         /* this layer's V: [n_blocks][block_size][kv_dim] */
     int block_size;           /* positions per cache block */
     bool f16;                 /* K/V are IEEE half, else float */
 } kern_attn;

@@ -177,15 +177,18 @@ void kv_release_block(gl_kv_cache *kv, int block) {
 int kv_n_free(const gl_kv_cache *kv) { return kv->n_free; }
 
 void kv_store(gl_kv_cache *kv, int layer, int block, int slot, const float *k, const float *v) {
-    void *kd = kv_k_row(kv, layer, block, slot), *vd = kv_v_row(kv, layer, block, slot);
+    uint8_t *kd = (uint8_t *)kv_k_block(kv, layer, block) + (size_t)slot * kv->elem_size;
+    size_t k_stride = (size_t)kv->block_size * kv->elem_size; /* K is channel-major */
+    void *vd = kv_v_row(kv, layer, block, slot);
     if (!kv->f16) {
-        memcpy(kd, k, (size_t)kv->kv_dim * 4);
+        for (int i = 0; i < kv->kv_dim; i++) memcpy(kd + (size_t)i * k_stride, &k[i], 4);
         memcpy(vd, v, (size_t)kv->kv_dim * 4);
         return;
     }
-    uint16_t *kh = kd, *vh = vd;
+    uint16_t *vh = vd;
     for (int i = 0; i < kv->kv_dim; i++) {
-        kh[i] = gl_fp32_to_fp16(k[i]);
+        uint16_t h = gl_fp32_to_fp16(k[i]);
+        memcpy(kd + (size_t)i * k_stride, &h, 2);
         vh[i] = gl_fp32_to_fp16(v[i]);
     }
 }

@@ -63,11 +63,13 @@ int kv_lookup(const gl_kv_cache *kv, uint64_t hash, uint64_t parent_hash, const 
  * already published). */
 void kv_register(gl_kv_cache *kv, int block, uint64_t hash, uint64_t parent_hash, const int32_t *tokens);
 
-/* Address of the K (or V) row of one position: layer, block, slot in block. */
-static inline void *kv_k_row(const gl_kv_cache *kv, int layer, int block, int slot) {
-    size_t idx = (((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * (size_t)kv->block_size + (size_t)slot);
+/* K of one block of one layer, channel-major: [kv_dim][block_size], so that
+ * attention scores a block's positions with one vector per channel. */
+static inline void *kv_k_block(const gl_kv_cache *kv, int layer, int block) {
+    size_t idx = ((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * (size_t)kv->block_size;
     return kv->k + idx * (size_t)kv->kv_dim * kv->elem_size;
 }
+/* V of one position (layer, block, slot in block), position-major: kv_dim values. */
 static inline void *kv_v_row(const gl_kv_cache *kv, int layer, int block, int slot) {
     size_t idx = (((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * (size_t)kv->block_size + (size_t)slot);
     return kv->v + idx * (size_t)kv->kv_dim * kv->elem_size;

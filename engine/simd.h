@@ -139,7 +139,7 @@ const kern_impl *kern_impl_active(void);
 
 /* Scratch floats an attend function needs for nh heads. */
 static inline size_t kern_attend_scratch(int nh, int head_dim, int block_size) {
-    return (size_t)head_dim + 2 * (size_t)nh + (size_t)nh * (size_t)block_size;
+    return (size_t)(head_dim > block_size ? head_dim : block_size) + 2 * (size_t)nh + (size_t)nh * (size_t)block_size;
 }
 
 #endif

@@ -787,6 +787,10 @@ DEFINE_ROWS(rows_bf16, tile_float, GL_TYPE_BF16)
 INLINE void kv_row_to_float(const uint8_t *src, float *dst, int n, bool f16) {
     int i = 0;
     if (f16) {
+#if SIMD_AVX512
+        for (; i + 16 <= n; i += 16)
+            _mm512_storeu_ps(dst + i, _mm512_cvtph_ps(load256(src + 2 * i)));
+#endif
         for (; i + 8 <= n; i += 8)
             _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(src + 2 * i))));
         for (; i < n; i++) dst[i] = f16_at(src + 2 * i);
@@ -795,25 +799,14 @@ INLINE void kv_row_to_float(const uint8_t *src, float *dst, int n, bool f16) {
     }
 }
 
-INLINE float dot_f32(const float *a, const float *b, int n) {
-    __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-    int i = 0;
-    for (; i + 16 <= n; i += 16) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-    }
-    if (i + 8 <= n) {
-        s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-        i += 8;
-    }
-    float s = hsum_ps(_mm256_add_ps(s0, s1));
-    for (; i < n; i++) s = fmaf(a[i], b[i], s);
-    return s;
-}
-
 INLINE void axpy_f32(float *y, float a, const float *x, int n) {
-    __m256 av = _mm256_set1_ps(a);
     int i = 0;
+#if SIMD_AVX512
+    __m512 av16 = _mm512_set1_ps(a);
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(y + i, _mm512_fmadd_ps(av16, _mm512_loadu_ps(x + i), _mm512_loadu_ps(y + i)));
+#endif
+    __m256 av = _mm256_set1_ps(a);
     for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
     for (; i < n; i++) y[i] = fmaf(a, x[i], y[i]);
 }
@@ -825,11 +818,153 @@ INLINE void scale_f32(float *y, float a, int n) {
     for (; i < n; i++) y[i] *= a;
 }
 
+/* exp(x) for x <= 0 (softmax arguments): x = k ln2 + r with |r| <= ln2 / 2,
+ * e^r by its Taylor series to r^7 (relative error ~1e-8, below float
+ * rounding), 2^k through the exponent bits. Arguments under -87 give 0. */
+INLINE __m256 exp_neg(__m256 x) {
+    const __m256 lo = _mm256_set1_ps(-87.0f);
+    __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
+    x = _mm256_max_ps(x, lo);
+    __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                               _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x); /* ln2 in two parts: exact k * hi */
+    r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
+    return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+INLINE float exp_sum_f32(float *y, int n, float m) {
+    __m256 mv = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(y + i), mv));
+        _mm256_storeu_ps(y + i, e);
+        acc = _mm256_add_ps(acc, e);
+    }
+    if (i < n) { /* the tail through a padded copy, so every value takes the same path */
+        float tmp[8] = {0};
+        memcpy(tmp, y + i, (size_t)(n - i) * sizeof *tmp);
+        __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(tmp), mv));
+        __m256 keep = _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_ps((float)(n - i)), _CMP_LT_OQ);
+        e = _mm256_and_ps(e, keep);
+        _mm256_storeu_ps(tmp, e);
+        memcpy(y + i, tmp, (size_t)(n - i) * sizeof *tmp);
+        acc = _mm256_add_ps(acc, e);
+    }
+    return hsum_ps(acc);
+}
+
+#if SIMD_AVX512
+/* A block of up to 16 positions is one vector: each head's scores build up
+ * over the channels in registers, four partial sums per head (a fixed order
+ * whatever the number of heads), instead of through memory. Blocks wider
+ * than 16 take the generic steps. */
+static void CAT(FN(attend), generic_scores)(const uint8_t *k, size_t k_stride, const float *q, int nh, int hd, int n,
+                                            bool f16, float *score, int bs, float *row);
+static void CAT(FN(attend), generic_pv)(const uint8_t *v, size_t v_stride, const float *score, int nh, int hd, int n,
+                                        bool f16, float *out, int bs, float *row);
+
+INLINE __m512 k_channel(const uint8_t *k, __mmask16 km, bool f16) {
+    return f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, k)) : _mm512_maskz_loadu_ps(km, k);
+}
+
+static void FN(attend_scores)(const uint8_t *k, size_t k_stride, const float *q, int nh, int hd, int n, bool f16,
+                              float *score, int bs, float *row) {
+    if (bs > 16) {
+        CAT(FN(attend), generic_scores)(k, k_stride, q, nh, hd, n, f16, score, bs, row);
+        return;
+    }
+    __mmask16 km = (__mmask16)((1u << n) - 1);
+    for (int g0 = 0; g0 < nh; g0 += 4) {
+        int ng = nh - g0 < 4 ? nh - g0 : 4;
+        __m512 acc[4][4];
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++)
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) acc[g][c] = _mm512_setzero_ps();
+        const float *qg = q + (size_t)g0 * hd;
+        int d = 0;
+        for (; d + 4 <= hd; d += 4) {
+#pragma GCC unroll 4
+            for (int c = 0; c < 4; c++) {
+                __m512 kv = k_channel(k + (size_t)(d + c) * k_stride, km, f16);
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; g++)
+                    if (g < ng) acc[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(qg[(size_t)g * hd + d + c]), kv, acc[g][c]);
+            }
+        }
+        for (; d < hd; d++) {
+            __m512 kv = k_channel(k + (size_t)d * k_stride, km, f16);
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++)
+                if (g < ng) acc[g][d % 4] = _mm512_fmadd_ps(_mm512_set1_ps(qg[(size_t)g * hd + d]), kv, acc[g][d % 4]);
+        }
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++)
+            if (g < ng)
+                _mm512_mask_storeu_ps(score + (size_t)(g0 + g) * bs, km,
+                                      _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3])));
+    }
+}
+
+/* out += p V over a block: up to 4 heads' outputs of up to 64 channels in
+ * registers while the block's V rows go by. */
+static void FN(attend_pv)(const uint8_t *v, size_t v_stride, const float *score, int nh, int hd, int n, bool f16,
+                          float *out, int bs, float *row) {
+    if (hd % 16 || hd > 256) {
+        CAT(FN(attend), generic_pv)(v, v_stride, score, nh, hd, n, f16, out, bs, row);
+        return;
+    }
+    for (int c0 = 0; c0 < hd; c0 += 64) {
+        int nc = (hd - c0) / 16 < 4 ? (hd - c0) / 16 : 4;
+        for (int g0 = 0; g0 < nh; g0 += 4) {
+            int ng = nh - g0 < 4 ? nh - g0 : 4;
+            __m512 o[4][4];
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++)
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    o[g][c] = g < ng && c < nc ? _mm512_loadu_ps(out + (size_t)(g0 + g) * hd + c0 + 16 * c) : _mm512_setzero_ps();
+            for (int j = 0; j < n; j++) {
+                const uint8_t *vj = v + (size_t)j * v_stride + (size_t)c0 * (f16 ? 2 : 4);
+                __m512 vv[4];
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    vv[c] = c >= nc ? _mm512_setzero_ps() : f16 ? _mm512_cvtph_ps(load256(vj + 32 * c)) : _mm512_loadu_ps((const float *)vj + 16 * c);
+#pragma GCC unroll 4
+                for (int g = 0; g < 4; g++) {
+                    if (g >= ng) continue;
+                    __m512 pj = _mm512_set1_ps(score[(size_t)(g0 + g) * bs + j]);
+#pragma GCC unroll 4
+                    for (int c = 0; c < 4; c++)
+                        if (c < nc) o[g][c] = _mm512_fmadd_ps(pj, vv[c], o[g][c]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int g = 0; g < 4; g++)
+#pragma GCC unroll 4
+                for (int c = 0; c < 4; c++)
+                    if (g < ng && c < nc) _mm512_storeu_ps(out + (size_t)(g0 + g) * hd + c0 + 16 * c, o[g][c]);
+        }
+    }
+}
+#define ATTEND_SCORES FN(attend_scores)
+#define ATTEND_PV FN(attend_pv)
+#endif
+
 #define ATTEND_NAME FN(attend)
 #define ATTEND_ROW kv_row_to_float
-#define ATTEND_DOT dot_f32
 #define ATTEND_AXPY axpy_f32
 #define ATTEND_SCALE scale_f32
+#define ATTEND_EXP_SUM exp_sum_f32
 #include "attend_body.h"
 
 /* ---- the table ------------------------------------------------------------------ */

@@ -405,8 +405,11 @@ static void attn_setup(attn_fixture *f) {
     }
 }
 
+/* Channel i of a cached position: K is channel-major within a block, V position-major. */
 static float kv_value(const attn_fixture *f, const uint8_t *base, int block, int slot, int i) {
-    size_t idx = ((size_t)block * (size_t)f->block_size + (size_t)slot) * (size_t)(f->n_kv_heads * f->head_dim) + (size_t)i;
+    size_t kv_dim = (size_t)(f->n_kv_heads * f->head_dim), bs = (size_t)f->block_size;
+    size_t idx = base == f->k ? ((size_t)block * kv_dim + (size_t)i) * bs + (size_t)slot
+                              : ((size_t)block * bs + (size_t)slot) * kv_dim + (size_t)i;
     if (f->f16) {
         uint16_t h;
         memcpy(&h, base + 2 * idx, 2);
@@ -492,6 +495,8 @@ START_TEST(attention_matches_reference) {
     attention_case(false, 9, 3, 64);
     attention_case(true, 8, 8, 8);   /* stories260K-like: head_dim 8 */
     attention_case(true, 4, 1, 20);  /* head_dim with a tail */
+    attention_case(true, 16, 2, 96); /* 8 heads to a group, channels in 64 + 32 */
+    attention_case(false, 8, 1, 128);
 }
 END_TEST
 

@@ -35,7 +35,8 @@ START_TEST(store_round_trip) {
         for (int i = 0; i < 8; i++) k[i] = 0.25f * (float)i, v[i] = -0.5f * (float)i;
         kv_store(kv, 2, 4, 3, k, v);
         for (int i = 0; i < 8; i++) {
-            float kr = f16 ? gl_fp16_to_fp32(((uint16_t *)kv_k_row(kv, 2, 4, 3))[i]) : ((float *)kv_k_row(kv, 2, 4, 3))[i];
+            size_t at = (size_t)i * 4 + 3; /* K is channel-major: [kv_dim][block_size 4] */
+            float kr = f16 ? gl_fp16_to_fp32(((uint16_t *)kv_k_block(kv, 2, 4))[at]) : ((float *)kv_k_block(kv, 2, 4))[at];
             float vr = f16 ? gl_fp16_to_fp32(((uint16_t *)kv_v_row(kv, 2, 4, 3))[i]) : ((float *)kv_v_row(kv, 2, 4, 3))[i];
             ck_assert_float_eq(kr, k[i]);
             ck_assert_float_eq(vr, v[i]);
