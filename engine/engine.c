@@ -46,6 +46,7 @@ typedef struct gl_seq {
     gl_sampler *sampler;
     ts_stream *text;
     int n_logprobs;           /* alternatives per generated token */
+    bool logprobs;            /* report each generated token's logprob */
     double t_submit, t_scheduled, t_first_token;
     struct gl_seq *next;      /* in the incoming or waiting list */
 } gl_seq;
@@ -328,6 +329,7 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     s->ignore_eos = req->ignore_eos;
     s->prompt_logprobs = req->prompt_logprobs;
     s->n_logprobs = req->sampling.n_logprobs;
+    s->logprobs = req->sampling.logprobs;
     s->t_submit = now_s();
 
     pthread_mutex_lock(&e->mutex);
@@ -730,8 +732,8 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
         if (e->params.prefix_caching) prefix_publish(e, r);
         if (e->b_sample_row[si] < 0) continue; /* mid-prompt chunk */
         float *row = e->logits + (size_t)e->b_sample_row[si] * (size_t)n_vocab;
-        float logprob;
-        int32_t tok = sampler_sample(r->sampler, row, &logprob, e->top);
+        float logprob = NAN;
+        int32_t tok = sampler_sample(r->sampler, row, r->logprobs ? &logprob : NULL, r->logprobs ? e->top : NULL);
         if (r->t_first_token == 0) r->t_first_token = now_s();
         if (!r->ignore_eos && tok_is_eog(m->tokenizer, tok)) {
             finish_running(e, r, GL_FINISH_STOP, fn, ctx);
@@ -746,7 +748,7 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
         size_t text_len;
         bool stopped = ts_push(r->text, piece, piece_len, &text, &text_len);
         gl_event ev = {.type = GL_EVENT_TOKEN, .request_id = r->id, .user = r->user, .token = tok,
-                       .text = text, .text_len = text_len, .logprob = logprob, .n_top = r->n_logprobs,
+                       .text = text, .text_len = text_len, .logprob = logprob, .n_top = r->logprobs ? r->n_logprobs : 0,
                        .top = e->top, .n_generated = r->n_generated};
         if (fn) fn(&ev, ctx);
         if (stopped) finish_running(e, r, GL_FINISH_STOP, fn, ctx);

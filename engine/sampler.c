@@ -31,6 +31,7 @@ void gl_sampling_params_default(gl_sampling_params *p) {
     p->has_seed = false;
     p->n_logit_bias = 0;
     p->logit_bias = NULL;
+    p->logprobs = false;
     p->n_logprobs = 0;
 }
 

@@ -85,6 +85,8 @@ typedef struct gl_sampling_params {
     bool has_seed;            /* false: seed from the clock */
     int n_logit_bias;
     const gl_logit_bias *logit_bias;
+    bool logprobs;            /* report each token's logprob (and n_logprobs alternatives);
+                                 off saves a softmax over the vocabulary per token */
     int n_logprobs;           /* top alternatives to report per token, 0..20 */
 } gl_sampling_params;
 
@@ -150,7 +152,7 @@ typedef struct gl_event {
     int32_t token;            /* TOKEN: the sampled id; PROMPT_TOKEN: the prompt id */
     const char *text;         /* TOKEN/FINISHED: new complete-UTF-8 text, may be "" */
     size_t text_len;
-    float logprob;            /* TOKEN, PROMPT_TOKEN: log-probability of the token */
+    float logprob;            /* TOKEN (NAN unless sampling.logprobs), PROMPT_TOKEN: its log-probability */
     int n_top;                /* TOKEN, PROMPT_TOKEN: entries in top */
     const gl_top_logprob *top;
     gl_finish_reason finish;  /* FINISHED */

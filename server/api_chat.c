@@ -379,6 +379,7 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
     for (int i = 0; i < n_tpl; i++) add_stop(cj, tpl_stops[i]);
     j->n_seqs = j->gen.n;
     j->prompt_tokens = cj->n_prompt;
+    j->gen.sampling.logprobs = cj->logprobs;
     j->gen.sampling.n_logprobs = cj->logprobs ? cj->top_logprobs : 0;
     return 0;
 }

@@ -263,6 +263,7 @@ static int cmpl_parse(job *j, const cJSON *body, params_error *e) {
     j->prompt_tokens = 0;
     for (int i = 0; i < cj->n_prompts; i++) j->prompt_tokens += cj->prompts[i].n;
     j->scoring_only = j->gen.max_tokens == 0; /* echo/logprobs of the prompt only */
+    j->gen.sampling.logprobs = cj->logprobs >= 0;
     j->gen.sampling.n_logprobs = cj->logprobs > 0 ? cj->logprobs : 0;
     return 0;
 }
