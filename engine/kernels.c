@@ -206,8 +206,36 @@ void kern_softmax(float *x, int n) {
     for (int i = 0; i < n; i++) x[i] /= sum;
 }
 
-void kern_swiglu(float *gate, const float *up, int n) {
+static void swiglu_scalar(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
+}
+
+typedef struct swiglu_job {
+    float *gate;
+    const float *up;
+    int n;
+    void (*fn)(float *gate, const float *up, int n);
+    atomic_int next;          /* next piece */
+} swiglu_job;
+
+enum { SWIGLU_PIECE = 8192 };
+
+static void swiglu_worker(void *arg, int ith, int nth) {
+    swiglu_job *job = arg;
+    for (;;) {
+        int i = atomic_fetch_add_explicit(&job->next, SWIGLU_PIECE, memory_order_relaxed);
+        if (i >= job->n) break;
+        job->fn(job->gate + i, job->up + i, job->n - i < SWIGLU_PIECE ? job->n - i : SWIGLU_PIECE);
+    }
+    (void)ith, (void)nth;
+}
+
+void kern_swiglu(kern_pool *p, float *gate, const float *up, int n) {
+    const kern_impl *impl = kern_impl_active();
+    swiglu_job job = {.gate = gate, .up = up, .n = n, .fn = impl ? impl->swiglu : swiglu_scalar};
+    atomic_init(&job.next, 0);
+    if (n <= SWIGLU_PIECE) swiglu_worker(&job, 0, 1); /* a decode step's worth: not worth a hand-out */
+    else kern_pool_run(p, swiglu_worker, &job);
 }
 
 void kern_get_row(const gl_tensor *w, int64_t row, float *out) {

@@ -98,6 +98,7 @@ void kern_rmsnorm(float *out, const float *x, const float *weight, int n, float 
 void kern_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, float freq_scale);
 float kern_dot(const float *a, const float *b, int n);
 void kern_softmax(float *x, int n);
-void kern_swiglu(float *gate, const float *up, int n); /* gate = silu(gate) * up */
+/* gate = silu(gate) * up, elementwise, shared over the pool when long. */
+void kern_swiglu(kern_pool *p, float *gate, const float *up, int n);
 
 #endif

@@ -383,7 +383,7 @@ int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_ca
             kern_rmsnorm(rs->xb + (size_t)t * D, rs->x + (size_t)t * D, L->ffn_norm.data, D, c->rms_eps);
         kern_matmul_n(pool, 2, (const gl_tensor *[]){&L->w_gate, &L->w_up}, rs->xb, T,
                       (float *[]){rs->gate, rs->up});
-        kern_swiglu(rs->gate, rs->up, T * c->n_ff);
+        kern_swiglu(pool, rs->gate, rs->up, T * c->n_ff);
         kern_matmul(pool, &L->w_down, rs->gate, T, rs->proj);
         for (size_t i = 0; i < (size_t)T * D; i++) rs->x[i] += rs->proj[i];
     }

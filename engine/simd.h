@@ -115,6 +115,7 @@ typedef struct kern_impl {
     kern_rows_fn rows[40];                             /* by gl_type; NULL = scalar path */
     kern_rows_fn packed_rows[40];                      /* by gl_type, for kern_pack'ed weights; NULL = none */
     kern_attend_fn attend;
+    void (*swiglu)(float *gate, const float *up, int n); /* gate = silu(gate) * up */
 } kern_impl;
 
 /* NULL when the CPU (or the build target) lacks the instructions. */

@@ -818,13 +818,13 @@ INLINE void scale_f32(float *y, float a, int n) {
     for (; i < n; i++) y[i] *= a;
 }
 
-/* exp(x) for x <= 0 (softmax arguments): x = k ln2 + r with |r| <= ln2 / 2,
- * e^r by its Taylor series to r^7 (relative error ~1e-8, below float
- * rounding), 2^k through the exponent bits. Arguments under -87 give 0. */
-INLINE __m256 exp_neg(__m256 x) {
+/* exp(x): x = k ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to
+ * r^7 (relative error ~1e-8, below float rounding), 2^k through the
+ * exponent bits. Arguments under -87 give 0, over 88 saturate at e^88. */
+INLINE __m256 exp_ps(__m256 x) {
     const __m256 lo = _mm256_set1_ps(-87.0f);
     __m256 under = _mm256_cmp_ps(x, lo, _CMP_LT_OQ);
-    x = _mm256_max_ps(x, lo);
+    x = _mm256_min_ps(_mm256_max_ps(x, lo), _mm256_set1_ps(88.0f));
     __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x); /* ln2 in two parts: exact k * hi */
@@ -845,14 +845,14 @@ INLINE float exp_sum_f32(float *y, int n, float m) {
     __m256 mv = _mm256_set1_ps(m), acc = _mm256_setzero_ps();
     int i = 0;
     for (; i + 8 <= n; i += 8) {
-        __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(y + i), mv));
+        __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(y + i), mv));
         _mm256_storeu_ps(y + i, e);
         acc = _mm256_add_ps(acc, e);
     }
     if (i < n) { /* the tail through a padded copy, so every value takes the same path */
         float tmp[8] = {0};
         memcpy(tmp, y + i, (size_t)(n - i) * sizeof *tmp);
-        __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(tmp), mv));
+        __m256 e = exp_ps(_mm256_sub_ps(_mm256_loadu_ps(tmp), mv));
         __m256 keep = _mm256_cmp_ps(_mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_ps((float)(n - i)), _CMP_LT_OQ);
         e = _mm256_and_ps(e, keep);
         _mm256_storeu_ps(tmp, e);
@@ -860,6 +860,26 @@ INLINE float exp_sum_f32(float *y, int n, float m) {
         acc = _mm256_add_ps(acc, e);
     }
     return hsum_ps(acc);
+}
+
+/* silu(g) * u = g / (1 + e^-g) * u; e^-g saturating at e^88 gives a
+ * quotient that underflows towards 0, as silu does. */
+static void FN(swiglu)(float *gate, const float *up, int n);
+static void FN(swiglu)(float *gate, const float *up, int n) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    int i = 0;
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
+    }
+    if (i < n) { /* the tail through padded copies: each element's value never depends on n */
+        float g[8] = {0}, u[8] = {0};
+        memcpy(g, gate + i, (size_t)(n - i) * sizeof *g);
+        memcpy(u, up + i, (size_t)(n - i) * sizeof *u);
+        FN(swiglu)(g, u, 8);
+        memcpy(gate + i, g, (size_t)(n - i) * sizeof *g);
+    }
 }
 
 #if SIMD_AVX512
@@ -986,4 +1006,5 @@ static const kern_impl FN(impl) = {
     },
 #endif
     .attend = FN(attend),
+    .swiglu = FN(swiglu),
 };

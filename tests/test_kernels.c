@@ -359,6 +359,29 @@ START_TEST(matmul_n_matches_single_matmuls) {
 }
 END_TEST
 
+/* swiglu: close to the formula, and each element's value independent of how many share the call. */
+START_TEST(swiglu_matches_reference) {
+    find_impls();
+    enum { N = 37 };
+    float g[N], u[N];
+    for (int i = 0; i < N; i++) g[i] = rnd_uniform(-30, 30), u[i] = rnd_uniform(-2, 2);
+    g[0] = -100.0f, g[1] = 100.0f, g[2] = 0.0f;
+    for (int k = 0; k < n_impls; k++) {
+        float all[N];
+        memcpy(all, g, sizeof all);
+        impls[k]->swiglu(all, u, N);
+        for (int i = 0; i < N; i++) {
+            double want = (double)g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+            ck_assert_msg(fabs(all[i] - want) <= 1e-6 * (1 + fabs(want)), "%s swiglu %d: %g vs %g", impls[k]->name, i,
+                          all[i], want);
+            float one = g[i];
+            impls[k]->swiglu(&one, &u[i], 1);
+            ck_assert_msg(!memcmp(&one, &all[i], sizeof one), "%s swiglu %d depends on n", impls[k]->name, i);
+        }
+    }
+}
+END_TEST
+
 START_TEST(backend_selection) {
     ck_assert_int_eq(kern_set_backend("scalar"), 0);
     ck_assert_str_eq(kern_backend(), "scalar");
@@ -509,6 +532,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, float_kernels_match_reference);
     tcase_add_test(tc, matmul_is_batch_and_thread_invariant);
     tcase_add_test(tc, matmul_n_matches_single_matmuls);
+    tcase_add_test(tc, swiglu_matches_reference);
     tcase_add_test(tc, backend_selection);
     tcase_add_test(tc, attention_matches_reference);
     suite_add_tcase(s, tc);
