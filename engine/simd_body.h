@@ -236,6 +236,18 @@ INLINE __m512i group_bytes(const uint8_t *p, int m, bool sign) {
     return sign ? _mm512_cvtepi8_epi16(v) : _mm512_cvtepu8_epi16(v);
 }
 
+/* dot[r][t] += u0[r] . x[t][v0] + u1[r] . x[t][v1]: pairs of 16-bit products
+ * into 32-bit lanes, x[t] the activation vectors (32 words each) of token t. */
+INLINE void dot_pairs(const int NR, const int NT, __m512i dot[4][4], const __m512i u0[4], const __m512i u1[4],
+                      const int16_t *const x[4], int v0, int v1) {
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        __m512i xl = _mm512_loadu_si512(x[t] + 32 * v0), xh = _mm512_loadu_si512(x[t] + 32 * v1);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) dot[r][t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(dot[r][t], u0[r], xl), u1[r], xh);
+    }
+}
+
 INLINE __m512 chunk_f16(const uint8_t *p, int m) {
     __m256i h = m == 16 ? load256(p) : _mm256_maskz_loadu_epi16((__mmask16)((1u << m) - 1), p);
     return _mm512_cvtph_ps(h);
@@ -265,8 +277,12 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) dot[r][t] = _mm512_setzero_si512();
         }
+        const int16_t *x[4];
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
+        for (int t = 0; t < NT; t++) {
+            a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
+            x[t] = &a[t]->q[0][0];
+        }
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb);
         if (q8) {
@@ -290,13 +306,7 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
                     lo[r] = _mm512_and_si512(v, m4);
                     hi[r] = _mm512_srli_epi16(v, 4);
                 }
-#pragma GCC unroll 4
-                for (int t = 0; t < NT; t++) {
-                    __m512i xl = _mm512_loadu_si512(a[t]->q[g]), xh = _mm512_loadu_si512(a[t]->q[g + 8]);
-#pragma GCC unroll 4
-                    for (int r = 0; r < NR; r++)
-                        dot[r][t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(dot[r][t], lo[r], xl), hi[r], xh);
-                }
+                dot_pairs(NR, NT, dot, lo, hi, x, g, g + 8);
             }
         }
 #pragma GCC unroll 4
@@ -407,8 +417,12 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) dot[r][t] = _mm512_setzero_si512();
         }
+        const int16_t *x[4];
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) a[t] = (const kq16_k *)(act + (size_t)t * act_stride) + b;
+        for (int t = 0; t < NT; t++) {
+            a[t] = (const kq16_k *)(act + (size_t)t * act_stride) + b;
+            x[t] = &a[t]->q[0][0];
+        }
         for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
             __m512i u0[4], u1[4];
 #pragma GCC unroll 4
@@ -422,13 +436,7 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
                 u0[r] = _mm512_or_si512(_mm512_and_si512(l, m4), h0);
                 u1[r] = _mm512_or_si512(_mm512_srli_epi16(l, 4), h1);
             }
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) {
-                __m512i x0 = _mm512_loadu_si512(a[t]->q[k]), x1 = _mm512_loadu_si512(a[t]->q[k + 4]);
-#pragma GCC unroll 4
-                for (int r = 0; r < NR; r++)
-                    dot[r][t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(dot[r][t], u0[r], x0), u1[r], x1);
-            }
+            dot_pairs(NR, NT, dot, u0, u1, x, k, k + 4);
         }
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
@@ -905,27 +913,18 @@ static void FN(attend_scores)(const uint8_t *k, size_t k_stride, const float *q,
     __mmask16 km = (__mmask16)((1u << n) - 1);
     for (int g0 = 0; g0 < nh; g0 += 4) {
         int ng = nh - g0 < 4 ? nh - g0 : 4;
-        __m512 acc[4][4];
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; g++)
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) acc[g][c] = _mm512_setzero_ps();
+        __m512 acc[4][4]; /* [head][channel % 4] */
+        memset(acc, 0, sizeof acc);
         const float *qg = q + (size_t)g0 * hd;
-        int d = 0;
-        for (; d + 4 <= hd; d += 4) {
+        for (int d = 0; d < hd; d += 4) {
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
+                if (d + c >= hd) break;
                 __m512 kv = k_channel(k + (size_t)(d + c) * k_stride, km, f16);
 #pragma GCC unroll 4
                 for (int g = 0; g < 4; g++)
                     if (g < ng) acc[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(qg[(size_t)g * hd + d + c]), kv, acc[g][c]);
             }
-        }
-        for (; d < hd; d++) {
-            __m512 kv = k_channel(k + (size_t)d * k_stride, km, f16);
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++)
-                if (g < ng) acc[g][d % 4] = _mm512_fmadd_ps(_mm512_set1_ps(qg[(size_t)g * hd + d]), kv, acc[g][d % 4]);
         }
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++)
