@@ -5,12 +5,13 @@
  * including this file. Everything here is reached only through a kern_impl
  * that kernels.c picks after asking the CPU.
  *
- * The vectors are 256 bits wide, one 32-element block of 8-bit values to a
- * register, except in the 512-bit Q4_0/Q4_1/Q8_0 tiles of the AVX-512
- * build. Weights are turned into unsigned bytes (Q8_0 uses the sign trick
- * instead) so one multiply-add instruction dots them with the signed
- * activation bytes; offsets (Q4_0's -8, Q4_1's minimum, ...) are applied
- * afterwards through the activation block sums.
+ * Weights as the file has them: 256-bit vectors, one 32-element block of
+ * 8-bit values to a register. Weights are turned into unsigned bytes (Q8_0
+ * uses the sign trick instead) so one multiply-add instruction dots them with
+ * the signed activation bytes; offsets (Q4_0's -8, Q4_1's minimum, ...) are
+ * applied afterwards through the activation block sums. The AVX-512 build
+ * also has tiles for packed weights (kern_pack, layout in simd.h): 16-bit
+ * activations and one block per 32-bit lane of a 512-bit register.
  *
  * Batch invariance: a tile computes NR weight rows against NT tokens, but
  * each output has its own accumulators updated block by block in order, with
