@@ -620,9 +620,12 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
             for (int i = 0; i < job.n_parts; i++) job.parts[i].rows = NULL;
         }
     }
-    /* About eight hand-outs per thread so both cores finish together; a
-     * multiple of 4 rows keeps the 4-row tiles of single-token calls whole. */
-    long chunk = job.n_rows / (8 * p->n_threads);
+    /* Hand-outs: a memory-bound call (a few tokens) streams its weights best
+     * in long runs -- each new run starts without prefetched lines -- so two
+     * per thread; a compute-bound one takes about eight per thread, so both
+     * cores finish together. A multiple of 4 rows keeps the 4-row tiles of
+     * single-token calls whole. */
+    long chunk = job.n_rows / ((n_tokens <= 4 ? 2 : 8) * p->n_threads);
     chunk = chunk < 4 ? 4 : chunk & ~3L;
     job.chunk = (int)chunk;
     atomic_init(&job.next_row, 0);
