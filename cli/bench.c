@@ -48,13 +48,13 @@ typedef struct bw_slice {
 } bw_slice;
 
 /* Sums a slice a cache line at a time, with the same software prefetch
- * distance the kernels use (3 KiB ahead), so the probe is no weaker a
+ * distance the kernels use (6 KiB ahead), so the probe is no weaker a
  * reader than the decode it is the ceiling for. */
 static void *bw_read(void *arg) {
     bw_slice *s = arg;
     uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
     for (size_t i = 0; i + 8 <= s->n; i += 8) {
-        __builtin_prefetch(s->data + i + 384);
+        __builtin_prefetch(s->data + i + 768);
         a0 += s->data[i] + s->data[i + 4];
         a1 += s->data[i + 1] + s->data[i + 5];
         a2 += s->data[i + 2] + s->data[i + 6];

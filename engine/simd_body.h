@@ -62,11 +62,12 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
 
 /* Weights stream through once per decode step; the hardware prefetchers
  * alone reach about half of one core's memory bandwidth on them. Asking
- * 3 KiB ahead for the lines of what is being read now keeps enough misses
- * in flight (measured: 16 -> 25 GB/s on one core, 27 -> 50 GB/s on two).
+ * 6 KiB ahead for the lines of what is being read now keeps enough misses
+ * in flight (measured on one large matrix: 16 -> 25 GB/s on one core, 27 ->
+ * 50 GB/s on two; TinyLlama-shape Q4_0 decode: 51 -> 67 tok/s against 3 KiB).
  * Prefetches never fault, so running past the end of the weights is harmless. */
 INLINE void prefetch_ahead(const uint8_t *p, int n_bytes) {
-    for (int off = 0; off < n_bytes; off += 64) _mm_prefetch((const char *)p + 3072 + off, _MM_HINT_T0);
+    for (int off = 0; off < n_bytes; off += 64) _mm_prefetch((const char *)p + 6144 + off, _MM_HINT_T0);
 }
 
 /* Sum of u[i] * s[i] over each group of 4 bytes: u unsigned, s signed. The
