@@ -23,6 +23,7 @@ typedef struct req_out {
     gl_finish_reason finish;
     int n_prompt_events;
     float first_prompt_logprob;
+    int n_token_logprobs;     /* TOKEN events with a finite logprob <= 0 */
     int n_generated;
     int n_cached;
 } req_out;
@@ -45,6 +46,8 @@ static void on_event(const gl_event *ev, void *ctx) {
     } else if (ev->type == GL_EVENT_TOKEN) {
         ck_assert_int_lt(o->n_tokens, MAX_GEN);
         o->tokens[o->n_tokens++] = ev->token;
+        if (isfinite(ev->logprob) && ev->logprob <= 0) o->n_token_logprobs++;
+        else ck_assert_msg(isnan(ev->logprob), "token logprob %g", ev->logprob);
     } else {
         o->finished = true;
         o->finish = ev->finish;
@@ -335,6 +338,14 @@ START_TEST(prompt_logprobs) {
     ck_assert_int_eq(outs[0].n_prompt_events, 5);
     ck_assert(isnan(outs[0].first_prompt_logprob));
     ck_assert_int_eq(outs[0].n_tokens, 2);
+    ck_assert_int_eq(outs[0].n_token_logprobs, 0); /* not asked for: NAN, no softmax over the vocabulary */
+    /* asked for: every generated token has one */
+    memset(&outs[1], 0, sizeof outs[1]);
+    gl_request r2 = greedy_request(prompt, 5, 3, &outs[1]);
+    r2.sampling.logprobs = true;
+    ck_assert(gl_engine_submit(e, &r2, NULL, &err) > 0);
+    run_until_idle(e);
+    ck_assert_int_eq(outs[1].n_token_logprobs, 3);
     gl_engine_free(e);
 }
 END_TEST
