@@ -238,16 +238,41 @@ INLINE __m512i group_bytes(const uint8_t *p, int m, bool sign) {
     return sign ? _mm512_cvtepi8_epi16(v) : _mm512_cvtepu8_epi16(v);
 }
 
-/* dot[r][t] += u0[r] . x[t][v0] + u1[r] . x[t][v1]: pairs of 16-bit products
- * into 32-bit lanes, x[t] the activation vectors (32 words each) of token t. */
-INLINE void dot_pairs(const int NR, const int NT, __m512i dot[4][4], const __m512i u0[4], const __m512i u1[4],
-                      const int16_t *const x[4], int v0, int v1) {
+/* Integer sums are exact in any order, so a tile with few outputs gives
+ * each output two accumulators (dot and dot2, added at the end): half as
+ * long a chain of dependent multiply-adds, which is what limits a decode
+ * step's tile of 4 rows x 1 token. */
+#define SPLIT_DOTS(NR, NT) ((NR) * (NT) <= 4)
+
+/* dot[r][t] += u0[r] . x[t][v0] + u1[r] . x[t][v1] (the second into dot2
+ * when split): pairs of 16-bit products into 32-bit lanes, x[t] the
+ * activation vectors (32 words each) of token t. */
+INLINE void dot_pairs(const int NR, const int NT, __m512i dot[4][4], __m512i dot2[4][4], const __m512i u0[4],
+                      const __m512i u1[4], const int16_t *const x[4], int v0, int v1) {
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) {
         __m512i xl = _mm512_loadu_si512(x[t] + 32 * v0), xh = _mm512_loadu_si512(x[t] + 32 * v1);
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) dot[r][t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(dot[r][t], u0[r], xl), u1[r], xh);
+        for (int r = 0; r < NR; r++) {
+            if (SPLIT_DOTS(NR, NT)) {
+                dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u0[r], xl);
+                dot2[r][t] = _mm512_dpwssd_epi32(dot2[r][t], u1[r], xh);
+            } else {
+                dot[r][t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(dot[r][t], u0[r], xl), u1[r], xh);
+            }
+        }
     }
+}
+
+/* dot += dot2 where dot_pairs split them; zero both for the next run. */
+INLINE void join_dots(const int NR, const int NT, __m512i dot[4][4], __m512i dot2[4][4]) {
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            if (SPLIT_DOTS(NR, NT)) dot[r][t] = _mm512_add_epi32(dot[r][t], dot2[r][t]);
+            dot2[r][t] = _mm512_setzero_si512();
+        }
 }
 
 INLINE __m512 chunk_f16(const uint8_t *p, int m) {
@@ -272,12 +297,12 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
         const int m = nb - c0 < 16 ? nb - c0 : 16;
         const uint8_t *chunk[4];
         const kq16_chunk *a[4];
-        __m512i dot[4][4];
+        __m512i dot[4][4], dot2[4][4];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb;
 #pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) dot[r][t] = _mm512_setzero_si512();
+            for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
         }
         const int16_t *x[4];
 #pragma GCC unroll 4
@@ -288,16 +313,14 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb);
         if (q8) {
-            for (int g = 0; g < 16; g++) {
-                __m512i u[4];
+            for (int g = 0; g < 16; g += 2) {
+                __m512i u0[4], u1[4];
 #pragma GCC unroll 4
-                for (int r = 0; r < NR; r++) u[r] = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, true);
-#pragma GCC unroll 4
-                for (int t = 0; t < NT; t++) {
-                    __m512i x = _mm512_loadu_si512(a[t]->q[g]);
-#pragma GCC unroll 4
-                    for (int r = 0; r < NR; r++) dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u[r], x);
+                for (int r = 0; r < NR; r++) {
+                    u0[r] = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, true);
+                    u1[r] = group_bytes(chunk[r] + hdr * m + 2 * m * (g + 1), m, true);
                 }
+                dot_pairs(NR, NT, dot, dot2, u0, u1, x, g, g + 1);
             }
         } else {
             for (int g = 0; g < 8; g++) {
@@ -308,9 +331,10 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
                     lo[r] = _mm512_and_si512(v, m4);
                     hi[r] = _mm512_srli_epi16(v, 4);
                 }
-                dot_pairs(NR, NT, dot, lo, hi, x, g, g + 8);
+                dot_pairs(NR, NT, dot, dot2, lo, hi, x, g, g + 8);
             }
         }
+        join_dots(NR, NT, dot, dot2);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             __m512 dw = chunk_f16(chunk[r], m);
@@ -411,13 +435,13 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk[4];
         const kq16_k *a[4];
-        __m512i dot[4][4];
+        __m512i dot[4][4], dot2[4][4];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * 210;
             prefetch_ahead(blk[r], 210);
 #pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) dot[r][t] = _mm512_setzero_si512();
+            for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
         }
         const int16_t *x[4];
 #pragma GCC unroll 4
@@ -438,8 +462,9 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
                 u0[r] = _mm512_or_si512(_mm512_and_si512(l, m4), h0);
                 u1[r] = _mm512_or_si512(_mm512_srli_epi16(l, 4), h1);
             }
-            dot_pairs(NR, NT, dot, u0, u1, x, k, k + 4);
+            dot_pairs(NR, NT, dot, dot2, u0, u1, x, k, k + 4);
         }
+        join_dots(NR, NT, dot, dot2);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             __m512 sd = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk[r] + 2)))),
