@@ -418,7 +418,11 @@ static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb
 }
 
 int kern_pack(gl_tensor *w) {
-    if (w->packed || !packable(w->type) || w->n_cols % gl_type_get(w->type)->block_size) return 0;
+    const kern_impl *impl = kern_impl_active();
+    /* Only for kernels that read the packed form: others would leave it unused. */
+    if (w->packed || !packable(w->type) || !impl || !impl->packed_rows[w->type] ||
+        w->n_cols % gl_type_get(w->type)->block_size)
+        return 0;
     size_t row_bytes = gl_type_row_bytes(w->type, w->n_cols), n = row_bytes * (size_t)w->n_rows;
     void *buf = NULL;
     if (posix_memalign(&buf, 64, n ? n : 64)) return -1;

@@ -53,11 +53,12 @@ void kern_matmul(kern_pool *p, const gl_tensor *w, const float *x, int n_tokens,
  * give bit for bit, with x quantized once and one hand-out of all the rows. */
 void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float *x, int n_tokens, float *const *outs);
 
-/* Give w a copy of its rows in the layout the fast kernels read best (only
- * some types have one; see simd.h), which kern_matmul then uses whatever the
- * token count, so results stay batch invariant. w->data stays valid for the
- * scalar path and row lookups. 0 also when there is nothing to pack; -1 when
- * the copy cannot be allocated (w is left unpacked and still works). */
+/* Give w a copy of its rows in the layout the active kernels read best (only
+ * some types, under some implementations, have one; see simd.h), which
+ * kern_matmul then uses whatever the token count, so results stay batch
+ * invariant. w->data stays valid for the other paths and row lookups. 0 also
+ * when there is nothing to pack; -1 when the copy cannot be allocated (w is
+ * left unpacked and still works). */
 int kern_pack(gl_tensor *w);
 /* Free what kern_pack allocated. */
 void kern_unpack(gl_tensor *w);
