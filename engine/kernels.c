@@ -450,7 +450,7 @@ kern_act_kind kern_act_kind_of(uint32_t type) {
 }
 
 static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
-    if (kind == KERN_ACT_Q8_32) return kq8_32_row_bytes(n_cols);
+    if (kind == KERN_ACT_Q8_32) return (size_t)(n_cols / 32) * sizeof(kq8_32);
     if (kind == KERN_ACT_Q16_X16) return (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk);
     if (kind == KERN_ACT_Q16_K) return (size_t)(n_cols / 256) * sizeof(kq16_k);
     if (kind == KERN_ACT_Q8_256) return (size_t)(n_cols / 256) * sizeof(kq8_256);
@@ -519,7 +519,6 @@ static void quantize_rows(matmul_job *job) {
         uint8_t *dst = (uint8_t *)job->act + (size_t)t * job->act_stride;
         if (job->act_kind == KERN_ACT_Q8_32) {
             job->impl->quantize_32(x, (kq8_32 *)dst, n);
-            kq8_32_index(dst, n / 32);
         } else if (job->act_kind == KERN_ACT_Q16_X16) {
             kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q16_K) {

@@ -144,12 +144,15 @@ static int load_weights(gl_model *m, gl_error *err) {
     return 0;
 }
 
-/* Matrix i of the 7 * n_layers + 1 that the forward pass multiplies with. */
+enum { LAYER_MATRICES = 7 }; /* wq wk wv wo w_gate w_up w_down */
+
+/* Matrix i of the LAYER_MATRICES * n_layers + 1 that the forward pass
+ * multiplies with (the output head last). */
 static gl_tensor *matmul_weight(gl_weights *w, int n_layers, int i) {
-    if (i == 7 * n_layers) return &w->output;
-    gl_layer_weights *L = &w->layers[i / 7];
-    gl_tensor *ts[] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
-    return ts[i % 7];
+    if (i == LAYER_MATRICES * n_layers) return &w->output;
+    gl_layer_weights *L = &w->layers[i / LAYER_MATRICES];
+    gl_tensor *ts[LAYER_MATRICES] = {&L->wq, &L->wk, &L->wv, &L->wo, &L->w_gate, &L->w_up, &L->w_down};
+    return ts[i % LAYER_MATRICES];
 }
 
 /* Repack the matrices for the fast kernels (kern_pack). The packed copy is
@@ -158,7 +161,7 @@ static gl_tensor *matmul_weight(gl_weights *w, int n_layers, int i) {
  * matrix that cannot be packed (no memory) is used as it is. */
 static void pack_weights(gl_model *m) {
     long page = sysconf(_SC_PAGESIZE);
-    for (int i = 0; i <= 7 * m->config.n_layers; i++) {
+    for (int i = 0; i <= LAYER_MATRICES * m->config.n_layers; i++) {
         gl_tensor *t = matmul_weight(&m->weights, m->config.n_layers, i);
         if (kern_pack(t) || !t->packed || !m->file->mapped || page <= 0) continue;
         uintptr_t lo = ((uintptr_t)t->data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
@@ -169,7 +172,7 @@ static void pack_weights(gl_model *m) {
 
 static void unpack_weights(gl_model *m) {
     if (!m->weights.layers) return;
-    for (int i = 0; i <= 7 * m->config.n_layers; i++) kern_unpack(matmul_weight(&m->weights, m->config.n_layers, i));
+    for (int i = 0; i <= LAYER_MATRICES * m->config.n_layers; i++) kern_unpack(matmul_weight(&m->weights, m->config.n_layers, i));
 }
 
 static void fill_info(gl_model *m) {

@@ -35,30 +35,7 @@ typedef struct kq8_256 {
     int8_t q2[256];
 } kq8_256;
 
-/* A row of n_cols activations in the 32-element form, as rows functions read
- * it: the n_cols / 32 blocks, then every block's d, then every block's s,
- * each list zero-padded to a multiple of 16 so wide kernels load the scales
- * of 16 blocks at once without reading past the row. */
-static inline int64_t kq8_32_padded(int64_t n_blocks) { return (n_blocks + 15) & ~(int64_t)15; }
-static inline size_t kq8_32_row_bytes(int64_t n_cols) {
-    return (size_t)(n_cols / 32) * sizeof(kq8_32) + 2 * (size_t)kq8_32_padded(n_cols / 32) * sizeof(float);
-}
-/* The d's; the s's follow kq8_32_padded(n_blocks) floats later. */
-static inline const float *kq8_32_scales(const uint8_t *row, int64_t n_blocks) {
-    return (const float *)(row + (size_t)n_blocks * sizeof(kq8_32));
-}
-/* Fill in the d and s lists after quantize_32 wrote the blocks. */
-static inline void kq8_32_index(uint8_t *row, int64_t n_blocks) {
-    const kq8_32 *y = (const kq8_32 *)row;
-    int64_t padded = kq8_32_padded(n_blocks);
-    float *ds = (float *)(row + (size_t)n_blocks * sizeof(kq8_32));
-    for (int64_t b = 0; b < padded; b++) {
-        ds[b] = b < n_blocks ? y[b].d : 0.0f;
-        ds[padded + b] = b < n_blocks ? y[b].s : 0.0f;
-    }
-}
-
-/* ---- the packed form (Q4_0, Q4_1, Q8_0 under AVX-512) -------------------------
+/* ---- the packed form (Q4_0, Q4_1, Q8_0; Q6_K below; under AVX-512) -------------
  * kern_pack rearranges a weight row chunk by chunk: a chunk is up to 16
  * consecutive blocks (m of them; only a row's last chunk has fewer), stored
  * as their m scales (F16), then for Q4_1 their m minimums, then the quants

@@ -264,20 +264,24 @@ INLINE void dot_pairs(const int NR, const int NT, __m512i dot[4][4], __m512i dot
     }
 }
 
-/* dot += dot2 where dot_pairs split them; zero both for the next run. */
-INLINE void join_dots(const int NR, const int NT, __m512i dot[4][4], __m512i dot2[4][4]) {
+/* dot += dot2 where dot_pairs split them. */
+INLINE void join_dots(const int NR, const int NT, __m512i dot[4][4], const __m512i dot2[4][4]) {
+    if (!SPLIT_DOTS(NR, NT)) return;
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            if (SPLIT_DOTS(NR, NT)) dot[r][t] = _mm512_add_epi32(dot[r][t], dot2[r][t]);
-            dot2[r][t] = _mm512_setzero_si512();
-        }
+        for (int t = 0; t < NT; t++) dot[r][t] = _mm512_add_epi32(dot[r][t], dot2[r][t]);
 }
 
 INLINE __m512 chunk_f16(const uint8_t *p, int m) {
     __m256i h = m == 16 ? load256(p) : _mm256_maskz_loadu_epi16((__mmask16)((1u << m) - 1), p);
     return _mm512_cvtph_ps(h);
+}
+
+/* The weight offsets mw of a chunk's m blocks, from their scales dw: Q4_1's
+ * minimums (stored after the scales), Q4_0's -8 dw. Q8_0 has none. */
+INLINE __m512 chunk_offsets(const int type, const uint8_t *chunk, int m, __m512 dw) {
+    return type == GL_TYPE_Q4_1 ? chunk_f16(chunk + 2 * m, m) : _mm512_mul_ps(dw, _mm512_set1_ps(-8.0f));
 }
 
 INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
@@ -337,8 +341,7 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
         join_dots(NR, NT, dot, dot2);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            __m512 dw = chunk_f16(chunk[r], m);
-            __m512 mw = type == GL_TYPE_Q4_1 ? chunk_f16(chunk[r] + 2 * m, m) : _mm512_mul_ps(dw, _mm512_set1_ps(-8.0f));
+            __m512 dw = chunk_f16(chunk[r], m), mw = chunk_offsets(type, chunk[r], m, dw);
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) {
                 __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
@@ -358,21 +361,21 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
         const uint8_t *chunk[4];
         const kq16_chunk *a[4];
         __m512 dw[4], da[4];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb;
             dw[r] = chunk_f16(chunk[r], m);
         }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
             da[t] = _mm512_loadu_ps(a[t]->d);
         }
         if (!q8) {
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
-                __m512 mw = type == GL_TYPE_Q4_1 ? chunk_f16(chunk[r] + 2 * m, m) : _mm512_mul_ps(dw[r], _mm512_set1_ps(-8.0f));
-    #pragma GCC unroll 4
+                __m512 mw = chunk_offsets(type, chunk[r], m, dw[r]);
+#pragma GCC unroll 4
                 for (int t = 0; t < NT; t++) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
             }
         }
@@ -382,26 +385,26 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
         __m512 quot = _mm512_floor_ps(_mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(lane), _mm512_set1_ps(0.5f)),
                                                     _mm512_set1_ps(1.0f / (float)m)));
         __m512i block = _mm512_sub_epi32(lane, _mm512_mullo_epi32(_mm512_cvtps_epi32(quot), mv));
-        const __m512i step = _mm512_set1_epi32(16 - (16 / m) * m);
+        const __m512i step = _mm512_set1_epi32(16 % m);
         for (int v = 0; v < n_vec; v++) {
             int left = raw_bytes - 32 * v;
             __mmask32 k = left >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << left) - 1);
             __m512i lo[4], hi[4];
             __m512 dws[4];
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
                 __m256i raw = _mm256_maskz_loadu_epi8(k, chunk[r] + hdr * m + 32 * v);
                 lo[r] = q8 ? _mm512_cvtepi8_epi16(raw) : _mm512_and_si512(_mm512_cvtepu8_epi16(raw), m4);
                 hi[r] = q8 ? lo[r] : _mm512_srli_epi16(_mm512_cvtepu8_epi16(raw), 4);
                 dws[r] = _mm512_permutexvar_ps(block, dw[r]);
             }
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
             for (int t = 0; t < NT; t++) {
                 const int16_t *q = &a[t]->q[0][0];
                 __m512i xl = _mm512_loadu_si512(q + 32 * v);
                 __m512i xh = q8 ? xl : _mm512_loadu_si512(q + 16 * m + 32 * v);
                 __m512 das = _mm512_permutexvar_ps(block, da[t]);
-    #pragma GCC unroll 4
+#pragma GCC unroll 4
                 for (int r = 0; r < NR; r++) {
                     __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), lo[r], xl);
                     if (!q8) dot = _mm512_dpwssd_epi32(dot, hi[r], xh);
