@@ -3,7 +3,6 @@
 #include "simd.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -26,14 +25,7 @@
 #pragma clang attribute pop
 #endif
 
-const kern_impl *kern_impl_avx2(void) {
-    unsigned a, b, c, d; /* F16C by cpuid: clang has no __builtin_cpu_supports("f16c") */
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
-        (c & bit_F16C))
-        return &impl_avx2;
-    return NULL;
-}
+const kern_impl *kern_impl_avx2(void) { return kern_cpu_has_avx2_base() ? &impl_avx2 : NULL; }
 #else
 const kern_impl *kern_impl_avx2(void) { return NULL; }
 #endif

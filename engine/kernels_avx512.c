@@ -1,10 +1,10 @@
 /* kernels_avx512.c -- the kernels of simd_body.h with AVX-512 VNNI (Ice Lake,
- * Zen 4 and later): vpdpbusd for the integer dots, 512-bit registers for the
- * legacy 32-element types, 32 vector registers for wider token tiles. */
+ * Zen 4 and later): vpdpbusd for the integer dots on weights as the file has
+ * them, the packed tiles (vpdpwssd, one block per 32-bit lane) for Q4_0,
+ * Q4_1, Q8_0 and Q6_K, 32 vector registers for wider token tiles. */
 #include "simd.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <cpuid.h>
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -29,10 +29,7 @@
 #endif
 
 const kern_impl *kern_impl_avx512(void) {
-    unsigned a, b, c, d; /* F16C by cpuid: clang has no __builtin_cpu_supports("f16c") */
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
-        (c & bit_F16C) && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+    if (kern_cpu_has_avx2_base() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
         return &impl_avx512;
     return NULL;

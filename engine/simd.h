@@ -95,6 +95,18 @@ typedef struct kern_impl {
     void (*swiglu)(float *gate, const float *up, int n); /* gate = silu(gate) * up */
 } kern_impl;
 
+/* What both x86 implementations need: AVX2, FMA and F16C (F16C through
+ * cpuid: clang has no __builtin_cpu_supports("f16c")). */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
+static inline bool kern_cpu_has_avx2_base(void) {
+    unsigned a, b, c, d;
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __get_cpuid(1, &a, &b, &c, &d) &&
+           (c & bit_F16C);
+}
+#endif
+
 /* NULL when the CPU (or the build target) lacks the instructions. */
 const kern_impl *kern_impl_avx2(void);
 const kern_impl *kern_impl_avx512(void);

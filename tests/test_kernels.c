@@ -16,6 +16,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -180,8 +181,12 @@ static void check_type_as(const kern_impl *impl, uint32_t type, int64_t n_rows, 
     float *half_step = malloc((size_t)n_cols * sizeof *half_step);
     fill_weights(type, w, n_rows, n_cols);
     fill_acts(x, (int64_t)n_tok * n_cols);
-    if (packed) {
+    if (packed) { /* kern_pack packs for the active implementation: make it the one under test */
+        char active[16];
+        snprintf(active, sizeof active, "%s", kern_backend());
+        ck_assert_int_eq(kern_set_backend(impl->name), 0);
         ck_assert_int_eq(kern_pack(&wt), 0);
+        ck_assert_int_eq(kern_set_backend(active), 0);
         ck_assert_ptr_nonnull(wt.packed);
     }
     const uint8_t *pw = wt.packed;
