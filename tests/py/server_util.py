@@ -74,6 +74,17 @@ class Server:
             time.sleep(0.05)
         raise TimeoutError("server not ready")
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        """Stops the server; its stderr is left in .log. When the body
+        passed, the server must also have exited cleanly (status 0)."""
+        code, self.log = self.stop()
+        if exc_type is None:
+            assert code == 0, self.log
+        return False
+
     def stop(self, sig=signal.SIGTERM, timeout=30):
         """Signal the server; returns its exit code and stderr."""
         if self.proc.poll() is None:

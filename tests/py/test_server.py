@@ -8,22 +8,19 @@ import signal
 import socket
 import subprocess
 import threading
-import time
 
 import pytest
 
 from server_util import (SOURCE, Server, binary, metrics, post_json, raw_http, request,
-                         sse_events, tiny_model, wait_for)
+                         sse_events, tiny_model)
 
 PROMPT = "Once upon a time"
 
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server(tiny_model(), "--alias", "tiny", "--max-body-bytes", "65536")
-    yield s
-    code, err = s.stop()
-    assert code == 0, err
+    with Server(tiny_model(), "--alias", "tiny", "--max-body-bytes", "65536") as s:
+        yield s
 
 
 def complete(server, **body):
@@ -465,8 +462,7 @@ def test_metrics_promtool(server):
 # ---- load limits, disconnects, lifecycle -------------------------------------------------------
 
 def test_503_when_queue_full():
-    s = Server(tiny_model(), "--max-waiting", "1", "--max-seqs", "1")
-    try:
+    with Server(tiny_model(), "--max-waiting", "1", "--max-seqs", "1") as s:
         results = []
         lock = threading.Lock()
 
@@ -489,9 +485,6 @@ def test_503_when_queue_full():
                 assert headers.get("Retry-After") and body["error"]["code"] == "server_busy"
         m = metrics(s.url)
         assert m['genloop_request_errors_total{code="503"}'] == statuses.count(503)
-    finally:
-        code, err = s.stop()
-    assert code == 0, err
 
 
 def test_health_while_loading():

@@ -20,19 +20,15 @@ CHATML_END = "<|im_end|>"
 
 @pytest.fixture(scope="module")
 def tiny():
-    s = Server(tiny_model(), "--alias", "tiny", "--chat-template", "chatml")
-    yield s
-    code, err = s.stop()
-    assert code == 0, err
+    with Server(tiny_model(), "--alias", "tiny", "--chat-template", "chatml") as s:
+        yield s
 
 
 @pytest.fixture(scope="module")
 def smol():
-    s = Server(chat_model(), "--alias", "smollm")
-    yield s
-    code, err = s.stop()
-    assert code == 0, err
-    assert "chat template: chatml (the model's own template)" in err
+    with Server(chat_model(), "--alias", "smollm") as s:
+        yield s
+    assert "chat template: chatml (the model's own template)" in s.log
 
 
 def chat(server, messages=None, **body):
@@ -329,28 +325,22 @@ def with_template(tmp_path, name, template):
 def test_model_template_used(tmp_path):
     tpl = ("{% for m in messages %}[{{ m.role | upper }}] {{ m.content }}\n{% endfor %}"
            "{% if add_generation_prompt %}[ASSISTANT] {% endif %}")
-    s = Server(with_template(tmp_path, "custom.gguf", tpl))
-    try:
+    with Server(with_template(tmp_path, "custom.gguf", tpl)) as s:
         msgs = [{"role": "system", "content": "Tell"}, {"role": "user", "content": "a story"}]
         r = ok(s, messages=msgs, max_tokens=1)
         assert r["usage"]["prompt_tokens"] == n_tokens(s, "[SYSTEM] Tell\n[USER] a story\n[ASSISTANT] ")
-    finally:
-        code, err = s.stop()
-    assert code == 0 and "chat template: jinja (the model's own template)" in err, err
+    assert "chat template: jinja (the model's own template)" in s.log, s.log
 
 
 def test_unusable_template_warns_and_chat_fails(tmp_path):
-    s = Server(with_template(tmp_path, "broken.gguf", "{% for m in messages %}{{ m.content "))
-    try:
+    with Server(with_template(tmp_path, "broken.gguf", "{% for m in messages %}{{ m.content ")) as s:
         status, _, r = chat(s, max_tokens=1)
         assert status == 500 and r["error"]["code"] == "chat_template_unsupported", r
         assert "chat template" in r["error"]["message"] and "--chat-template" in r["error"]["message"]
         # the rest of the server works
         status, _, r = post_json(s.url + "/v1/completions", {"prompt": "Once", "max_tokens": 1})
         assert status == 200, r
-    finally:
-        code, err = s.stop()
-    assert code == 0 and "WARNING: the chat template cannot be used" in err, err
+    assert "WARNING: the chat template cannot be used" in s.log, s.log
 
 
 def test_raise_exception_is_400(tmp_path):

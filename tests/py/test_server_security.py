@@ -21,21 +21,17 @@ def auth(key=KEY):
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server(tiny_model(), "--api-key", KEY, "--cors-origin", ALLOWED,
-               "--cors-origin", OTHER_ALLOWED)
-    yield s
-    code, err = s.stop()
-    assert code == 0, err
-    assert KEY not in err  # the key never reaches the log
+    with Server(tiny_model(), "--api-key", KEY, "--cors-origin", ALLOWED,
+               "--cors-origin", OTHER_ALLOWED) as s:
+        yield s
+    assert KEY not in s.log  # the key never reaches the log
 
 
 @pytest.fixture(scope="module")
 def plain():
     """No key, no CORS: the defaults."""
-    s = Server(tiny_model())
-    yield s
-    code, err = s.stop()
-    assert code == 0, err
+    with Server(tiny_model()) as s:
+        yield s
 
 
 def assert_401(status, headers, body):
@@ -118,37 +114,25 @@ def metrics_with_key(server):
 
 
 def test_metrics_public():
-    s = Server(tiny_model(), "--api-key", KEY, "--metrics-public")
-    try:
+    with Server(tiny_model(), "--api-key", KEY, "--metrics-public") as s:
         assert request(s.url + "/metrics")[0] == 200
         assert "genloop_engine_steps_total" in metrics(s.url)
         assert_401(*request(s.url + "/v1/models"))
-    finally:
-        code, err = s.stop()
-    assert code == 0, err
 
 
 def test_key_file_and_config(tmp_path):
     keyfile = tmp_path / "key"
     keyfile.write_text(f"  {KEY}\n")
-    s = Server(tiny_model(), "--api-key-file", str(keyfile))
-    try:
+    with Server(tiny_model(), "--api-key-file", str(keyfile)) as s:
         assert_401(*request(s.url + "/v1/models"))
         assert request(s.url + "/v1/models", headers=auth())[0] == 200
-    finally:
-        code, err = s.stop()
-    assert code == 0, err
 
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"api_key": KEY, "metrics_public": True}))
-    s = Server(tiny_model(), "--config", str(cfg))
-    try:
+    with Server(tiny_model(), "--config", str(cfg)) as s:
         assert_401(*request(s.url + "/v1/models"))
         assert request(s.url + "/v1/models", headers=auth())[0] == 200
         assert request(s.url + "/metrics")[0] == 200
-    finally:
-        code, err = s.stop()
-    assert code == 0, err
 
 
 @pytest.mark.parametrize("args,message", [
@@ -228,16 +212,12 @@ def test_cors_preflight(server):
 
 
 def test_cors_wildcard_and_config(tmp_path):
-    s = Server(tiny_model(), "--cors-origin", "*")
-    try:
+    with Server(tiny_model(), "--cors-origin", "*") as s:
         status, headers, _ = request(s.url + "/v1/models", headers={"Origin": "http://any.example"})
         assert status == 200 and headers["Access-Control-Allow-Origin"] == "*"
         status, headers, _ = request(s.url + "/v1/models", method="OPTIONS", headers={
             "Origin": "http://any.example", "Access-Control-Request-Method": "GET"})
         assert status == 204 and headers["Access-Control-Allow-Origin"] == "*"
-    finally:
-        code, err = s.stop()
-    assert code == 0, err
     # config: an array or a comma list; the first flag replaces it, more flags add
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"cors_origin": ["http://a.example", "http://b.example"]}))

@@ -4,7 +4,6 @@ cancelling work."""
 import json
 import socket
 import subprocess
-import time
 
 import pytest
 
@@ -15,10 +14,8 @@ PROMPT = "The capital of France is"
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server(chat_model(), "--alias", "smollm")
-    yield s
-    code, err = s.stop()
-    assert code == 0, err
+    with Server(chat_model(), "--alias", "smollm") as s:
+        yield s
 
 
 def test_greedy_matches_cli(server):
