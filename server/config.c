@@ -77,14 +77,18 @@ void config_default(config *c) {
     memset(c, 0, sizeof(*c));
     strcpy(c->host, "127.0.0.1");
     c->port = 8080;
-    c->threads = 0;
-    c->kv_cache_mib = 256;
-    c->block_size = 16;
-    c->max_batch_tokens = 512;
+    /* The engine's own defaults, except for the two queue sizes: a server
+     * keeps fewer sequences running and waiting than the engine allows. */
+    gl_engine_params ep;
+    gl_engine_params_default(&ep);
+    c->threads = ep.n_threads;
+    c->kv_cache_mib = ep.kv_cache_mib;
+    c->block_size = ep.block_size;
+    c->max_batch_tokens = ep.max_batch_tokens;
+    c->n_ctx = ep.n_ctx;
     c->max_seqs = 16;
     c->max_waiting = 64;
     c->max_body_bytes = 1 << 20;
-    c->n_ctx = 0;
     c->timeout = 600;
     c->max_connections = 512;
     c->stream_buffer_bytes = 1 << 20;
