@@ -757,25 +757,31 @@ INLINE void tile_float(const int type, const uint8_t *w, size_t row_bytes, int64
 #define ROWS_REST_WIDE(TILE, TYPE)
 #endif
 
-#define DEFINE_ROWS(name, TILE, TYPE)                                                                        \
+/* A rows function: full tiles of FULL_NR rows x FULL_NT tokens, then the
+ * token remainder by the cases REST(TILE, TYPE) gives. */
+#define ROWS_FN(name, TILE, TYPE, FULL_NR, FULL_NT, REST)                                                    \
     static void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act, \
                          size_t act_stride, int n_tok, float *out, size_t out_stride) {                      \
         int t0 = 0;                                                                                          \
-        for (; t0 + TT <= n_tok; t0 += TT) {                                                                 \
+        for (; t0 + (FULL_NT) <= n_tok; t0 += (FULL_NT)) {                                                   \
             const uint8_t *a = act + (size_t)t0 * act_stride;                                                \
             float *o = out + (size_t)t0 * out_stride;                                                        \
-            ROWS_PASS(TILE, TYPE, 1, TT);                                                                    \
+            ROWS_PASS(TILE, TYPE, FULL_NR, FULL_NT);                                                         \
         }                                                                                                    \
         const uint8_t *a = act + (size_t)t0 * act_stride;                                                    \
         float *o = out + (size_t)t0 * out_stride;                                                            \
         switch (n_tok - t0) {                                                                                \
-        case 1: ROWS_PASS(TILE, TYPE, 4, 1); break;                                                          \
-        case 2: ROWS_PASS(TILE, TYPE, 2, 2); break;                                                          \
-        case 3: ROWS_PASS(TILE, TYPE, 1, 3); break;                                                          \
-        ROWS_REST_WIDE(TILE, TYPE)                                                                           \
+        REST(TILE, TYPE)                                                                                     \
         default: break;                                                                                      \
         }                                                                                                    \
     }
+
+#define ROWS_REST(TILE, TYPE)                       \
+    case 1: ROWS_PASS(TILE, TYPE, 4, 1); break;     \
+    case 2: ROWS_PASS(TILE, TYPE, 2, 2); break;     \
+    case 3: ROWS_PASS(TILE, TYPE, 1, 3); break;     \
+    ROWS_REST_WIDE(TILE, TYPE)
+#define DEFINE_ROWS(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 1, TT, ROWS_REST)
 
 DEFINE_ROWS(rows_q4_0, tile_q32, GL_TYPE_Q4_0)
 DEFINE_ROWS(rows_q4_1, tile_q32, GL_TYPE_Q4_1)
@@ -783,24 +789,11 @@ DEFINE_ROWS(rows_q8_0, tile_q32, GL_TYPE_Q8_0)
 #if SIMD_AVX512
 /* Packed tiles: 2 rows x 4 tokens keep 8 integer and 8 float accumulators
  * plus the operands in the 32 registers; fewer tokens take more rows. */
-#define DEFINE_PACKED_ROWS(name, TILE, TYPE)                                                                 \
-    static void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act, \
-                         size_t act_stride, int n_tok, float *out, size_t out_stride) {                      \
-        int t0 = 0;                                                                                          \
-        for (; t0 + 4 <= n_tok; t0 += 4) {                                                                   \
-            const uint8_t *a = act + (size_t)t0 * act_stride;                                                \
-            float *o = out + (size_t)t0 * out_stride;                                                        \
-            ROWS_PASS(TILE, TYPE, 2, 4);                                                                 \
-        }                                                                                                    \
-        const uint8_t *a = act + (size_t)t0 * act_stride;                                                    \
-        float *o = out + (size_t)t0 * out_stride;                                                            \
-        switch (n_tok - t0) {                                                                                \
-        case 1: ROWS_PASS(TILE, TYPE, 4, 1); break;                                                      \
-        case 2: ROWS_PASS(TILE, TYPE, 4, 2); break;                                                      \
-        case 3: ROWS_PASS(TILE, TYPE, 2, 3); break;                                                      \
-        default: break;                                                                                      \
-        }                                                                                                    \
-    }
+#define PACKED_ROWS_REST(TILE, TYPE)                \
+    case 1: ROWS_PASS(TILE, TYPE, 4, 1); break;     \
+    case 2: ROWS_PASS(TILE, TYPE, 4, 2); break;     \
+    case 3: ROWS_PASS(TILE, TYPE, 2, 3); break;
+#define DEFINE_PACKED_ROWS(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 2, 4, PACKED_ROWS_REST)
 DEFINE_PACKED_ROWS(packed_rows_q4_0, tile_x16, GL_TYPE_Q4_0)
 DEFINE_PACKED_ROWS(packed_rows_q4_1, tile_x16, GL_TYPE_Q4_1)
 DEFINE_PACKED_ROWS(packed_rows_q8_0, tile_x16, GL_TYPE_Q8_0)
