@@ -182,6 +182,12 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     return 0;
 }
 
+/* The connection's socket, or -1. */
+static int conn_fd(http_req *r) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info ? info->connect_fd : -1;
+}
+
 void http_stream_start(http_req *r, int status, const char *content_type) {
     if (r->status) return;
     struct MHD_Response *resp =
@@ -196,11 +202,10 @@ void http_stream_start(http_req *r, int status, const char *content_type) {
     /* The kernel's send buffer is part of what a slow reader holds: Linux
      * grows it up to tcp_wmem's max (MiBs), so pin it near our own bound. */
     size_t limit = r->srv->opt.max_stream_buffer;
-    const union MHD_ConnectionInfo *info =
-        limit ? MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD) : NULL;
-    if (info) {
+    int fd = limit ? conn_fd(r) : -1;
+    if (fd >= 0) {
         int sndbuf = limit < (1u << 20) ? (int)limit : 1 << 20;
-        setsockopt(info->connect_fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
     }
     resume(r);
 }
@@ -211,12 +216,11 @@ void http_stream_start(http_req *r, int status, const char *content_type) {
 static void drop_slow_client(http_req *r, size_t unsent) {
     http_req_log(r, "%sdropped: slow client, %zu bytes unsent", r->note[0] ? " " : "", unsent);
     r->client_gone = 1;
-    const union MHD_ConnectionInfo *info =
-        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (info) {
+    int fd = conn_fd(r);
+    if (fd >= 0) {
         struct linger lg = { 1, 0 };
-        setsockopt(info->connect_fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-        shutdown(info->connect_fd, SHUT_RDWR);
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        shutdown(fd, SHUT_RDWR);
     }
     resume(r);
     r->srv->run_pending = 1;
