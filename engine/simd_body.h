@@ -284,8 +284,17 @@ INLINE __m512 chunk_offsets(const int type, const uint8_t *chunk, int m, __m512 
     return type == GL_TYPE_Q4_1 ? chunk_f16(chunk + 2 * m, m) : _mm512_mul_ps(dw, _mm512_set1_ps(-8.0f));
 }
 
-INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
-                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+/* A tile may cover one panel of a long row (see packed_x16_panels): state
+ * then holds its accumulators between panels, 64 floats per row, 16 per
+ * token, loaded at the start (X16_LOAD) and stored instead of summed at the
+ * end (X16_STORE). Each lane sees the same operations in the same order as
+ * in one pass over the row, so panels never change a result. */
+#define X16_LOAD 1
+#define X16_STORE 2
+
+INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                           size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
+                           float *state, int mode) {
     const int bb = type == GL_TYPE_Q4_0 ? 18 : type == GL_TYPE_Q4_1 ? 20 : 34;
     const int hdr = type == GL_TYPE_Q4_1 ? 4 : 2;
     const bool q8 = type == GL_TYPE_Q8_0;
@@ -295,7 +304,8 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+        for (int t = 0; t < NT; t++)
+            acc[r][t] = mode & X16_LOAD ? _mm512_load_ps(state + 64 * r + 16 * t) : _mm512_setzero_ps();
     const int short_tail = nb % 16 <= KQ16_SHORT_TAIL ? nb % 16 : 0;
     for (int c0 = 0; c0 < nb - short_tail; c0 += 16) {
         const int m = nb - c0 < 16 ? nb - c0 : 16;
@@ -418,7 +428,15 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+        for (int t = 0; t < NT; t++) {
+            if (mode & X16_STORE) _mm512_store_ps(state + 64 * r + 16 * t, acc[r][t]);
+            else out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+        }
+}
+
+INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, NULL, 0);
 }
 
 /* Packed Q6_K against kq16_k: lane j is sub-block j of the super-block, so
@@ -794,9 +812,54 @@ DEFINE_ROWS(rows_q8_0, tile_q32, GL_TYPE_Q8_0)
     case 2: ROWS_PASS(TILE, TYPE, 4, 2); break;     \
     case 3: ROWS_PASS(TILE, TYPE, 2, 3); break;
 #define DEFINE_PACKED_ROWS(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 2, 4, PACKED_ROWS_REST)
-DEFINE_PACKED_ROWS(packed_rows_q4_0, tile_x16, GL_TYPE_Q4_0)
-DEFINE_PACKED_ROWS(packed_rows_q4_1, tile_x16, GL_TYPE_Q4_1)
-DEFINE_PACKED_ROWS(packed_rows_q8_0, tile_x16, GL_TYPE_Q8_0)
+
+/* Rows longer than a panel (TinyLlama's 5632) take full 4-token tiles one
+ * panel of X16_PANEL chunks at a time over blocks of X16_ROW_BLOCK rows, so
+ * the 4 tokens' activations of a panel (18 KiB) stay in L1 instead of being
+ * read from L2 for every pair of rows (2048 x 5632 Q4_0, 64 tokens, one
+ * core: 75 -> 110 GMAC/s). The rest runs in one pass; the results are the same. */
+#define X16_PANEL 4
+#define X16_ROW_BLOCK 32
+INLINE int packed_x16_panels(const int type, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
+                             const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
+    const int bb = type == GL_TYPE_Q4_0 ? 18 : type == GL_TYPE_Q4_1 ? 20 : 34;
+    const int nb = (int)(n_cols / 32), panel = 16 * X16_PANEL;
+    if (nb <= panel) return 0;
+    _Alignas(64) float state[X16_ROW_BLOCK * 64];
+    int t0 = 0;
+    for (; t0 + 4 <= n_tok; t0 += 4) {
+        for (int r0 = 0; r0 < n_rows; r0 += X16_ROW_BLOCK) {
+            const int nr = n_rows - r0 < X16_ROW_BLOCK ? n_rows - r0 : X16_ROW_BLOCK;
+            for (int b0 = 0; b0 < nb; b0 += panel) {
+                const int pb = nb - b0 < panel ? nb - b0 : panel;
+                const int mode = (b0 > 0 ? X16_LOAD : 0) | (b0 + pb < nb ? X16_STORE : 0);
+                const uint8_t *pw = w + (size_t)r0 * row_bytes + (size_t)b0 * bb;
+                const uint8_t *pa = act + (size_t)t0 * act_stride + (size_t)(b0 / 16) * sizeof(kq16_chunk);
+                float *o = out + (size_t)t0 * out_stride + r0;
+                int r = 0;
+                for (; r + 2 <= nr; r += 2)
+                    tile_x16_panel(type, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 2, 4, o + r,
+                                   out_stride, state + 64 * r, mode);
+                for (; r < nr; r++)
+                    tile_x16_panel(type, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 1, 4, o + r,
+                                   out_stride, state + 64 * r, mode);
+            }
+        }
+    }
+    return t0;
+}
+
+#define DEFINE_PACKED_X16_ROWS(name, TYPE)                                                                       \
+    DEFINE_PACKED_ROWS(CAT(name, whole), tile_x16, TYPE)                                                        \
+    static void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,   \
+                         size_t act_stride, int n_tok, float *out, size_t out_stride) {                         \
+        int t0 = packed_x16_panels(TYPE, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride); \
+        FN(CAT(name, whole))(w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
+                             out + (size_t)t0 * out_stride, out_stride);                                        \
+    }
+DEFINE_PACKED_X16_ROWS(packed_rows_q4_0, GL_TYPE_Q4_0)
+DEFINE_PACKED_X16_ROWS(packed_rows_q4_1, GL_TYPE_Q4_1)
+DEFINE_PACKED_X16_ROWS(packed_rows_q8_0, GL_TYPE_Q8_0)
 DEFINE_PACKED_ROWS(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K)
 #endif
 DEFINE_ROWS(rows_q5_0, tile_q32, GL_TYPE_Q5_0)

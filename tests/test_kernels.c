@@ -254,6 +254,12 @@ START_TEST(quant_kernels_match_reference) {
                 static const int tails[] = {20, 18, 19, 24, 21, 28};
                 for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++)
                     check_type(impls[k], type, 5, tails[i] * 32, 6);
+                /* rows longer than a panel (4-token tiles of packed weights go
+                 * panel by panel over blocks of rows): 164 blocks in panels of 64,
+                 * 64 and 36 (a short tail), over more rows than one block; 72
+                 * blocks (a last panel of 8) */
+                check_type(impls[k], type, 37, 164 * 32, 9);
+                check_type(impls[k], type, 5, 72 * 32, 4);
             }
         }
 }
