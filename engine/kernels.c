@@ -181,15 +181,25 @@ void kern_rmsnorm(float *out, const float *x, const float *weight, int n, float 
     for (int i = 0; i < n; i++) out[i] = x[i] * scale * weight[i];
 }
 
-void kern_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, float freq_scale) {
-    for (int i = 0; i < rope_dim; i += 2) {
-        float theta = freq_scale * (float)pos * powf(freq_base, -(float)i / (float)rope_dim);
-        float c = cosf(theta), s = sinf(theta);
-        for (int h = 0; h < n_heads; h++) {
-            float *v = x + h * head_dim + i;
-            float v0 = v[0], v1 = v[1];
-            v[0] = v0 * c - v1 * s;
-            v[1] = v0 * s + v1 * c;
+void kern_rope_freqs(float *inv_freq, int rope_dim, float freq_base) {
+    for (int i = 0; i < rope_dim; i += 2) inv_freq[i / 2] = powf(freq_base, -(float)i / (float)rope_dim);
+}
+
+void kern_rope_angles(float *cs, int rope_dim, int pos, const float *inv_freq, float freq_scale) {
+    for (int i = 0; i < rope_dim / 2; i++) {
+        float theta = freq_scale * (float)pos * inv_freq[i];
+        cs[2 * i] = cosf(theta);
+        cs[2 * i + 1] = sinf(theta);
+    }
+}
+
+void kern_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs) {
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * (size_t)head_dim;
+        for (int i = 0; i < rope_dim; i += 2) {
+            float c = cs[i], s = cs[i + 1], v0 = v[i], v1 = v[i + 1];
+            v[i] = v0 * c - v1 * s;
+            v[i + 1] = v0 * s + v1 * c;
         }
     }
 }
@@ -204,6 +214,15 @@ void kern_softmax(float *x, int n) {
         sum += x[i];
     }
     for (int i = 0; i < n; i++) x[i] /= sum;
+}
+
+void kern_to_f16(const float *x, uint16_t *y, int n) {
+    const kern_impl *impl = kern_impl_active();
+    if (impl) {
+        impl->to_f16(x, y, n);
+        return;
+    }
+    for (int i = 0; i < n; i++) y[i] = gl_fp32_to_fp16(x[i]);
 }
 
 static void swiglu_scalar(float *gate, const float *up, int n) {
@@ -335,7 +354,9 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
         for (int j = 0; j < m; j++) {
             for (int i = 0; i < 32; i++) { /* pair order: P = 16 g + j, or m g + j in a short tail (simd.h) */
                 int pair = (m <= KQ16_SHORT_TAIL ? m : 16) * (i / 2) + j;
-                (&ch->q[0][0])[2 * pair + i % 2] = (int16_t)(256 * tmp[j].q[i] + tmp[j].q2[i]);
+                int16_t v = (int16_t)(256 * tmp[j].q[i] + tmp[j].q2[i]);
+                (&ch->q[0][0])[2 * pair + i % 2] = v;
+                if (m > KQ16_SHORT_TAIL && m <= KQ16_HALF_TAIL) (&ch->q[0][0])[2 * (pair + 8) + i % 2] = v;
             }
             ch->d[j] = tmp[j].d;
             ch->s[j] = tmp[j].s;

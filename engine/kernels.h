@@ -94,11 +94,17 @@ int kern_attention(kern_pool *p, const kern_attn *a);
 void kern_get_row(const gl_tensor *w, int64_t row, float *out);
 
 void kern_rmsnorm(float *out, const float *x, const float *weight, int n, float eps);
-/* Rotate adjacent pairs (x[2i], x[2i+1]) of each of n_heads heads by
- * pos * theta_scale^i, for the first rope_dim dims of each head. */
-void kern_rope(float *x, int n_heads, int head_dim, int rope_dim, int pos, float freq_base, float freq_scale);
+/* RoPE in two steps, so a token's queries and keys share one set of
+ * angles: cs[2i], cs[2i + 1] = cos, sin of freq_scale * pos * inv_freq[i]
+ * (inv_freq[i] = freq_base^(-2i / rope_dim), kern_rope_freqs) for
+ * i < rope_dim / 2; then each head's pairs (x[2i], x[2i + 1]) rotate by them. */
+void kern_rope_freqs(float *inv_freq, int rope_dim, float freq_base);
+void kern_rope_angles(float *cs, int rope_dim, int pos, const float *inv_freq, float freq_scale);
+void kern_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs);
 float kern_dot(const float *a, const float *b, int n);
 void kern_softmax(float *x, int n);
+/* y[i] = x[i] as IEEE half (round to nearest even), as gl_fp32_to_fp16. */
+void kern_to_f16(const float *x, uint16_t *y, int n);
 /* gate = silu(gate) * up, elementwise, shared over the pool when long. */
 void kern_swiglu(kern_pool *p, float *gate, const float *up, int n);
 

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "gl_error.h"
+#include "kernels.h"
 #include "quant.h"
 
 size_t kv_block_bytes(int n_layers, int kv_dim, int block_size, bool f16) {
@@ -185,10 +186,11 @@ void kv_store(gl_kv_cache *kv, int layer, int block, int slot, const float *k, c
         memcpy(vd, v, (size_t)kv->kv_dim * 4);
         return;
     }
-    uint16_t *vh = vd;
-    for (int i = 0; i < kv->kv_dim; i++) {
-        uint16_t h = gl_fp32_to_fp16(k[i]);
-        memcpy(kd + (size_t)i * k_stride, &h, 2);
-        vh[i] = gl_fp32_to_fp16(v[i]);
+    kern_to_f16(v, vd, kv->kv_dim);
+    uint16_t kh[256];
+    for (int i0 = 0; i0 < kv->kv_dim; i0 += 256) {
+        int n = kv->kv_dim - i0 < 256 ? kv->kv_dim - i0 : 256;
+        kern_to_f16(k + i0, kh, n);
+        for (int i = 0; i < n; i++) memcpy(kd + (size_t)(i0 + i) * k_stride, &kh[i], 2);
     }
 }

@@ -2,6 +2,7 @@
 #include "model.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -295,6 +296,8 @@ struct gl_run_state {
     float *proj;              /* [T][n_embd] sublayer output */
     float *gate, *up;         /* [T][n_ff] */
     float *out_rows;          /* [max_logits][n_embd] rows for the output head */
+    float *rope_inv_freq;     /* [rope_dim / 2] */
+    float *rope_cs;           /* [T][rope_dim] each token's cos, sin pairs */
 };
 
 gl_run_state *model_run_state_new(const gl_model *m, int max_tokens, int max_logits, gl_error *err) {
@@ -314,9 +317,12 @@ gl_run_state *model_run_state_new(const gl_model *m, int max_tokens, int max_log
     rs->gate = malloc(T * (size_t)c->n_ff * sizeof(float));
     rs->up = malloc(T * (size_t)c->n_ff * sizeof(float));
     rs->out_rows = malloc((size_t)max_logits * (size_t)c->n_embd * sizeof(float));
+    rs->rope_inv_freq = malloc((size_t)(c->rope_dim / 2 + 1) * sizeof(float));
+    rs->rope_cs = malloc(T * (size_t)(c->rope_dim + 1) * sizeof(float));
     if (!rs->x || !rs->xb || !rs->q || !rs->k || !rs->v || !rs->att || !rs->proj || !rs->gate || !rs->up ||
-        !rs->out_rows)
+        !rs->out_rows || !rs->rope_inv_freq || !rs->rope_cs)
         goto oom;
+    kern_rope_freqs(rs->rope_inv_freq, c->rope_dim, c->rope_freq_base);
     return rs;
 oom:
     model_run_state_free(rs);
@@ -336,14 +342,48 @@ void model_run_state_free(gl_run_state *rs) {
     free(rs->gate);
     free(rs->up);
     free(rs->out_rows);
+    free(rs->rope_inv_freq);
+    free(rs->rope_cs);
     free(rs);
+}
+
+/* RoPE on a layer's queries and keys, and the keys and values into the
+ * cache: per token, so tokens are shared over the pool (F16 conversion and
+ * sin/cos were a fifth of a 512-token prefill on one thread). */
+typedef struct rope_store_job {
+    const gl_config *c;
+    gl_run_state *rs;
+    gl_kv_cache *kv;
+    const gl_batch *b;
+    int layer;
+    atomic_int next;          /* next token */
+} rope_store_job;
+
+static void rope_store_worker(void *arg, int ith, int nth) {
+    rope_store_job *job = arg;
+    const gl_config *c = job->c;
+    gl_run_state *rs = job->rs;
+    int kv_dim = c->n_kv_heads * c->head_dim;
+    for (;;) {
+        int t = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
+        if (t >= job->b->n_tokens) break;
+        int pos = job->b->positions[t];
+        float *cs = rs->rope_cs + (size_t)t * (size_t)c->rope_dim;
+        kern_rope_angles(cs, c->rope_dim, pos, rs->rope_inv_freq, c->rope_freq_scale);
+        kern_rope(rs->q + (size_t)t * (size_t)c->n_embd, c->n_heads, c->head_dim, c->rope_dim, cs);
+        kern_rope(rs->k + (size_t)t * (size_t)kv_dim, c->n_kv_heads, c->head_dim, c->rope_dim, cs);
+        const int32_t *table = job->b->block_tables[job->b->seq_of_token[t]];
+        kv_store(job->kv, job->layer, table[pos / job->kv->block_size], pos % job->kv->block_size,
+                 rs->k + (size_t)t * (size_t)kv_dim, rs->v + (size_t)t * (size_t)kv_dim);
+    }
+    (void)ith, (void)nth;
 }
 
 int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_cache *kv, const gl_batch *b,
                   float *logits, gl_error *err) {
     const gl_config *c = &m->config;
     const gl_weights *w = &m->weights;
-    int T = b->n_tokens, D = c->n_embd, kv_dim = c->n_kv_heads * c->head_dim;
+    int T = b->n_tokens, D = c->n_embd;
     if (m->vocab_only) return gl_error_set(err, "model has no weights (vocab-only GGUF)");
     if (T <= 0 || T > rs->max_tokens || b->n_logits > rs->max_logits)
         return gl_error_set(err, "batch of %d tokens / %d logits exceeds the run state", T, b->n_logits);
@@ -362,16 +402,10 @@ int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_ca
             kern_rmsnorm(rs->xb + (size_t)t * D, rs->x + (size_t)t * D, L->attn_norm.data, D, c->rms_eps);
         kern_matmul_n(pool, 3, (const gl_tensor *[]){&L->wq, &L->wk, &L->wv}, rs->xb, T,
                       (float *[]){rs->q, rs->k, rs->v});
-        for (int t = 0; t < T; t++) {
-            int pos = b->positions[t];
-            kern_rope(rs->q + (size_t)t * D, c->n_heads, c->head_dim, c->rope_dim, pos, c->rope_freq_base,
-                      c->rope_freq_scale);
-            kern_rope(rs->k + (size_t)t * kv_dim, c->n_kv_heads, c->head_dim, c->rope_dim, pos,
-                      c->rope_freq_base, c->rope_freq_scale);
-            const int32_t *table = b->block_tables[b->seq_of_token[t]];
-            kv_store(kv, l, table[pos / kv->block_size], pos % kv->block_size, rs->k + (size_t)t * kv_dim,
-                     rs->v + (size_t)t * kv_dim);
-        }
+        rope_store_job rope = {.c = c, .rs = rs, .kv = kv, .b = b, .layer = l};
+        atomic_init(&rope.next, 0);
+        if (T < 4) rope_store_worker(&rope, 0, 1); /* a decode step's few tokens: not worth a hand-out */
+        else kern_pool_run(pool, rope_store_worker, &rope);
         kern_attn attn = {.n_tokens = T, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
                           .head_dim = c->head_dim, .q = rs->q, .out = rs->att, .positions = b->positions,
                           .seq_of_token = b->seq_of_token, .block_tables = b->block_tables,

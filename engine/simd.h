@@ -50,6 +50,11 @@ typedef struct kq8_256 {
  * pairs in plain pair order P = m g + j, 16 pairs to a vector, instead of
  * one vector per group with most lanes empty: 4 blocks fill 4 lanes of 16. */
 #define KQ16_SHORT_TAIL 4
+/* A last chunk of more blocks than that but at most this many (a "half
+ * tail", 8 of the 24 blocks of a 768 row) fills half a vector, so two rows
+ * share one: row r's blocks in lanes 0..m-1, row r+1's in lanes 8..8+m-1.
+ * Its activations repeat lane j's pairs in lane 8 + j to match. */
+#define KQ16_HALF_TAIL 8
 
 typedef struct kq16_chunk {
     int16_t q[16][32];        /* [v][2j + e]: element 2v + e of block j, 256 q + q2; 0 past the row */
@@ -93,6 +98,7 @@ typedef struct kern_impl {
     kern_rows_fn packed_rows[40];                      /* by gl_type, for kern_pack'ed weights; NULL = none */
     kern_attend_fn attend;
     void (*swiglu)(float *gate, const float *up, int n); /* gate = silu(gate) * up */
+    void (*to_f16)(const float *x, uint16_t *y, int n);   /* IEEE half, round to nearest even */
 } kern_impl;
 
 /* What both x86 implementations need: AVX2, FMA and F16C (F16C through

@@ -307,7 +307,8 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
         for (int t = 0; t < NT; t++)
             acc[r][t] = mode & X16_LOAD ? _mm512_load_ps(state + 64 * r + 16 * t) : _mm512_setzero_ps();
     const int short_tail = nb % 16 <= KQ16_SHORT_TAIL ? nb % 16 : 0;
-    for (int c0 = 0; c0 < nb - short_tail; c0 += 16) {
+    const int half_tail = nb % 16 > KQ16_SHORT_TAIL && nb % 16 <= KQ16_HALF_TAIL ? nb % 16 : 0;
+    for (int c0 = 0; c0 < nb - short_tail - half_tail; c0 += 16) {
         const int m = nb - c0 < 16 ? nb - c0 : 16;
         const uint8_t *chunk[4];
         const kq16_chunk *a[4];
@@ -360,6 +361,63 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
             }
         }
     }
+    /* A half tail: rows 2p and 2p + 1 share vectors (simd.h), so pair p
+     * takes the place of a row in dot_pairs, half the multiply-adds of one
+     * vector per row. Each row's dots then move to lanes 0..7 and take their
+     * scales there, the same operations whether the row has a partner in the
+     * tile or not. */
+    if (half_tail) {
+        const int m = half_tail, c0 = nb - m, NP = (NR + 1) / 2;
+        const __mmask16 k = (__mmask16)((1u << (2 * m)) - 1);
+        const uint8_t *chunk[4];
+        const kq16_chunk *a[4];
+        const int16_t *x[4];
+        __m512i dot[4][4], dot2[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb + hdr * m;
+            prefetch_ahead(chunk[r] - hdr * m, m * bb);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
+            x[t] = &a[t]->q[0][0];
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++) dot[p][t] = dot2[p][t] = _mm512_setzero_si512();
+        }
+        for (int g = 0; g < (q8 ? 16 : 8); g += q8 ? 2 : 1) {
+            __m512i u0[4], u1[4];
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++) {
+                __m512i v[2];
+                for (int i = 0; i < (q8 ? 2 : 1); i++) {
+                    __m128i lo = _mm_maskz_loadu_epi8(k, chunk[2 * p] + 2 * m * (g + i));
+                    __m256i both = 2 * p + 1 < NR
+                                       ? _mm256_inserti128_si256(_mm256_castsi128_si256(lo),
+                                                                 _mm_maskz_loadu_epi8(k, chunk[2 * p + 1] + 2 * m * (g + i)), 1)
+                                       : _mm256_zextsi128_si256(lo);
+                    v[i] = q8 ? _mm512_cvtepi8_epi16(both) : _mm512_cvtepu8_epi16(both);
+                }
+                u0[p] = q8 ? v[0] : _mm512_and_si512(v[0], m4);
+                u1[p] = q8 ? v[1] : _mm512_srli_epi16(v[0], 4);
+            }
+            dot_pairs(NP, NT, dot, dot2, u0, u1, x, g, q8 ? g + 1 : g + 8);
+        }
+        join_dots(NP, NT, dot, dot2);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *scales = chunk[r] - hdr * m;
+            __m512 dw = chunk_f16(scales, m), mw = chunk_offsets(type, scales, m, dw);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512 d = _mm512_cvtepi32_ps(dot[r / 2][t]);
+                if (r % 2) d = _mm512_shuffle_f32x4(d, d, 0xee);
+                __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
+                acc[r][t] = _mm512_mask3_fmadd_ps(d, sc, acc[r][t], 0xff);
+                if (!q8) acc[r][t] = _mm512_mask3_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t], 0xff);
+            }
+        }
+    }
     /* A short last chunk (m <= KQ16_SHORT_TAIL blocks) would leave most
      * lanes idle in the layout above: its pairs of quants run on in pair order
      * P = m g + j instead (see simd.h), 16 to a vector, so lane L of vector v
@@ -374,6 +432,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb;
+            prefetch_ahead(chunk[r], m * bb);
             dw[r] = chunk_f16(chunk[r], m);
         }
 #pragma GCC unroll 4
@@ -976,6 +1035,15 @@ static void FN(swiglu)(float *gate, const float *up, int n) {
     }
 }
 
+/* F16C rounds to nearest even, as gl_fp32_to_fp16 does; the tail goes
+ * through it. */
+static void FN(to_f16)(const float *x, uint16_t *y, int n) {
+    int i = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
+    for (; i < n; i++) y[i] = gl_fp32_to_fp16(x[i]);
+}
+
 #if SIMD_AVX512
 /* A block of up to 16 positions is one vector: each head's scores build up
  * over the channels in registers, four partial sums per head (a fixed order
@@ -1092,4 +1160,5 @@ static const kern_impl FN(impl) = {
 #endif
     .attend = FN(attend),
     .swiglu = FN(swiglu),
+    .to_f16 = FN(to_f16),
 };

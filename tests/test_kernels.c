@@ -397,6 +397,26 @@ START_TEST(swiglu_matches_reference) {
 }
 END_TEST
 
+/* The cache's F16 conversion gives gl_fp32_to_fp16's bits: random values,
+ * ties, subnormals, overflow and the largest finite halves. */
+START_TEST(to_f16_matches_reference) {
+    find_impls();
+    enum { N = 203 };
+    float x[N];
+    for (int i = 0; i < N; i++) x[i] = rnd_uniform(-4, 4) * powf(2.0f, (float)(i % 40) - 20);
+    const float special[] = {0.0f, -0.0f, 1.0f + 1.0f / 2048, 1.0f + 3.0f / 2048, 65504.0f, 65519.0f, 65520.0f,
+                             -1e9f, 5.96e-8f, 2.98e-8f, 3e-5f, -6.1e-5f, INFINITY, -INFINITY};
+    memcpy(x, special, sizeof special);
+    for (int k = 0; k < n_impls; k++) {
+        uint16_t y[N];
+        impls[k]->to_f16(x, y, N);
+        for (int i = 0; i < N; i++)
+            ck_assert_msg(y[i] == gl_fp32_to_fp16(x[i]), "%s to_f16(%g) = %04x, want %04x", impls[k]->name, x[i],
+                          y[i], gl_fp32_to_fp16(x[i]));
+    }
+}
+END_TEST
+
 START_TEST(backend_selection) {
     ck_assert_int_eq(kern_set_backend("scalar"), 0);
     ck_assert_str_eq(kern_backend(), "scalar");
@@ -548,6 +568,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, matmul_is_batch_and_thread_invariant);
     tcase_add_test(tc, matmul_n_matches_single_matmuls);
     tcase_add_test(tc, swiglu_matches_reference);
+    tcase_add_test(tc, to_f16_matches_reference);
     tcase_add_test(tc, backend_selection);
     tcase_add_test(tc, attention_matches_reference);
     suite_add_tcase(s, tc);
