@@ -6,11 +6,11 @@
  *   ATTEND_AXPY(y, a, x, n)        y += a * x
  *   ATTEND_SCALE(y, a, n)          y *= a
  *   ATTEND_EXP_SUM(y, n, m)        y = exp(y - m), returning the sum of the new y
- * Block by block with an online softmax; the nh query heads from h0 share
- * each K/V value they read (one GQA group, or part of one). K is
+ * Block by block with an online softmax; the query heads of a GQA group (or
+ * part of one) of several consecutive tokens share each K/V value they read. K is
  * channel-major in a block, so a block's scores build up one channel at a
  * time as n-wide multiply-adds, like the V rows after them. scratch holds
- * kern_attend_scratch(nh, head_dim, block_size) floats. */
+ * kern_attend_scratch(nt * nh, head_dim, block_size) floats. */
 
 #define ATTEND_CAT2(a, b) a##_##b
 #define ATTEND_CAT(a, b) ATTEND_CAT2(a, b)
@@ -19,66 +19,79 @@
 
 /* The generic block steps, from the four helpers (NAME_generic_scores and
  * NAME_generic_pv); an implementation may define its own ATTEND_SCORES /
- * ATTEND_PV (same arguments) before including, and fall back to these.
- *   scores: score[g * bs + j] = sum_d q[g * hd + d] * K[d][j], K channel d at k + d * k_stride
- *   pv:     out[g * hd + i] += sum_j score[g * bs + j] * V_j[i], V_j at v + j * v_stride */
-static void ATTEND_BLOCK_SCORES(const uint8_t *k, size_t k_stride, const float *q, int nh, int hd, int n, bool f16, float *score, int bs, float *row) {
-    for (int g = 0; g < nh; g++) memset(score + g * bs, 0, (size_t)n * sizeof *score);
+ * ATTEND_PV (same arguments) before including, and fall back to these. A
+ * "row" is one query head of one token; all rows of a call share the block.
+ *   scores: score[g * bs + j] = sum_d q[g][d] * K[d][j] for j < n, K channel d at k + d * k_stride
+ *   pv:     out[g][i] += sum_{j < n[g]} score[g * bs + j] * V_j[i], V_j at v + j * v_stride */
+static void ATTEND_BLOCK_SCORES(const uint8_t *k, size_t k_stride, const float *const *q, int nr, int hd, int n, bool f16, float *score, int bs, float *row) {
+    for (int g = 0; g < nr; g++) memset(score + g * bs, 0, (size_t)n * sizeof *score);
     for (int d = 0; d < hd; d++) {
         ATTEND_ROW(k + (size_t)d * k_stride, row, n, f16);
-        for (int g = 0; g < nh; g++) ATTEND_AXPY(score + g * bs, q[(size_t)g * hd + d], row, n);
+        for (int g = 0; g < nr; g++) ATTEND_AXPY(score + g * bs, q[g][d], row, n);
     }
 }
 #ifndef ATTEND_SCORES
 #define ATTEND_SCORES ATTEND_BLOCK_SCORES
 #endif
 
-static void ATTEND_BLOCK_PV(const uint8_t *v, size_t v_stride, const float *score, int nh, int hd, int n, bool f16, float *out, int bs, float *row) {
-    for (int j = 0; j < n; j++) {
+static void ATTEND_BLOCK_PV(const uint8_t *v, size_t v_stride, const float *score, int nr, const int *n, int hd, bool f16, float *const *out, int bs, float *row) {
+    for (int j = 0; j < n[nr - 1]; j++) {
         ATTEND_ROW(v + (size_t)j * v_stride, row, hd, f16);
-        for (int g = 0; g < nh; g++) ATTEND_AXPY(out + (size_t)g * hd, score[g * bs + j], row, hd);
+        for (int g = 0; g < nr; g++)
+            if (j < n[g]) ATTEND_AXPY(out[g], score[g * bs + j], row, hd);
     }
 }
 #ifndef ATTEND_PV
 #define ATTEND_PV ATTEND_BLOCK_PV
 #endif
 
-static void ATTEND_NAME(const kern_attn *a, int t, int h0, int nh, float *scratch) {
-    int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, bs = a->block_size;
-    int kv_dim = a->n_kv_heads * hd, pos = a->positions[t];
-    size_t es = a->f16 ? 2 : 4, block_bytes = (size_t)kv_dim * (size_t)bs * es;
+/* Tokens t0..t0+nt-1 (one sequence, consecutive positions) x query heads
+ * h0..h0+nh-1 (one KV group): nt * nh rows, each reading the blocks up to its
+ * own position. Rows go in token order, so the rows still reading a block
+ * are always the last ones. Every row sees the same operations whatever
+ * the other rows of the call, so tiling tokens never changes a result. */
+static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, float *scratch) {
+    int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, bs = a->block_size, nr = nt * nh;
+    int kv_dim = a->n_kv_heads * hd;
+    size_t es = a->f16 ? 2 : 4, block_bytes = (size_t)kv_dim * (size_t)bs * es, tok_stride = (size_t)a->n_heads * hd;
     size_t channel0 = (size_t)(h0 / group) * (size_t)hd; /* this group's first K/V channel */
-    const int32_t *table = a->block_tables[a->seq_of_token[t]];
-    const float *q = a->q + (size_t)t * (size_t)a->n_heads * hd + (size_t)h0 * hd;
-    float *out = a->out + (size_t)t * (size_t)a->n_heads * hd + (size_t)h0 * hd;
-    float *row = scratch, *mx = row + (hd > bs ? hd : bs), *sum = mx + nh, *score = sum + nh; /* score: [nh][bs] */
+    const int32_t *table = a->block_tables[a->seq_of_token[t0]];
+    const float *q[KERN_ATTEND_MAX_ROWS];
+    float *out[KERN_ATTEND_MAX_ROWS];
+    int pos[KERN_ATTEND_MAX_ROWS], n[KERN_ATTEND_MAX_ROWS];
+    float *row = scratch, *mx = row + (hd > bs ? hd : bs), *sum = mx + nr, *score = sum + nr; /* score: [nr][bs] */
     float scale = 1.0f / sqrtf((float)hd);
-    for (int g = 0; g < nh; g++) {
-        mx[g] = -INFINITY;
-        sum[g] = 0;
-        memset(out + (size_t)g * hd, 0, (size_t)hd * sizeof *out);
+    for (int r = 0; r < nr; r++) {
+        int t = t0 + r / nh;
+        q[r] = a->q + (size_t)t * tok_stride + (size_t)(h0 + r % nh) * hd;
+        out[r] = a->out + (size_t)t * tok_stride + (size_t)(h0 + r % nh) * hd;
+        pos[r] = a->positions[t];
+        mx[r] = -INFINITY;
+        sum[r] = 0;
+        memset(out[r], 0, (size_t)hd * sizeof *out[r]);
     }
-    for (int p0 = 0; p0 <= pos; p0 += bs) {
-        int n = pos + 1 - p0 < bs ? pos + 1 - p0 : bs;
+    for (int p0 = 0, r0 = 0, last = a->positions[t0 + nt - 1]; p0 <= last; p0 += bs) {
+        while (pos[r0] < p0) r0++; /* rows r0.. still read this block */
+        for (int r = r0; r < nr; r++) n[r] = pos[r] + 1 - p0 < bs ? pos[r] + 1 - p0 : bs;
         const uint8_t *k = a->k + (size_t)table[p0 / bs] * block_bytes + channel0 * (size_t)bs * es;
         const uint8_t *v = a->v + (size_t)table[p0 / bs] * block_bytes + channel0 * es;
-        ATTEND_SCORES(k, (size_t)bs * es, q, nh, hd, n, a->f16, score, bs, row);
-        for (int g = 0; g < nh; g++) {
-            float *sg = score + g * bs;
-            ATTEND_SCALE(sg, scale, n);
+        ATTEND_SCORES(k, (size_t)bs * es, q + r0, nr - r0, hd, n[nr - 1], a->f16, score + r0 * bs, bs, row);
+        for (int r = r0; r < nr; r++) {
+            float *sg = score + r * bs;
+            ATTEND_SCALE(sg, scale, n[r]);
             float m = sg[0];
-            for (int j = 1; j < n; j++) m = sg[j] > m ? sg[j] : m;
-            if (m > mx[g]) { /* online softmax: rescale what came before */
-                float r = expf(mx[g] - m);
-                sum[g] *= r;
-                ATTEND_SCALE(out + (size_t)g * hd, r, hd);
-                mx[g] = m;
+            for (int j = 1; j < n[r]; j++) m = sg[j] > m ? sg[j] : m;
+            if (m > mx[r]) { /* online softmax: rescale what came before */
+                float c = expf(mx[r] - m);
+                sum[r] *= c;
+                ATTEND_SCALE(out[r], c, hd);
+                mx[r] = m;
             }
-            sum[g] += ATTEND_EXP_SUM(sg, n, mx[g]);
+            sum[r] += ATTEND_EXP_SUM(sg, n[r], mx[r]);
         }
-        ATTEND_PV(v, (size_t)kv_dim * es, score, nh, hd, n, a->f16, out, bs, row);
+        ATTEND_PV(v, (size_t)kv_dim * es, score + r0 * bs, nr - r0, n + r0, hd, a->f16, out + r0, bs, row);
     }
-    for (int g = 0; g < nh; g++) ATTEND_SCALE(out + (size_t)g * hd, 1.0f / sum[g], hd);
+    for (int r = 0; r < nr; r++) ATTEND_SCALE(out[r], 1.0f / sum[r], hd);
 }
 
 #undef ATTEND_NAME

@@ -701,20 +701,34 @@ typedef struct attn_job {
     const kern_attn *a;
     kern_attend_fn attend;
     int heads_per_unit;        /* a whole KV group, or single heads when units are scarce */
-    int units_per_token;
+    int units_per_tile;
+    int tile_tokens;           /* a unit's tokens: a tile of the batch */
     int n_units;
     atomic_int next;
 } attn_job;
 
+/* A unit is one tile of consecutive batch tokens x heads_per_unit heads. The
+ * tile's runs of one sequence at consecutive positions (a prompt chunk) go
+ * to the attend function together, so their rows share each K/V block; a
+ * decode step's tokens (one per sequence) go one by one. */
 static void attn_worker(void *arg, int ith, int nth) {
     attn_job *job = arg;
+    const kern_attn *a = job->a;
     float *scratch = job->pool->workers[ith].scratch;
     for (;;) {
         int u = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
         if (u >= job->n_units) break;
         u = job->n_units - 1 - u; /* last tokens of a prompt attend furthest: start with them */
-        int t = u / job->units_per_token, k = u % job->units_per_token;
-        job->attend(job->a, t, k * job->heads_per_unit, job->heads_per_unit, scratch);
+        int t0 = u / job->units_per_tile * job->tile_tokens, h0 = u % job->units_per_tile * job->heads_per_unit;
+        int t1 = t0 + job->tile_tokens < a->n_tokens ? t0 + job->tile_tokens : a->n_tokens;
+        for (int t = t0; t < t1;) {
+            int end = t + 1;
+            while (end < t1 && a->seq_of_token[end] == a->seq_of_token[t] &&
+                   a->positions[end] == a->positions[end - 1] + 1)
+                end++;
+            job->attend(a, t, end - t, h0, job->heads_per_unit, scratch);
+            t = end;
+        }
     }
     (void)nth;
 }
@@ -723,12 +737,18 @@ int kern_attention(kern_pool *p, const kern_attn *a) {
     const kern_impl *impl = kern_impl_active();
     attn_job job = {.pool = p, .a = a, .attend = impl ? impl->attend : attend_scalar};
     int group = a->n_heads / a->n_kv_heads;
-    /* Whole groups share each K/V conversion; split to single heads (the same
-     * arithmetic per head) when there would be too few units to balance. */
-    job.heads_per_unit = a->n_tokens * a->n_kv_heads >= 4 * p->n_threads ? group : 1;
-    job.units_per_token = a->n_heads / job.heads_per_unit;
-    job.n_units = a->n_tokens * job.units_per_token;
-    if (kern_pool_reserve(p, kern_attend_scratch(job.heads_per_unit, a->head_dim, a->block_size))) return -1;
+    /* Tiles of up to 8 tokens; whole groups share each K/V conversion, split
+     * to single heads (the same arithmetic per head) when there would be too
+     * few units to balance or a group has too many heads for one call. */
+    int group_tile = group <= KERN_ATTEND_MAX_ROWS ? KERN_ATTEND_MAX_ROWS / group : 0;
+    group_tile = group_tile > 8 ? 8 : group_tile;
+    bool whole = group_tile > 0 && (a->n_tokens + group_tile - 1) / group_tile * a->n_kv_heads >= 4 * p->n_threads;
+    job.heads_per_unit = whole ? group : 1;
+    job.tile_tokens = whole ? group_tile : 8;
+    job.units_per_tile = a->n_heads / job.heads_per_unit;
+    job.n_units = (a->n_tokens + job.tile_tokens - 1) / job.tile_tokens * job.units_per_tile;
+    if (kern_pool_reserve(p, kern_attend_scratch(job.tile_tokens * job.heads_per_unit, a->head_dim, a->block_size)))
+        return -1;
     atomic_init(&job.next, 0);
     kern_pool_run(p, attn_worker, &job);
     return 0;

@@ -86,9 +86,11 @@ typedef enum kern_act_kind { KERN_ACT_F32, KERN_ACT_Q8_32, KERN_ACT_Q8_256, KERN
 typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
                              const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride);
 
-/* Attention of query heads h0..h0+nh-1 (all in one KV group) of one token;
- * scratch holds kern_attend_scratch(nh, ...) floats. */
-typedef void (*kern_attend_fn)(const kern_attn *a, int token, int h0, int nh, float *scratch);
+/* Attention of query heads h0..h0+nh-1 (all in one KV group) of tokens
+ * t0..t0+nt-1 (one sequence, consecutive positions), nt * nh <=
+ * KERN_ATTEND_MAX_ROWS; scratch holds kern_attend_scratch(nt * nh, ...) floats. */
+#define KERN_ATTEND_MAX_ROWS 64
+typedef void (*kern_attend_fn)(const kern_attn *a, int t0, int nt, int h0, int nh, float *scratch);
 
 typedef struct kern_impl {
     const char *name;                                  /* "avx2", "avx512" */
@@ -133,9 +135,9 @@ kern_act_kind kern_act_kind_of(uint32_t type);
 /* The implementation kern_matmul uses now; NULL = scalar. */
 const kern_impl *kern_impl_active(void);
 
-/* Scratch floats an attend function needs for nh heads. */
-static inline size_t kern_attend_scratch(int nh, int head_dim, int block_size) {
-    return (size_t)(head_dim > block_size ? head_dim : block_size) + 2 * (size_t)nh + (size_t)nh * (size_t)block_size;
+/* Scratch floats an attend function needs for nr rows (token x head). */
+static inline size_t kern_attend_scratch(int nr, int head_dim, int block_size) {
+    return (size_t)(head_dim > block_size ? head_dim : block_size) + 2 * (size_t)nr + (size_t)nr * (size_t)block_size;
 }
 
 #endif

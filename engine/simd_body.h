@@ -1049,27 +1049,29 @@ static void FN(to_f16)(const float *x, uint16_t *y, int n) {
  * over the channels in registers, four partial sums per head (a fixed order
  * whatever the number of heads), instead of through memory. Blocks wider
  * than 16 take the generic steps. */
-static void CAT(FN(attend), generic_scores)(const uint8_t *k, size_t k_stride, const float *q, int nh, int hd, int n,
-                                            bool f16, float *score, int bs, float *row);
-static void CAT(FN(attend), generic_pv)(const uint8_t *v, size_t v_stride, const float *score, int nh, int hd, int n,
-                                        bool f16, float *out, int bs, float *row);
+static void CAT(FN(attend), generic_scores)(const uint8_t *k, size_t k_stride, const float *const *q, int nr, int hd,
+                                            int n, bool f16, float *score, int bs, float *row);
+static void CAT(FN(attend), generic_pv)(const uint8_t *v, size_t v_stride, const float *score, int nr, const int *n,
+                                        int hd, bool f16, float *const *out, int bs, float *row);
 
 INLINE __m512 k_channel(const uint8_t *k, __mmask16 km, bool f16) {
     return f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, k)) : _mm512_maskz_loadu_ps(km, k);
 }
 
-static void FN(attend_scores)(const uint8_t *k, size_t k_stride, const float *q, int nh, int hd, int n, bool f16,
-                              float *score, int bs, float *row) {
+static void FN(attend_scores)(const uint8_t *k, size_t k_stride, const float *const *q, int nr, int hd, int n,
+                              bool f16, float *score, int bs, float *row) {
     if (bs > 16) {
-        CAT(FN(attend), generic_scores)(k, k_stride, q, nh, hd, n, f16, score, bs, row);
+        CAT(FN(attend), generic_scores)(k, k_stride, q, nr, hd, n, f16, score, bs, row);
         return;
     }
     __mmask16 km = (__mmask16)((1u << n) - 1);
-    for (int g0 = 0; g0 < nh; g0 += 4) {
-        int ng = nh - g0 < 4 ? nh - g0 : 4;
-        __m512 acc[4][4]; /* [head][channel % 4] */
+    for (int g0 = 0; g0 < nr; g0 += 4) {
+        int ng = nr - g0 < 4 ? nr - g0 : 4;
+        __m512 acc[4][4]; /* [row][channel % 4] */
         memset(acc, 0, sizeof acc);
-        const float *qg = q + (size_t)g0 * hd;
+        const float *qg[4];
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; g++) qg[g] = q[g0 + (g < ng ? g : 0)];
         for (int d = 0; d < hd; d += 4) {
 #pragma GCC unroll 4
             for (int c = 0; c < 4; c++) {
@@ -1077,7 +1079,7 @@ static void FN(attend_scores)(const uint8_t *k, size_t k_stride, const float *q,
                 __m512 kv = k_channel(k + (size_t)(d + c) * k_stride, km, f16);
 #pragma GCC unroll 4
                 for (int g = 0; g < 4; g++)
-                    if (g < ng) acc[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(qg[(size_t)g * hd + d + c]), kv, acc[g][c]);
+                    if (g < ng) acc[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(qg[g][d + c]), kv, acc[g][c]);
             }
         }
 #pragma GCC unroll 4
@@ -1090,23 +1092,23 @@ static void FN(attend_scores)(const uint8_t *k, size_t k_stride, const float *q,
 
 /* out += p V over a block: up to 4 heads' outputs of up to 64 channels in
  * registers while the block's V rows go by. */
-static void FN(attend_pv)(const uint8_t *v, size_t v_stride, const float *score, int nh, int hd, int n, bool f16,
-                          float *out, int bs, float *row) {
+static void FN(attend_pv)(const uint8_t *v, size_t v_stride, const float *score, int nr, const int *n, int hd,
+                          bool f16, float *const *out, int bs, float *row) {
     if (hd % 16 || hd > 256) {
-        CAT(FN(attend), generic_pv)(v, v_stride, score, nh, hd, n, f16, out, bs, row);
+        CAT(FN(attend), generic_pv)(v, v_stride, score, nr, n, hd, f16, out, bs, row);
         return;
     }
     for (int c0 = 0; c0 < hd; c0 += 64) {
         int nc = (hd - c0) / 16 < 4 ? (hd - c0) / 16 : 4;
-        for (int g0 = 0; g0 < nh; g0 += 4) {
-            int ng = nh - g0 < 4 ? nh - g0 : 4;
+        for (int g0 = 0; g0 < nr; g0 += 4) {
+            int ng = nr - g0 < 4 ? nr - g0 : 4;
             __m512 o[4][4];
 #pragma GCC unroll 4
             for (int g = 0; g < 4; g++)
 #pragma GCC unroll 4
                 for (int c = 0; c < 4; c++)
-                    o[g][c] = g < ng && c < nc ? _mm512_loadu_ps(out + (size_t)(g0 + g) * hd + c0 + 16 * c) : _mm512_setzero_ps();
-            for (int j = 0; j < n; j++) {
+                    o[g][c] = g < ng && c < nc ? _mm512_loadu_ps(out[g0 + g] + c0 + 16 * c) : _mm512_setzero_ps();
+            for (int j = 0; j < n[g0 + ng - 1]; j++) {
                 const uint8_t *vj = v + (size_t)j * v_stride + (size_t)c0 * (f16 ? 2 : 4);
                 __m512 vv[4];
 #pragma GCC unroll 4
@@ -1114,7 +1116,7 @@ static void FN(attend_pv)(const uint8_t *v, size_t v_stride, const float *score,
                     vv[c] = c >= nc ? _mm512_setzero_ps() : f16 ? _mm512_cvtph_ps(load256(vj + 32 * c)) : _mm512_loadu_ps((const float *)vj + 16 * c);
 #pragma GCC unroll 4
                 for (int g = 0; g < 4; g++) {
-                    if (g >= ng) continue;
+                    if (g >= ng || j >= n[g0 + g]) continue;
                     __m512 pj = _mm512_set1_ps(score[(size_t)(g0 + g) * bs + j]);
 #pragma GCC unroll 4
                     for (int c = 0; c < 4; c++)
@@ -1125,7 +1127,7 @@ static void FN(attend_pv)(const uint8_t *v, size_t v_stride, const float *score,
             for (int g = 0; g < 4; g++)
 #pragma GCC unroll 4
                 for (int c = 0; c < 4; c++)
-                    if (g < ng && c < nc) _mm512_storeu_ps(out + (size_t)(g0 + g) * hd + c0 + 16 * c, o[g][c]);
+                    if (g < ng && c < nc) _mm512_storeu_ps(out[g0 + g] + c0 + 16 * c, o[g][c]);
         }
     }
 }

@@ -482,11 +482,14 @@ static void attention_case(bool f16, int n_heads, int n_kv_heads, int head_dim) 
     attn_fixture f = {.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim, .block_size = 16,
                       .n_blocks = 30, .n_seqs = 3, .f16 = f16};
     attn_setup(&f);
-    enum { T = 12 };
+    /* Prompt chunks (runs of one sequence at consecutive positions, which
+     * share K/V blocks in tiles of the batch) among single decode tokens:
+     * seq 0 at 20..30 across a block boundary, seq 2 at 0..8, seq 1 apart. */
+    enum { T = 24 };
     int32_t positions[T], seq_of_token[T];
     for (int t = 0; t < T; t++) {
-        seq_of_token[t] = t % 3;
-        positions[t] = t == 0 ? 0 : (int32_t)(rnd() % (10 * 16 - 1)) + 1;
+        seq_of_token[t] = t <= 10 ? 0 : t >= 12 && t <= 20 ? 2 : 1;
+        positions[t] = t <= 10 ? 20 + t : t >= 12 && t <= 20 ? t - 12 : (int32_t)(rnd() % (10 * 16 - 1)) + 1;
     }
     int D = n_heads * head_dim;
     float *q = malloc((size_t)T * D * sizeof *q), *out = malloc((size_t)T * D * sizeof *out);
