@@ -351,12 +351,16 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
         impl->quantize_32(x + 512 * c, tmp, 32 * (int64_t)m);
         kq16_chunk *ch = &y[c];
         memset(ch, 0, sizeof *ch);
+        /* pair order: pair v of block j at P = 16 v + j, or m v + j in a short tail (simd.h) */
+        const int stride = m <= KQ16_SHORT_TAIL ? m : 16;
+        const bool half_tail = m > KQ16_SHORT_TAIL && m <= KQ16_HALF_TAIL;
+        uint8_t *pairs = (uint8_t *)&ch->q[0][0];
         for (int j = 0; j < m; j++) {
-            for (int i = 0; i < 32; i++) { /* pair order: P = 16 g + j, or m g + j in a short tail (simd.h) */
-                int pair = (m <= KQ16_SHORT_TAIL ? m : 16) * (i / 2) + j;
-                int16_t v = (int16_t)(256 * tmp[j].q[i] + tmp[j].q2[i]);
-                (&ch->q[0][0])[2 * pair + i % 2] = v;
-                if (m > KQ16_SHORT_TAIL && m <= KQ16_HALF_TAIL) (&ch->q[0][0])[2 * (pair + 8) + i % 2] = v;
+            int16_t v[32];
+            for (int i = 0; i < 32; i++) v[i] = (int16_t)(256 * tmp[j].q[i] + tmp[j].q2[i]);
+            for (int pv = 0; pv < 16; pv++) {
+                memcpy(pairs + 4 * (stride * pv + j), &v[2 * pv], 4);
+                if (half_tail) memcpy(pairs + 4 * (stride * pv + j + 8), &v[2 * pv], 4);
             }
             ch->d[j] = tmp[j].d;
             ch->s[j] = tmp[j].s;
