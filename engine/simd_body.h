@@ -66,8 +66,18 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
  * in flight (measured on one large matrix: 16 -> 25 GB/s on one core, 27 ->
  * 50 GB/s on two; TinyLlama-shape Q4_0 decode: 51 -> 67 tok/s against 3 KiB).
  * Prefetches never fault, so running past the end of the weights is harmless. */
-INLINE void prefetch_ahead(const uint8_t *p, int n_bytes) {
-    for (int off = 0; off < n_bytes; off += 64) _mm_prefetch((const char *)p + 6144 + off, _MM_HINT_T0);
+INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead) {
+    for (int off = 0; off < n_bytes; off += 64) _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T0);
+}
+
+/* A tile reads its NR rows side by side, so "6 KiB ahead" of one of them
+ * can land in another row the tile is reading now (TinyLlama's 5632-column
+ * rows are 3 KiB): ask for the same place in a later tile instead, the
+ * first at least 6 KiB on (one token against 16384 x 5632 Q4_0 on two
+ * threads, three alternated runs: 47, 35, 32 -> 58, 50, 59 GB/s). */
+INLINE size_t prefetch_distance(int NR, size_t row_bytes) {
+    size_t tile = (size_t)NR * row_bytes;
+    return (6144 + tile - 1) / tile * tile;
 }
 
 /* Sum of u[i] * s[i] over each group of 4 bytes: u unsigned, s signed. The
@@ -161,6 +171,7 @@ static void FN(quantize_256)(const float *x, kq8_256 *y, int64_t n) {
 
 INLINE void tile_q32(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                      size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    const size_t ahead = prefetch_distance(NR, row_bytes);
     const int bb = type == GL_TYPE_Q4_0 ? 18 : type == GL_TYPE_Q4_1 ? 20 : type == GL_TYPE_Q5_0 ? 22
                  : type == GL_TYPE_Q5_1 ? 24 : 34;
     const bool has_min = type != GL_TYPE_Q8_0;
@@ -181,7 +192,7 @@ INLINE void tile_q32(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * bb;
-            if (b % 2 == 0) prefetch_ahead(blk, 2 * bb);
+            if (b % 2 == 0) prefetch_ahead(blk, 2 * bb, ahead);
             dw[r] = f16_at(blk);
             if (type == GL_TYPE_Q8_0) {
                 wq[r] = load256(blk + 2);
@@ -295,6 +306,7 @@ INLINE __m512 chunk_offsets(const int type, const uint8_t *chunk, int m, __m512 
 INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                            size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
                            float *state, int mode) {
+    const size_t ahead = prefetch_distance(NR, row_bytes);
     const int bb = type == GL_TYPE_Q4_0 ? 18 : type == GL_TYPE_Q4_1 ? 20 : 34;
     const int hdr = type == GL_TYPE_Q4_1 ? 4 : 2;
     const bool q8 = type == GL_TYPE_Q8_0;
@@ -326,7 +338,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
             x[t] = &a[t]->q[0][0];
         }
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb);
+        for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb, ahead);
         if (q8) {
             for (int g = 0; g < 16; g += 2) {
                 __m512i u0[4], u1[4];
@@ -376,7 +388,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb + hdr * m;
-            prefetch_ahead(chunk[r] - hdr * m, m * bb);
+            prefetch_ahead(chunk[r] - hdr * m, m * bb, ahead);
         }
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
@@ -432,7 +444,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb;
-            prefetch_ahead(chunk[r], m * bb);
+            prefetch_ahead(chunk[r], m * bb, ahead);
             dw[r] = chunk_f16(chunk[r], m);
         }
 #pragma GCC unroll 4
@@ -504,6 +516,7 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
  * applies d * scale_j * unit_j per lane. */
 INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                      size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    const size_t ahead = prefetch_distance(NR, row_bytes);
     (void)type;
     const int nb = (int)(n_cols / 256);
     const __m512i m4 = _mm512_set1_epi16(0x0f), m30 = _mm512_set1_epi16(0x30);
@@ -519,7 +532,7 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * 210;
-            prefetch_ahead(blk[r], 210);
+            prefetch_ahead(blk[r], 210, ahead);
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
         }
@@ -579,6 +592,7 @@ INLINE void k4_scales(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
 
 INLINE void tile_q45_k(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                        size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    const size_t ahead = prefetch_distance(NR, row_bytes);
     const bool five = type == GL_TYPE_Q5_K;
     const int bb = five ? 176 : 144;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
@@ -599,7 +613,7 @@ INLINE void tile_q45_k(const int type, const uint8_t *w, size_t row_bytes, int64
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * bb;
-            prefetch_ahead(blk[r], bb);
+            prefetch_ahead(blk[r], bb, ahead);
             k4_scales(blk[r] + 4, sc[r], mn[r]);
 #pragma GCC unroll 8
             for (int t = 0; t < NT; t++) isum[r][t] = isum2[r][t] = _mm256_setzero_si256();
@@ -672,6 +686,7 @@ INLINE void tile_q45_k(const int type, const uint8_t *w, size_t row_bytes, int64
 /* Q6_K: value = d * scale_s * (q - 32), q = 4 low bits from ql, 2 high from qh. */
 INLINE void tile_q6_k(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                       size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    const size_t ahead = prefetch_distance(NR, row_bytes);
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     __m256 acc[4][TT];
     float accm[4][TT];
@@ -690,7 +705,7 @@ INLINE void tile_q6_k(const int type, const uint8_t *w, size_t row_bytes, int64_
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * 210;
-            prefetch_ahead(blk[r], 210);
+            prefetch_ahead(blk[r], 210, ahead);
             scales[r] = (const int8_t *)blk[r] + 192;
 #pragma GCC unroll 8
             for (int t = 0; t < NT; t++) isum[r][t] = isum2[r][t] = _mm256_setzero_si256();
