@@ -8,7 +8,9 @@
  * and aggregate generation for each batch size of -b (from when every request
  * has its first token to when all finish). Decoding reads every weight once
  * per step, so tg x weight bytes per token / bandwidth is the fraction of the
- * roofline reached. */
+ * roofline reached: per repetition, against the mean of the probes just
+ * before and after its decode run; the bandwidth printed is the median of
+ * those means. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -261,7 +263,8 @@ int cmd_bench(int argc, char **argv) {
     }
 
     double *bw = calloc((size_t)reps, sizeof *bw), *pp = calloc((size_t)reps, sizeof *pp);
-    double *tg = calloc((size_t)reps, sizeof *tg);
+    double *tg = calloc((size_t)reps, sizeof *tg), *bw_after = calloc((size_t)reps, sizeof *bw_after);
+    double *roof = calloc((size_t)reps, sizeof *roof);
     double *bt = calloc((size_t)reps * (size_t)n_batches, sizeof *bt);
     double bt_med[MAX_BATCHES];
     int rc = 0;
@@ -270,12 +273,17 @@ int cmd_bench(int argc, char **argv) {
     if (run_requests(e, info, 1, 8, 2, 999, &st)) rc = 1;
     for (int r = 0; r < reps && !rc; r++) {
         /* Interleave the measurements so machine noise spreads over all of them. */
-        bw[r] = measure_bandwidth((int)n_threads, 3);
         if (run_requests(e, info, 1, (int)n_prompt, 1, r, &st)) rc = 1;
         else pp[r] = (double)n_prompt / st.t_first_token;
+        bw[r] = measure_bandwidth((int)n_threads, 3);
         if (!rc && run_requests(e, info, 1, GEN_PROMPT, (int)n_gen, 1000 + r, &st) == 0)
             tg[r] = (double)st.tokens_after_first / (now_s() - st.t_all_first);
         else rc = 1;
+        /* The machine's bandwidth drifts within minutes (35-68 GB/s seen here
+         * a minute apart), so each decode run is set against the probes
+         * just before and just after it. */
+        bw_after[r] = measure_bandwidth((int)n_threads, 3);
+        roof[r] = tg[r] * (double)info->weight_bytes / ((bw[r] + bw_after[r]) / 2 * 1e9);
         for (int b = 0; b < n_batches && !rc; b++) {
             double t0;
             if (run_requests(e, info, batches[b], GEN_PROMPT, (int)n_gen, 2000 + 100 * r + b, &st)) {
@@ -288,15 +296,16 @@ int cmd_bench(int argc, char **argv) {
         if (!json) fprintf(stderr, "genloop bench: repetition %d/%ld done\n", r + 1, reps);
     }
     if (!rc) {
+        for (int r = 0; r < reps; r++) bw[r] = (bw[r] + bw_after[r]) / 2;
         double bw_m = median(bw, (int)reps), pp_m = median(pp, (int)reps), tg_m = median(tg, (int)reps);
         for (int b = 0; b < n_batches; b++) bt_med[b] = median(bt + b * reps, (int)reps);
-        double roof = bw_m > 0 ? tg_m * (double)info->weight_bytes / (bw_m * 1e9) : 0;
+        double roof_m = median(roof, (int)reps);
         if (json) {
             printf("{\"model\": \"%s\", \"threads\": %ld, \"n_prompt\": %ld, \"n_gen\": %ld, \"reps\": %ld, "
                    "\"pp_tokens_per_s\": %.2f, \"tg_tokens_per_s\": %.2f, \"bandwidth_gb_per_s\": %.2f, "
                    "\"weight_bytes_per_token\": %llu, \"roofline_fraction\": %.4f, \"batch_tg_tokens_per_s\": {",
                    info->name, n_threads, n_prompt, n_gen, reps, pp_m, tg_m, bw_m,
-                   (unsigned long long)info->weight_bytes, roof);
+                   (unsigned long long)info->weight_bytes, roof_m);
             for (int b = 0; b < n_batches; b++) printf("%s\"%d\": %.2f", b ? ", " : "", batches[b], bt_med[b]);
             printf("}}\n");
         } else {
@@ -306,13 +315,13 @@ int cmd_bench(int argc, char **argv) {
             printf("weights per token   %.1f MB\n", (double)info->weight_bytes / 1e6);
             printf("pp%-5ld             %.1f tokens/s\n", n_prompt, pp_m);
             printf("tg%-5ld             %.1f tokens/s\n", n_gen, tg_m);
-            printf("roofline fraction   %.3f\n", roof);
+            printf("roofline fraction   %.3f\n", roof_m);
             for (int b = 0; b < n_batches; b++)
                 printf("batch %-3d           %.1f tokens/s aggregate (%.2fx single)\n", batches[b], bt_med[b],
                        tg_m > 0 ? bt_med[b] / tg_m : 0);
         }
     }
-    free(bw), free(pp), free(tg), free(bt);
+    free(bw), free(bw_after), free(roof), free(pp), free(tg), free(bt);
     gl_engine_free(e);
     gl_model_free(model);
     return rc;
