@@ -45,6 +45,26 @@ static void ATTEND_BLOCK_PV(const uint8_t *v, size_t v_stride, const float *scor
 #define ATTEND_PV ATTEND_BLOCK_PV
 #endif
 
+/* One row's block of n scores: scale them, fold the block's maximum into the
+ * running one (rescaling what came before), turn them into exp(s - max)
+ * and add those to the running sum. */
+static void ATTEND_CAT(ATTEND_NAME, generic_softmax)(float *sg, int n, int bs, float scale, float *mx, float *sum, float *out, int hd) {
+    (void)bs;
+    ATTEND_SCALE(sg, scale, n);
+    float m = sg[0];
+    for (int j = 1; j < n; j++) m = sg[j] > m ? sg[j] : m;
+    if (m > *mx) { /* online softmax: rescale what came before */
+        float c = expf(*mx - m);
+        *sum *= c;
+        ATTEND_SCALE(out, c, hd);
+        *mx = m;
+    }
+    *sum += ATTEND_EXP_SUM(sg, n, *mx);
+}
+#ifndef ATTEND_SOFTMAX
+#define ATTEND_SOFTMAX ATTEND_CAT(ATTEND_NAME, generic_softmax)
+#endif
+
 /* Tokens t0..t0+nt-1 (one sequence, consecutive positions) x query heads
  * h0..h0+nh-1 (one KV group): nt * nh rows, each reading the blocks up to its
  * own position. Rows go in token order, so the rows still reading a block
@@ -76,19 +96,7 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, floa
         const uint8_t *k = a->k + (size_t)table[p0 / bs] * block_bytes + channel0 * (size_t)bs * es;
         const uint8_t *v = a->v + (size_t)table[p0 / bs] * block_bytes + channel0 * es;
         ATTEND_SCORES(k, (size_t)bs * es, q + r0, nr - r0, hd, n[nr - 1], a->f16, score + r0 * bs, bs, row);
-        for (int r = r0; r < nr; r++) {
-            float *sg = score + r * bs;
-            ATTEND_SCALE(sg, scale, n[r]);
-            float m = sg[0];
-            for (int j = 1; j < n[r]; j++) m = sg[j] > m ? sg[j] : m;
-            if (m > mx[r]) { /* online softmax: rescale what came before */
-                float c = expf(mx[r] - m);
-                sum[r] *= c;
-                ATTEND_SCALE(out[r], c, hd);
-                mx[r] = m;
-            }
-            sum[r] += ATTEND_EXP_SUM(sg, n[r], mx[r]);
-        }
+        for (int r = r0; r < nr; r++) ATTEND_SOFTMAX(score + r * bs, n[r], bs, scale, &mx[r], &sum[r], out[r], hd);
         ATTEND_PV(v, (size_t)kv_dim * es, score + r0 * bs, nr - r0, n + r0, hd, a->f16, out + r0, bs, row);
     }
     for (int r = 0; r < nr; r++) ATTEND_SCALE(out[r], 1.0f / sum[r], hd);
@@ -99,6 +107,7 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, floa
 #undef ATTEND_EXP_SUM
 #undef ATTEND_SCORES
 #undef ATTEND_PV
+#undef ATTEND_SOFTMAX
 #undef ATTEND_BLOCK_SCORES
 #undef ATTEND_BLOCK_PV
 #undef ATTEND_CAT

@@ -1099,10 +1099,40 @@ static void FN(attend_scores)(const uint8_t *k, size_t k_stride, const float *co
         }
 #pragma GCC unroll 4
         for (int g = 0; g < 4; g++)
-            if (g < ng)
-                _mm512_mask_storeu_ps(score + (size_t)(g0 + g) * bs, km,
-                                      _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3])));
+            if (g < ng) {
+                __m512 sc = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3]));
+                /* whole vectors when they fit: attend_softmax reloads them whole */
+                if (bs == 16) _mm512_storeu_ps(score + (size_t)(g0 + g) * bs, sc);
+                else _mm512_mask_storeu_ps(score + (size_t)(g0 + g) * bs, km, sc);
+            }
     }
+}
+
+static void CAT(FN(attend), generic_softmax)(float *sg, int n, int bs, float scale, float *mx, float *sum, float *out,
+                                             int hd);
+
+/* A block of 16 is one vector: maximum, exp and sum in registers. */
+static void FN(attend_softmax)(float *sg, int n, int bs, float scale, float *mx, float *sum, float *out, int hd) {
+    if (bs != 16) {
+        CAT(FN(attend), generic_softmax)(sg, n, bs, scale, mx, sum, out, hd);
+        return;
+    }
+    __mmask16 km = (__mmask16)((1u << n) - 1);
+    __m512 s = _mm512_mul_ps(_mm512_loadu_ps(sg), _mm512_set1_ps(scale));
+    float m = _mm512_mask_reduce_max_ps(km, s);
+    if (m > *mx) { /* online softmax: rescale what came before */
+        float c = expf(*mx - m);
+        *sum *= c;
+        scale_f32(out, c, hd);
+        *mx = m;
+    }
+    __m512 x = _mm512_sub_ps(s, _mm512_set1_ps(*mx));
+    __m256 hi = exp_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    __m512 e = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(exp_ps(_mm512_castps512_ps256(x)))),
+                                                   _mm256_castps_pd(hi), 1));
+    e = _mm512_maskz_mov_ps(km, e);
+    _mm512_storeu_ps(sg, e);
+    *sum += _mm512_reduce_add_ps(e);
 }
 
 /* out += p V over a block: up to 4 heads' outputs of up to 64 channels in
@@ -1148,6 +1178,7 @@ static void FN(attend_pv)(const uint8_t *v, size_t v_stride, const float *score,
 }
 #define ATTEND_SCORES FN(attend_scores)
 #define ATTEND_PV FN(attend_pv)
+#define ATTEND_SOFTMAX FN(attend_softmax)
 #endif
 
 #define ATTEND_NAME FN(attend)
