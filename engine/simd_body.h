@@ -295,6 +295,23 @@ INLINE __m512 chunk_offsets(const int type, const uint8_t *chunk, int m, __m512 
     return type == GL_TYPE_Q4_1 ? chunk_f16(chunk + 2 * m, m) : _mm512_mul_ps(dw, _mm512_set1_ps(-8.0f));
 }
 
+/* The sums of a, b, c and d in lanes 0, 4, 8 and 12, each by the tree
+ * _mm512_reduce_add_ps uses (lane i + lane i + 8, then + 4, + 2, + 1), with
+ * the shuffles shared: about a third of the instructions of four reduces,
+ * and bit for bit their results (checked on 400k random sums). Packed tiles,
+ * 64 tokens, one core: 1536 x 576 Q4_1 110 -> 116 GMAC/s, 2048 x 768 Q4_0
+ * 129 -> 137. */
+INLINE __m512 sum4_ps(__m512 a, __m512 b, __m512 c, __m512 d) {
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+    t = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
 /* A tile may cover one panel of a long row (see packed_x16_panels): state
  * then holds its accumulators between panels, 64 floats per row, 16 per
  * token, loaded at the start (X16_LOAD) and stored instead of summed at the
@@ -496,13 +513,29 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
             block = _mm512_mask_sub_epi32(block, _mm512_cmpge_epi32_mask(block, mv), block, mv);
         }
     }
+    if (mode & X16_STORE) {
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) _mm512_store_ps(state + 64 * r + 16 * t, acc[r][t]);
+        return;
+    }
+    /* Four outputs' sums at a time, each by the same tree whatever shares it. */
+    __m512 v[16];
+    float sums[16];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            if (mode & X16_STORE) _mm512_store_ps(state + 64 * r + 16 * t, acc[r][t]);
-            else out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
-        }
+        for (int t = 0; t < NT; t++) v[r * NT + t] = acc[r][t];
+#pragma GCC unroll 4
+    for (int i = 0; i < NR * NT; i += 4) {
+#pragma GCC unroll 3
+        for (int j = NR * NT - i; j < 4; j++) v[i + j] = _mm512_setzero_ps();
+        _mm512_storeu_ps(sums, sum4_ps(v[i], v[i + 1], v[i + 2], v[i + 3]));
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            if (i + j < NR * NT) out[(size_t)((i + j) % NT) * out_stride + (size_t)((i + j) / NT)] = sums[4 * j];
+    }
 }
 
 INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
