@@ -349,7 +349,9 @@ void model_run_state_free(gl_run_state *rs) {
 
 /* RoPE on a layer's queries and keys, and the keys and values into the
  * cache: per token, so tokens are shared over the pool (F16 conversion and
- * sin/cos were a fifth of a 512-token prefill on one thread). */
+ * sin/cos were a fifth of a 512-token prefill on one thread). A token's
+ * angles depend on its position alone: the first layer's pass computes
+ * them, the others reuse them. */
 typedef struct rope_store_job {
     const gl_config *c;
     gl_run_state *rs;
@@ -369,7 +371,7 @@ static void rope_store_worker(void *arg, int ith, int nth) {
         if (t >= job->b->n_tokens) break;
         int pos = job->b->positions[t];
         float *cs = rs->rope_cs + (size_t)t * (size_t)c->rope_dim;
-        kern_rope_angles(cs, c->rope_dim, pos, rs->rope_inv_freq, c->rope_freq_scale);
+        if (job->layer == 0) kern_rope_angles(cs, c->rope_dim, pos, rs->rope_inv_freq, c->rope_freq_scale);
         kern_rope(rs->q + (size_t)t * (size_t)c->n_embd, c->n_heads, c->head_dim, c->rope_dim, cs);
         kern_rope(rs->k + (size_t)t * (size_t)kv_dim, c->n_kv_heads, c->head_dim, c->rope_dim, cs);
         const int32_t *table = job->b->block_tables[job->b->seq_of_token[t]];
