@@ -169,11 +169,16 @@ static void FN(quantize_256)(const float *x, kq8_256 *y, int64_t n) {
  * row . x = sum_b [dw_b * da_b * dot(u_b, q_b) + mw_b * s_b]: u the weight
  * quants as unsigned bytes, mw the weight offset (Q4_0: -8 dw, Q4_1: m). */
 
+/* Bytes of one block of a 32-element type, as a constant the compiler folds
+ * into each tile (gl_type_get would be a call per tile). */
+INLINE int block32_bytes(const int type) {
+    return type == GL_TYPE_Q4_0 ? 18 : type == GL_TYPE_Q4_1 ? 20 : type == GL_TYPE_Q5_0 ? 22 : type == GL_TYPE_Q5_1 ? 24 : 34;
+}
+
 INLINE void tile_q32(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                      size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     const size_t ahead = prefetch_distance(NR, row_bytes);
-    const int bb = type == GL_TYPE_Q4_0 ? 18 : type == GL_TYPE_Q4_1 ? 20 : type == GL_TYPE_Q5_0 ? 22
-                 : type == GL_TYPE_Q5_1 ? 24 : 34;
+    const int bb = block32_bytes(type);
     const bool has_min = type != GL_TYPE_Q8_0;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
     __m256 acc[4][TT];
@@ -324,7 +329,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                            size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
                            float *state, int mode) {
     const size_t ahead = prefetch_distance(NR, row_bytes);
-    const int bb = type == GL_TYPE_Q4_0 ? 18 : type == GL_TYPE_Q4_1 ? 20 : 34;
+    const int bb = block32_bytes(type);
     const int hdr = type == GL_TYPE_Q4_1 ? 4 : 2;
     const bool q8 = type == GL_TYPE_Q8_0;
     const int nb = (int)(n_cols / 32);
@@ -929,7 +934,7 @@ DEFINE_ROWS(rows_q8_0, tile_q32, GL_TYPE_Q8_0)
 #define X16_ROW_BLOCK 32
 INLINE int packed_x16_panels(const int type, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
                              const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
-    const int bb = type == GL_TYPE_Q4_0 ? 18 : type == GL_TYPE_Q4_1 ? 20 : 34;
+    const int bb = block32_bytes(type);
     const int nb = (int)(n_cols / 32), panel = 16 * X16_PANEL;
     if (nb <= panel) return 0;
     _Alignas(64) float state[X16_ROW_BLOCK * 64];
