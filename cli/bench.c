@@ -263,8 +263,7 @@ int cmd_bench(int argc, char **argv) {
     }
 
     double *bw = calloc((size_t)reps, sizeof *bw), *pp = calloc((size_t)reps, sizeof *pp);
-    double *tg = calloc((size_t)reps, sizeof *tg), *bw_after = calloc((size_t)reps, sizeof *bw_after);
-    double *roof = calloc((size_t)reps, sizeof *roof);
+    double *tg = calloc((size_t)reps, sizeof *tg), *roof = calloc((size_t)reps, sizeof *roof);
     double *bt = calloc((size_t)reps * (size_t)n_batches, sizeof *bt);
     double bt_med[MAX_BATCHES];
     int rc = 0;
@@ -280,10 +279,12 @@ int cmd_bench(int argc, char **argv) {
             tg[r] = (double)st.tokens_after_first / (now_s() - st.t_all_first);
         else rc = 1;
         /* The machine's bandwidth drifts within minutes (35-68 GB/s seen here
-         * a minute apart), so each decode run is set against the probes
-         * just before and just after it. */
-        bw_after[r] = measure_bandwidth((int)n_threads, 3);
-        roof[r] = tg[r] * (double)info->weight_bytes / ((bw[r] + bw_after[r]) / 2 * 1e9);
+         * a minute apart), so each decode run is set against the mean of the
+         * probes just before and just after it. */
+        if (!rc) {
+            bw[r] = (bw[r] + measure_bandwidth((int)n_threads, 3)) / 2;
+            roof[r] = tg[r] * (double)info->weight_bytes / (bw[r] * 1e9);
+        }
         for (int b = 0; b < n_batches && !rc; b++) {
             double t0;
             if (run_requests(e, info, batches[b], GEN_PROMPT, (int)n_gen, 2000 + 100 * r + b, &st)) {
@@ -296,7 +297,6 @@ int cmd_bench(int argc, char **argv) {
         if (!json) fprintf(stderr, "genloop bench: repetition %d/%ld done\n", r + 1, reps);
     }
     if (!rc) {
-        for (int r = 0; r < reps; r++) bw[r] = (bw[r] + bw_after[r]) / 2;
         double bw_m = median(bw, (int)reps), pp_m = median(pp, (int)reps), tg_m = median(tg, (int)reps);
         for (int b = 0; b < n_batches; b++) bt_med[b] = median(bt + b * reps, (int)reps);
         double roof_m = median(roof, (int)reps);
@@ -321,7 +321,7 @@ int cmd_bench(int argc, char **argv) {
                        tg_m > 0 ? bt_med[b] / tg_m : 0);
         }
     }
-    free(bw), free(bw_after), free(roof), free(pp), free(tg), free(bt);
+    free(bw), free(roof), free(pp), free(tg), free(bt);
     gl_engine_free(e);
     gl_model_free(model);
     return rc;
