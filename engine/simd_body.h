@@ -63,9 +63,9 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
 /* Weights stream through once per decode step; the hardware prefetchers
  * alone reach about half of one core's memory bandwidth on them. Asking
  * 6 KiB or more ahead (prefetch_distance) for the lines of what is being
- * read now keeps enough misses
- * in flight (measured on one large matrix: 16 -> 25 GB/s on one core, 27 ->
- * 50 GB/s on two; TinyLlama-shape Q4_0 decode: 51 -> 67 tok/s against 3 KiB).
+ * read now keeps enough misses in flight (measured on one large matrix:
+ * 16 -> 25 GB/s on one core, 27 -> 50 GB/s on two; TinyLlama-shape Q4_0
+ * decode: 51 -> 67 tok/s against 3 KiB).
  * Prefetches never fault, so running past the end of the weights is harmless. */
 INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead) {
     for (int off = 0; off < n_bytes; off += 64) _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T0);
