@@ -6,6 +6,7 @@ import select
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -51,6 +52,11 @@ class Server:
         self.proc = subprocess.Popen(
             [binary(), "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        # Drain stderr as it comes: the access log of a few thousand requests
+        # fills a pipe, and a server blocked writing its log answers nothing.
+        self._err = []
+        self._err_reader = threading.Thread(target=lambda: self._err.extend(self.proc.stderr), daemon=True)
+        self._err_reader.start()
         line = self._read_line(timeout)
         if not line.startswith("listening: "):
             _, err = self.stop()
@@ -95,7 +101,8 @@ class Server:
             self.proc.kill()
             self.proc.wait()
             raise
-        err = self.proc.stderr.read()
+        self._err_reader.join()
+        err = "".join(self._err)
         self.proc.stdout.close()
         self.proc.stderr.close()
         return self.proc.returncode, err
