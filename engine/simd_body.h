@@ -920,9 +920,16 @@ DEFINE_ROWS(rows_q8_0, tile_q32, GL_TYPE_Q8_0)
 #if SIMD_AVX512
 /* Packed tiles: 2 rows x 4 tokens keep 8 integer and 8 float accumulators
  * plus the operands in the 32 registers; fewer tokens take more rows. */
+/* One or two tokens read each packed row alone: a tile of 4 rows is 4
+ * streams from memory at once, which the prefetchers serve far worse than
+ * one (one token, 32768 x 5632, two threads, alternated runs: Q8_0 24-44 ->
+ * 37-79 GB/s, Q4_0 32-33 -> 38-42; TinyLlama-shape decode roofline Q8_0
+ * 0.62 -> 0.94, Q4_0 0.71 -> 0.91; two tokens, TinyLlama Q8_0 49 -> 80
+ * tok/s). The unpacked kernels keep 4: their single-row tiles are bound by
+ * the dependency chains of their sums instead. */
 #define PACKED_ROWS_REST(TILE, TYPE)                \
-    case 1: ROWS_PASS(TILE, TYPE, 4, 1); break;     \
-    case 2: ROWS_PASS(TILE, TYPE, 4, 2); break;     \
+    case 1: ROWS_PASS(TILE, TYPE, 1, 1); break;     \
+    case 2: ROWS_PASS(TILE, TYPE, 1, 2); break;     \
     case 3: ROWS_PASS(TILE, TYPE, 2, 3); break;
 #define DEFINE_PACKED_ROWS(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 2, 4, PACKED_ROWS_REST)
 
