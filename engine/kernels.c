@@ -390,11 +390,12 @@ void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t
 /* ---- packed weights (layout in simd.h) --------------------------------------- */
 
 static bool packable(uint32_t type) {
-    return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q4_1 || type == GL_TYPE_Q8_0 || type == GL_TYPE_Q6_K;
+    return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q4_1 || type == GL_TYPE_Q8_0 || type == GL_TYPE_Q4_K ||
+           type == GL_TYPE_Q6_K;
 }
 
 kern_act_kind kern_packed_act_kind(uint32_t type) {
-    return type == GL_TYPE_Q6_K ? KERN_ACT_Q16_K : KERN_ACT_Q16_X16;
+    return type == GL_TYPE_Q4_K || type == GL_TYPE_Q6_K ? KERN_ACT_Q16_K : KERN_ACT_Q16_X16;
 }
 
 /* One Q6_K super-block into the packed order of simd.h. */
@@ -422,9 +423,29 @@ static void pack_q6_k(const uint8_t *src, uint8_t *dst) {
         }
 }
 
+/* One Q4_K super-block into the packed order of simd.h. */
+static void pack_q4_k(const uint8_t *src, uint8_t *dst) {
+    const uint8_t *qs = src + 16;
+    uint8_t q[256]; /* the 4-bit quants in element order: 32 low nibbles, then their high ones */
+    for (int c = 0; c < 4; c++)
+        for (int l = 0; l < 32; l++) {
+            q[64 * c + l] = qs[32 * c + l] & 0xf;
+            q[64 * c + 32 + l] = qs[32 * c + l] >> 4;
+        }
+    memcpy(dst, src, 16); /* d, dmin, the scales */
+    for (int k = 0; k < 4; k++)
+        for (int b = 0; b < 32; b++) /* byte b of piece k: groups k and k + 4, element 16 (b / 2) + 2 v + b % 2 */
+            dst[16 + 32 * k + b] =
+                (uint8_t)(q[16 * (b / 2) + 2 * k + b % 2] | q[16 * (b / 2) + 2 * (k + 4) + b % 2] << 4);
+}
+
 static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb) {
     if (type == GL_TYPE_Q6_K) {
         for (int64_t b = 0; b < nb / 8; b++) pack_q6_k(src + 210 * b, dst + 210 * b);
+        return;
+    }
+    if (type == GL_TYPE_Q4_K) {
+        for (int64_t b = 0; b < nb / 8; b++) pack_q4_k(src + 144 * b, dst + 144 * b);
         return;
     }
     const int bb = gl_type_get(type)->block_bytes, hdr = type == GL_TYPE_Q4_1 ? 4 : 2;

@@ -613,6 +613,86 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
 }
+
+/* Packed Q4_K against kq16_k: the quants come as Q6_K's low bits do (lane j
+ * of a vector is sub-block j of 16), so 8 vpdpwssd give the 16 exact dots;
+ * sub-block j takes d * scale and dmin * min of its 32-element block j / 2,
+ * decoded from the 12 scale bytes in registers (k4_scales' rule per lane):
+ * dot * unit * d * scale - sum * unit * dmin * min. */
+INLINE __m512 q4_k_scales_mins(const uint8_t *s) {
+    /* lanes 0..7: scale 0..7, lanes 8..15: min 0..7 */
+    const __m128i bytes = _mm_maskz_loadu_epi8(0x0fff, s);
+    const __m128i idx_lo = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11);
+    const __m128i idx_hi = _mm_setr_epi8(0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 0, 0, 4, 5, 6, 7);
+    __m512i lo = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(bytes, idx_lo));
+    __m512i hi = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(bytes, idx_hi));
+    lo = _mm512_and_si512(_mm512_srlv_epi32(lo, _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4)),
+                          _mm512_setr_epi32(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+    hi = _mm512_and_si512(_mm512_srli_epi32(hi, 2),
+                          _mm512_setr_epi32(0, 0, 0, 0, 48, 48, 48, 48, 0, 0, 0, 0, 48, 48, 48, 48));
+    return _mm512_cvtepi32_ps(_mm512_or_si512(lo, hi));
+}
+
+INLINE void tile_q4_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                        size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    const size_t ahead = prefetch_distance(NR, row_bytes);
+    (void)type;
+    const int nb = (int)(n_cols / 256);
+    const __m512i m4 = _mm512_set1_epi16(0x0f);
+    const __m512i sub_scale = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i sub_min = _mm512_add_epi32(sub_scale, _mm512_set1_epi32(8));
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk[4];
+        const kq16_k *a[4];
+        __m512i dot[4][4], dot2[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            blk[r] = w + (size_t)r * row_bytes + (size_t)b * 144;
+            prefetch_ahead(blk[r], 144, ahead);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
+        }
+        const int16_t *x[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            a[t] = (const kq16_k *)(act + (size_t)t * act_stride) + b;
+            x[t] = &a[t]->q[0][0];
+        }
+        for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
+            __m512i u0[4], u1[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i q = _mm512_cvtepu8_epi16(load256(blk[r] + 16 + 32 * k));
+                u0[r] = _mm512_and_si512(q, m4);
+                u1[r] = _mm512_srli_epi16(q, 4);
+            }
+            dot_pairs(NR, NT, dot, dot2, u0, u1, x, k, k + 4);
+        }
+        join_dots(NR, NT, dot, dot2);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m512 sm = q4_k_scales_mins(blk[r] + 4);
+            __m512 sd = _mm512_mul_ps(_mm512_permutexvar_ps(sub_scale, sm), _mm512_set1_ps(f16_at(blk[r])));
+            __m512 md = _mm512_mul_ps(_mm512_permutexvar_ps(sub_min, sm), _mm512_set1_ps(f16_at(blk[r] + 2)));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512 unit = _mm512_loadu_ps(a[t]->d);
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), _mm512_mul_ps(sd, unit), acc[r][t]);
+                acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(a[t]->sum)), _mm512_mul_ps(md, unit),
+                                             acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+}
 #endif
 
 /* ---- K-quants: 256-element super-blocks against kq8_256 --------------------------
@@ -981,6 +1061,7 @@ DEFINE_PACKED_X16_ROWS(packed_rows_q4_0, GL_TYPE_Q4_0)
 DEFINE_PACKED_X16_ROWS(packed_rows_q4_1, GL_TYPE_Q4_1)
 DEFINE_PACKED_X16_ROWS(packed_rows_q8_0, GL_TYPE_Q8_0)
 DEFINE_PACKED_ROWS(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K)
+DEFINE_PACKED_ROWS(packed_rows_q4_k, tile_q4_k16, GL_TYPE_Q4_K)
 #endif
 DEFINE_ROWS(rows_q5_0, tile_q32, GL_TYPE_Q5_0)
 DEFINE_ROWS(rows_q5_1, tile_q32, GL_TYPE_Q5_1)
@@ -1250,6 +1331,7 @@ static const kern_impl FN(impl) = {
     .packed_rows = {
         [GL_TYPE_Q4_0] = FN(packed_rows_q4_0), [GL_TYPE_Q4_1] = FN(packed_rows_q4_1),
         [GL_TYPE_Q8_0] = FN(packed_rows_q8_0), [GL_TYPE_Q6_K] = FN(packed_rows_q6_k),
+        [GL_TYPE_Q4_K] = FN(packed_rows_q4_k),
     },
 #endif
     .attend = FN(attend),
