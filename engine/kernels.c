@@ -391,11 +391,11 @@ void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t
 
 static bool packable(uint32_t type) {
     return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q4_1 || type == GL_TYPE_Q8_0 || type == GL_TYPE_Q4_K ||
-           type == GL_TYPE_Q6_K;
+           type == GL_TYPE_Q5_K || type == GL_TYPE_Q6_K;
 }
 
 kern_act_kind kern_packed_act_kind(uint32_t type) {
-    return type == GL_TYPE_Q4_K || type == GL_TYPE_Q6_K ? KERN_ACT_Q16_K : KERN_ACT_Q16_X16;
+    return type == GL_TYPE_Q4_K || type == GL_TYPE_Q5_K || type == GL_TYPE_Q6_K ? KERN_ACT_Q16_K : KERN_ACT_Q16_X16;
 }
 
 /* One Q6_K super-block into the packed order of simd.h. */
@@ -423,20 +423,24 @@ static void pack_q6_k(const uint8_t *src, uint8_t *dst) {
         }
 }
 
-/* One Q4_K super-block into the packed order of simd.h. */
-static void pack_q4_k(const uint8_t *src, uint8_t *dst) {
-    const uint8_t *qs = src + 16;
-    uint8_t q[256]; /* the 4-bit quants in element order: 32 low nibbles, then their high ones */
+/* One Q4_K or Q5_K super-block into the packed order of simd.h. */
+static void pack_q45_k(const uint8_t *src, uint8_t *dst, bool five) {
+    const uint8_t *qh = src + 16, *qs = src + (five ? 48 : 16);
+    uint8_t q[256]; /* the quants in element order: 32 low nibbles, then their high ones; Q5_K's bit 2c + h on top */
     for (int c = 0; c < 4; c++)
-        for (int l = 0; l < 32; l++) {
-            q[64 * c + l] = qs[32 * c + l] & 0xf;
-            q[64 * c + 32 + l] = qs[32 * c + l] >> 4;
-        }
+        for (int h = 0; h < 2; h++)
+            for (int l = 0; l < 32; l++)
+                q[64 * c + 32 * h + l] =
+                    (uint8_t)((qs[32 * c + l] >> (4 * h) & 0xf) | (five ? (qh[l] >> (2 * c + h) & 1) << 4 : 0));
     memcpy(dst, src, 16); /* d, dmin, the scales */
+    uint8_t *hi = dst + 144;
+    if (five) memset(hi, 0, 32);
     for (int k = 0; k < 4; k++)
-        for (int b = 0; b < 32; b++) /* byte b of piece k: groups k and k + 4, element 16 (b / 2) + 2 v + b % 2 */
-            dst[16 + 32 * k + b] =
-                (uint8_t)(q[16 * (b / 2) + 2 * k + b % 2] | q[16 * (b / 2) + 2 * (k + 4) + b % 2] << 4);
+        for (int b = 0; b < 32; b++) { /* byte b of piece k: groups k and k + 4, element 16 (b / 2) + 2 v + b % 2 */
+            uint8_t e0 = q[16 * (b / 2) + 2 * k + b % 2], e1 = q[16 * (b / 2) + 2 * (k + 4) + b % 2];
+            dst[16 + 32 * k + b] = (uint8_t)((e0 & 0xf) | (e1 & 0xf) << 4);
+            if (five) hi[b] |= (uint8_t)((e0 >> 4) << k | (e1 >> 4) << (k + 4));
+        }
 }
 
 static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb) {
@@ -444,8 +448,9 @@ static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb
         for (int64_t b = 0; b < nb / 8; b++) pack_q6_k(src + 210 * b, dst + 210 * b);
         return;
     }
-    if (type == GL_TYPE_Q4_K) {
-        for (int64_t b = 0; b < nb / 8; b++) pack_q4_k(src + 144 * b, dst + 144 * b);
+    if (type == GL_TYPE_Q4_K || type == GL_TYPE_Q5_K) {
+        const int bb = type == GL_TYPE_Q5_K ? 176 : 144;
+        for (int64_t b = 0; b < nb / 8; b++) pack_q45_k(src + bb * b, dst + bb * b, type == GL_TYPE_Q5_K);
         return;
     }
     const int bb = gl_type_get(type)->block_bytes, hdr = type == GL_TYPE_Q4_1 ? 4 : 2;

@@ -35,7 +35,7 @@ typedef struct kq8_256 {
     int8_t q2[256];
 } kq8_256;
 
-/* ---- the packed form (Q4_0, Q4_1, Q8_0; Q4_K, Q6_K below; under AVX-512) -------
+/* ---- the packed form (Q4_0, Q4_1, Q8_0; K-quants below; under AVX-512) ----------
  * kern_pack rearranges a weight row chunk by chunk: a chunk is up to 16
  * consecutive blocks (m of them; only a row's last chunk has fewer), stored
  * as their m scales (F16), then for Q4_1 their m minimums, then the quants
@@ -72,7 +72,9 @@ static inline int64_t kq16_chunks(int64_t n_cols) { return (n_cols / 32 + 15) / 
  * vector is sub-block j. The activations come in the matching kq16_k. */
 /* Packed Q4_K keeps each 144-byte super-block: d, dmin and the 12 scale
  * bytes as they are, then the quants as 4 pieces of 32 bytes, piece k's low
- * nibbles group k and its high nibbles group k + 4, bytes as in Q6_K. */
+ * nibbles group k and its high nibbles group k + 4, bytes as in Q6_K. Packed
+ * Q5_K (176 bytes) is the same, then 32 bytes of fifth bits: bit v of byte b
+ * belongs to group v. */
 typedef struct kq16_k {
     int16_t q[8][32];         /* [v][2j + e]: element 16 j + 2 v + e, 256 q + q2 */
     float d[16];              /* unit of sub-block j (that of its 32-element block) */

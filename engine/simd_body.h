@@ -614,8 +614,9 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
         for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
-/* Packed Q4_K against kq16_k: the quants come as Q6_K's low bits do (lane j
- * of a vector is sub-block j of 16), so 8 vpdpwssd give the 16 exact dots;
+/* Packed Q4_K and Q5_K against kq16_k: the quants come as Q6_K's low bits do
+ * (lane j of a vector is sub-block j of 16; Q5_K's fifth bits follow, bit v
+ * of a byte for group v), so 8 vpdpwssd give the 16 exact dots;
  * sub-block j takes d * scale and dmin * min of its 32-element block j / 2,
  * decoded from the 12 scale bytes in registers (k4_scales' rule per lane):
  * dot * unit * d * scale - sum * unit * dmin * min. */
@@ -633,12 +634,13 @@ INLINE __m512 q4_k_scales_mins(const uint8_t *s) {
     return _mm512_cvtepi32_ps(_mm512_or_si512(lo, hi));
 }
 
-INLINE void tile_q4_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
-                        size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+INLINE void tile_q45_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                         size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     const size_t ahead = prefetch_distance(NR, row_bytes);
-    (void)type;
+    const bool five = type == GL_TYPE_Q5_K;
+    const int bb = five ? 176 : 144;
     const int nb = (int)(n_cols / 256);
-    const __m512i m4 = _mm512_set1_epi16(0x0f);
+    const __m512i m4 = _mm512_set1_epi16(0x0f), m16 = _mm512_set1_epi16(0x10);
     const __m512i sub_scale = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i sub_min = _mm512_add_epi32(sub_scale, _mm512_set1_epi32(8));
     __m512 acc[4][4];
@@ -652,8 +654,8 @@ INLINE void tile_q4_k16(const int type, const uint8_t *w, size_t row_bytes, int6
         __m512i dot[4][4], dot2[4][4];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            blk[r] = w + (size_t)r * row_bytes + (size_t)b * 144;
-            prefetch_ahead(blk[r], 144, ahead);
+            blk[r] = w + (size_t)r * row_bytes + (size_t)b * bb;
+            prefetch_ahead(blk[r], bb, ahead);
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
         }
@@ -670,6 +672,11 @@ INLINE void tile_q4_k16(const int type, const uint8_t *w, size_t row_bytes, int6
                 __m512i q = _mm512_cvtepu8_epi16(load256(blk[r] + 16 + 32 * k));
                 u0[r] = _mm512_and_si512(q, m4);
                 u1[r] = _mm512_srli_epi16(q, 4);
+                if (five) { /* bits k and k + 4 to bit 4 */
+                    __m512i h = _mm512_cvtepu8_epi16(load256(blk[r] + 144));
+                    u0[r] = _mm512_or_si512(u0[r], _mm512_and_si512(_mm512_slli_epi16(h, 4 - k), m16));
+                    u1[r] = _mm512_or_si512(u1[r], _mm512_and_si512(_mm512_srli_epi16(h, k), m16));
+                }
             }
             dot_pairs(NR, NT, dot, dot2, u0, u1, x, k, k + 4);
         }
@@ -1061,7 +1068,8 @@ DEFINE_PACKED_X16_ROWS(packed_rows_q4_0, GL_TYPE_Q4_0)
 DEFINE_PACKED_X16_ROWS(packed_rows_q4_1, GL_TYPE_Q4_1)
 DEFINE_PACKED_X16_ROWS(packed_rows_q8_0, GL_TYPE_Q8_0)
 DEFINE_PACKED_ROWS(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K)
-DEFINE_PACKED_ROWS(packed_rows_q4_k, tile_q4_k16, GL_TYPE_Q4_K)
+DEFINE_PACKED_ROWS(packed_rows_q4_k, tile_q45_k16, GL_TYPE_Q4_K)
+DEFINE_PACKED_ROWS(packed_rows_q5_k, tile_q45_k16, GL_TYPE_Q5_K)
 #endif
 DEFINE_ROWS(rows_q5_0, tile_q32, GL_TYPE_Q5_0)
 DEFINE_ROWS(rows_q5_1, tile_q32, GL_TYPE_Q5_1)
@@ -1331,7 +1339,7 @@ static const kern_impl FN(impl) = {
     .packed_rows = {
         [GL_TYPE_Q4_0] = FN(packed_rows_q4_0), [GL_TYPE_Q4_1] = FN(packed_rows_q4_1),
         [GL_TYPE_Q8_0] = FN(packed_rows_q8_0), [GL_TYPE_Q6_K] = FN(packed_rows_q6_k),
-        [GL_TYPE_Q4_K] = FN(packed_rows_q4_k),
+        [GL_TYPE_Q4_K] = FN(packed_rows_q4_k), [GL_TYPE_Q5_K] = FN(packed_rows_q5_k),
     },
 #endif
     .attend = FN(attend),
