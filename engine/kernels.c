@@ -444,16 +444,15 @@ static void pack_q45_k(const uint8_t *src, uint8_t *dst, bool five) {
 }
 
 static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb) {
-    if (type == GL_TYPE_Q6_K) {
-        for (int64_t b = 0; b < nb / 8; b++) pack_q6_k(src + 210 * b, dst + 210 * b);
+    const int bb = gl_type_get(type)->block_bytes;
+    if (type == GL_TYPE_Q4_K || type == GL_TYPE_Q5_K || type == GL_TYPE_Q6_K) {
+        for (int64_t b = 0; b < nb / 8; b++) {
+            if (type == GL_TYPE_Q6_K) pack_q6_k(src + bb * b, dst + bb * b);
+            else pack_q45_k(src + bb * b, dst + bb * b, type == GL_TYPE_Q5_K);
+        }
         return;
     }
-    if (type == GL_TYPE_Q4_K || type == GL_TYPE_Q5_K) {
-        const int bb = type == GL_TYPE_Q5_K ? 176 : 144;
-        for (int64_t b = 0; b < nb / 8; b++) pack_q45_k(src + bb * b, dst + bb * b, type == GL_TYPE_Q5_K);
-        return;
-    }
-    const int bb = gl_type_get(type)->block_bytes, hdr = type == GL_TYPE_Q4_1 ? 4 : 2;
+    const int hdr = type == GL_TYPE_Q4_1 ? 4 : 2;
     const int n_groups = type == GL_TYPE_Q8_0 ? 16 : 8;
     for (int64_t c0 = 0; c0 < nb; c0 += 16) {
         int m = nb - c0 < 16 ? (int)(nb - c0) : 16;

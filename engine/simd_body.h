@@ -257,8 +257,8 @@ INLINE __m512i group_bytes(const uint8_t *p, int m, bool sign) {
 
 /* Integer sums are exact in any order, so a tile with few outputs gives
  * each output two accumulators (dot and dot2, added at the end): half as
- * long a chain of dependent multiply-adds, which is what limits a decode
- * step's tile of 4 rows x 1 token. */
+ * long a chain of dependent multiply-adds, which is what limits the small
+ * tiles of one or two tokens. */
 #define SPLIT_DOTS(NR, NT) ((NR) * (NT) <= 4)
 
 /* dot[r][t] += u0[r] . x[t][v0] + u1[r] . x[t][v1] (the second into dot2
@@ -549,77 +549,14 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
     tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, NULL, 0);
 }
 
-/* Packed Q6_K against kq16_k: lane j is sub-block j of the super-block, so
- * 8 vpdpwssd give the 16 sub-block dots of the 6-bit quants q, exact; the
- * -32 comes off as 32 times the activation sums; then one multiply-add
- * applies d * scale_j * unit_j per lane. */
-INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
-                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
-    const size_t ahead = prefetch_distance(NR, row_bytes);
-    (void)type;
-    const int nb = (int)(n_cols / 256);
-    const __m512i m4 = _mm512_set1_epi16(0x0f), m30 = _mm512_set1_epi16(0x30);
-    __m512 acc[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        const uint8_t *blk[4];
-        const kq16_k *a[4];
-        __m512i dot[4][4], dot2[4][4];
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            blk[r] = w + (size_t)r * row_bytes + (size_t)b * 210;
-            prefetch_ahead(blk[r], 210, ahead);
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
-        }
-        const int16_t *x[4];
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            a[t] = (const kq16_k *)(act + (size_t)t * act_stride) + b;
-            x[t] = &a[t]->q[0][0];
-        }
-        for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
-            __m512i u0[4], u1[4];
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                __m512i l = _mm512_cvtepu8_epi16(load256(blk[r] + 18 + 32 * k));
-                __m512i h = _mm512_cvtepu8_epi16(load256(blk[r] + 146 + 32 * (k % 2)));
-                /* group v's high bits sit at 2 (v / 2) in piece v % 2; shifted to bits 4, 5 */
-                const int s0 = 2 * (k / 2), s1 = 2 * ((k + 4) / 2);
-                __m512i h0 = _mm512_and_si512(s0 <= 4 ? _mm512_slli_epi16(h, 4 - s0) : _mm512_srli_epi16(h, s0 - 4), m30);
-                __m512i h1 = _mm512_and_si512(s1 <= 4 ? _mm512_slli_epi16(h, 4 - s1) : _mm512_srli_epi16(h, s1 - 4), m30);
-                u0[r] = _mm512_or_si512(_mm512_and_si512(l, m4), h0);
-                u1[r] = _mm512_or_si512(_mm512_srli_epi16(l, 4), h1);
-            }
-            dot_pairs(NR, NT, dot, dot2, u0, u1, x, k, k + 4);
-        }
-        join_dots(NR, NT, dot, dot2);
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            __m512 sd = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk[r] + 2)))),
-                                      _mm512_set1_ps(f16_at(blk[r])));
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) {
-                __m512i q = _mm512_sub_epi32(dot[r][t], _mm512_slli_epi32(_mm512_loadu_si512(a[t]->sum), 5));
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_mul_ps(sd, _mm512_loadu_ps(a[t]->d)), acc[r][t]);
-            }
-        }
-    }
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
-}
-
-/* Packed Q4_K and Q5_K against kq16_k: the quants come as Q6_K's low bits do
- * (lane j of a vector is sub-block j of 16; Q5_K's fifth bits follow, bit v
- * of a byte for group v), so 8 vpdpwssd give the 16 exact dots;
- * sub-block j takes d * scale and dmin * min of its 32-element block j / 2,
- * decoded from the 12 scale bytes in registers (k4_scales' rule per lane):
- * dot * unit * d * scale - sum * unit * dmin * min. */
+/* Packed K-quants against kq16_k: lane j of a vector is sub-block j (16
+ * elements) of the super-block, so 8 vpdpwssd give the 16 exact sub-block
+ * dots of the quants q (simd.h has the layouts). Then per lane:
+ *   Q6_K: (dot - 32 sum) * unit * d * scale_j, the -32 as 32 times the
+ *         activation sums;
+ *   Q4_K, Q5_K: dot * unit * d * scale - sum * unit * dmin * min, scale and
+ *         min those of the 32-element block j / 2, decoded from the 12 scale
+ *         bytes in registers (k4_scales' rule per lane). */
 INLINE __m512 q4_k_scales_mins(const uint8_t *s) {
     /* lanes 0..7: scale 0..7, lanes 8..15: min 0..7 */
     const __m128i bytes = _mm_maskz_loadu_epi8(0x0fff, s);
@@ -634,13 +571,14 @@ INLINE __m512 q4_k_scales_mins(const uint8_t *s) {
     return _mm512_cvtepi32_ps(_mm512_or_si512(lo, hi));
 }
 
-INLINE void tile_q45_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
-                         size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     const size_t ahead = prefetch_distance(NR, row_bytes);
-    const bool five = type == GL_TYPE_Q5_K;
-    const int bb = five ? 176 : 144;
+    const bool six = type == GL_TYPE_Q6_K, five = type == GL_TYPE_Q5_K;
+    const int bb = six ? 210 : five ? 176 : 144;
+    const int quants = six ? 18 : 16; /* the low 4 bits of every quant, 4 pieces of 32 bytes */
     const int nb = (int)(n_cols / 256);
-    const __m512i m4 = _mm512_set1_epi16(0x0f), m16 = _mm512_set1_epi16(0x10);
+    const __m512i m4 = _mm512_set1_epi16(0x0f), m16 = _mm512_set1_epi16(0x10), m30 = _mm512_set1_epi16(0x30);
     const __m512i sub_scale = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i sub_min = _mm512_add_epi32(sub_scale, _mm512_set1_epi32(8));
     __m512 acc[4][4];
@@ -651,11 +589,12 @@ INLINE void tile_q45_k16(const int type, const uint8_t *w, size_t row_bytes, int
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk[4];
         const kq16_k *a[4];
-        __m512i dot[4][4], dot2[4][4];
+        __m512i dot[4][4], dot2[4][4], fifth[4];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * bb;
             prefetch_ahead(blk[r], bb, ahead);
+            if (five) fifth[r] = _mm512_cvtepu8_epi16(load256(blk[r] + 144));
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
         }
@@ -669,13 +608,20 @@ INLINE void tile_q45_k16(const int type, const uint8_t *w, size_t row_bytes, int
             __m512i u0[4], u1[4];
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
-                __m512i q = _mm512_cvtepu8_epi16(load256(blk[r] + 16 + 32 * k));
-                u0[r] = _mm512_and_si512(q, m4);
-                u1[r] = _mm512_srli_epi16(q, 4);
-                if (five) { /* bits k and k + 4 to bit 4 */
-                    __m512i h = _mm512_cvtepu8_epi16(load256(blk[r] + 144));
-                    u0[r] = _mm512_or_si512(u0[r], _mm512_and_si512(_mm512_slli_epi16(h, 4 - k), m16));
-                    u1[r] = _mm512_or_si512(u1[r], _mm512_and_si512(_mm512_srli_epi16(h, k), m16));
+                __m512i l = _mm512_cvtepu8_epi16(load256(blk[r] + quants + 32 * k));
+                u0[r] = _mm512_and_si512(l, m4);
+                u1[r] = _mm512_srli_epi16(l, 4);
+                if (six) {
+                    __m512i h = _mm512_cvtepu8_epi16(load256(blk[r] + 146 + 32 * (k % 2)));
+                    /* group v's high bits sit at 2 (v / 2) in piece v % 2; shifted to bits 4, 5 */
+                    const int s0 = 2 * (k / 2), s1 = 2 * ((k + 4) / 2);
+                    u0[r] = _mm512_or_si512(
+                        u0[r], _mm512_and_si512(s0 <= 4 ? _mm512_slli_epi16(h, 4 - s0) : _mm512_srli_epi16(h, s0 - 4), m30));
+                    u1[r] = _mm512_or_si512(
+                        u1[r], _mm512_and_si512(s1 <= 4 ? _mm512_slli_epi16(h, 4 - s1) : _mm512_srli_epi16(h, s1 - 4), m30));
+                } else if (five) { /* bits k and k + 4 to bit 4 */
+                    u0[r] = _mm512_or_si512(u0[r], _mm512_and_si512(_mm512_slli_epi16(fifth[r], 4 - k), m16));
+                    u1[r] = _mm512_or_si512(u1[r], _mm512_and_si512(_mm512_srli_epi16(fifth[r], k), m16));
                 }
             }
             dot_pairs(NR, NT, dot, dot2, u0, u1, x, k, k + 4);
@@ -683,6 +629,18 @@ INLINE void tile_q45_k16(const int type, const uint8_t *w, size_t row_bytes, int
         join_dots(NR, NT, dot, dot2);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
+            if (six) {
+                __m512 sd = _mm512_mul_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk[r] + 2)))),
+                    _mm512_set1_ps(f16_at(blk[r])));
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    __m512i q = _mm512_sub_epi32(dot[r][t], _mm512_slli_epi32(_mm512_loadu_si512(a[t]->sum), 5));
+                    acc[r][t] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_mul_ps(sd, _mm512_loadu_ps(a[t]->d)), acc[r][t]);
+                }
+                continue;
+            }
             __m512 sm = q4_k_scales_mins(blk[r] + 4);
             __m512 sd = _mm512_mul_ps(_mm512_permutexvar_ps(sub_scale, sm), _mm512_set1_ps(f16_at(blk[r])));
             __m512 md = _mm512_mul_ps(_mm512_permutexvar_ps(sub_min, sm), _mm512_set1_ps(f16_at(blk[r] + 2)));
@@ -1068,8 +1026,8 @@ DEFINE_PACKED_X16_ROWS(packed_rows_q4_0, GL_TYPE_Q4_0)
 DEFINE_PACKED_X16_ROWS(packed_rows_q4_1, GL_TYPE_Q4_1)
 DEFINE_PACKED_X16_ROWS(packed_rows_q8_0, GL_TYPE_Q8_0)
 DEFINE_PACKED_ROWS(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K)
-DEFINE_PACKED_ROWS(packed_rows_q4_k, tile_q45_k16, GL_TYPE_Q4_K)
-DEFINE_PACKED_ROWS(packed_rows_q5_k, tile_q45_k16, GL_TYPE_Q5_K)
+DEFINE_PACKED_ROWS(packed_rows_q4_k, tile_k16, GL_TYPE_Q4_K)
+DEFINE_PACKED_ROWS(packed_rows_q5_k, tile_k16, GL_TYPE_Q5_K)
 #endif
 DEFINE_ROWS(rows_q5_0, tile_q32, GL_TYPE_Q5_0)
 DEFINE_ROWS(rows_q5_1, tile_q32, GL_TYPE_Q5_1)

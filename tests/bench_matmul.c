@@ -3,7 +3,7 @@
  * N_TOK tokens, on THREADS threads; prints the median time, the multiply-adds
  * per second and the weight bytes per second.
  *
- *   bench_matmul TYPE ROWS COLS N_TOK THREADS [REPS]     TYPE: q4_0 q4_1 q8_0 q4_k q6_k
+ *   bench_matmul TYPE ROWS COLS N_TOK THREADS [REPS]     TYPE: q4_0 q4_1 q8_0 q4_k q5_k q6_k
  *
  * The weights are kern_pack'ed unless BENCH_UNPACKED is set. */
 #include <stdio.h>
@@ -32,7 +32,8 @@ int main(int argc, char **argv) {
     }
     static const struct { const char *name; uint32_t type; int scale_at[2]; } types[] = {
         {"q4_0", GL_TYPE_Q4_0, {0, -1}}, {"q4_1", GL_TYPE_Q4_1, {0, 2}}, {"q8_0", GL_TYPE_Q8_0, {0, -1}},
-        {"q4_k", GL_TYPE_Q4_K, {0, 2}},  {"q6_k", GL_TYPE_Q6_K, {208, -1}},
+        {"q4_k", GL_TYPE_Q4_K, {0, 2}},  {"q5_k", GL_TYPE_Q5_K, {0, 2}},
+        {"q6_k", GL_TYPE_Q6_K, {208, -1}},
     };
     int ti = -1;
     for (int i = 0; i < (int)(sizeof types / sizeof types[0]); i++)
