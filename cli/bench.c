@@ -178,6 +178,7 @@ static void usage(FILE *out) {
             "  -t, --threads N     compute threads (default: all cores)\n"
             "  -b LIST             batch sizes for aggregate generation, e.g. 1,4,16 (default 1,2,4,8,16)\n"
             "  -r N                repetitions, the median is reported (default 3)\n"
+            "  --activation-bits N matmul activation precision: 16 (default) or 8 (faster, less precise)\n"
             "  --json              print one JSON object instead of a table\n");
 }
 
@@ -198,6 +199,7 @@ int cmd_bench(int argc, char **argv) {
     long n_prompt = 512, n_gen = 128, n_threads = 0, reps = 3;
     int batches[MAX_BATCHES] = {1, 2, 4, 8, 16}, n_batches = 5;
     bool json = false;
+    int act_bits = 16;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -215,6 +217,8 @@ int cmd_bench(int argc, char **argv) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_parse_int(a, v, 1, 1024, &n_threads)) return 2;
         } else if (!strcmp(a, "-r")) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_parse_int(a, v, 1, 1000, &reps)) return 2;
+        } else if (!strcmp(a, "--activation-bits")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_act_bits(a, v, &act_bits)) return 2;
         } else if (!strcmp(a, "-b")) {
             if (!(v = cli_value(argc, argv, &i))) return 2;
             if ((n_batches = parse_batches(v, batches)) <= 0) {
@@ -255,6 +259,7 @@ int cmd_bench(int argc, char **argv) {
     ep.max_seqs = max_batch;
     ep.n_ctx = ctx;
     ep.prefix_caching = false;
+    ep.activation_bits = act_bits;
     gl_engine *e = gl_engine_create(model, &ep, &err);
     if (!e) {
         fprintf(stderr, "genloop bench: %s\n", err.message);
@@ -301,16 +306,18 @@ int cmd_bench(int argc, char **argv) {
         for (int b = 0; b < n_batches; b++) bt_med[b] = median(bt + b * reps, (int)reps);
         double roof_m = median(roof, (int)reps);
         if (json) {
-            printf("{\"model\": \"%s\", \"threads\": %ld, \"n_prompt\": %ld, \"n_gen\": %ld, \"reps\": %ld, "
+            printf("{\"model\": \"%s\", \"threads\": %ld, \"activation_bits\": %d, \"n_prompt\": %ld, "
+                   "\"n_gen\": %ld, \"reps\": %ld, "
                    "\"pp_tokens_per_s\": %.2f, \"tg_tokens_per_s\": %.2f, \"bandwidth_gb_per_s\": %.2f, "
                    "\"weight_bytes_per_token\": %llu, \"roofline_fraction\": %.4f, \"batch_tg_tokens_per_s\": {",
-                   info->name, n_threads, n_prompt, n_gen, reps, pp_m, tg_m, bw_m,
+                   info->name, n_threads, act_bits, n_prompt, n_gen, reps, pp_m, tg_m, bw_m,
                    (unsigned long long)info->weight_bytes, roof_m);
             for (int b = 0; b < n_batches; b++) printf("%s\"%d\": %.2f", b ? ", " : "", batches[b], bt_med[b]);
             printf("}}\n");
         } else {
             printf("model               %s\n", info->name);
             printf("threads             %ld\n", n_threads);
+            printf("activations         %d-bit\n", act_bits);
             printf("bandwidth           %.2f GB/s\n", bw_m);
             printf("weights per token   %.1f MB\n", (double)info->weight_bytes / 1e6);
             printf("pp%-5ld             %.1f tokens/s\n", n_prompt, pp_m);

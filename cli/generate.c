@@ -27,6 +27,7 @@ static void usage(FILE *out) {
             "      --ignore-eos        keep generating past end-of-sequence tokens\n"
             "  -t, --threads N         compute threads (default: all cores)\n"
             "  -c, --ctx N             context length (default: the model's)\n"
+            "      --activation-bits N matmul activation precision: 16 (default) or 8 (faster, less precise)\n"
             "  -h, --help              this text\n",
             MAX_STOPS);
 }
@@ -80,6 +81,7 @@ int cmd_generate(int argc, char **argv) {
     int n_stops = 0;
     long max_tokens = 128, n_threads = 0, n_ctx = 0;
     bool ignore_eos = false;
+    int act_bits = 16;
     gl_sampling_params sp;
     gl_sampling_params_default(&sp);
     sp.temperature = 0.8f;
@@ -150,6 +152,9 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
             VALUE();
             if (!cli_parse_int(a, v, 1, 1 << 24, &n_ctx)) return 2;
+        } else if (!strcmp(a, "--activation-bits")) {
+            VALUE();
+            if (!cli_parse_act_bits(a, v, &act_bits)) return 2;
         } else {
             fprintf(stderr, "genloop generate: unknown option '%s' (try --help)\n", a);
             return 2;
@@ -193,6 +198,7 @@ int cmd_generate(int argc, char **argv) {
     ep.n_ctx = n_ctx ? (int)n_ctx : info->n_ctx_train;
     ep.kv_cache_tokens = ep.n_ctx;
     ep.max_seqs = 1;
+    ep.activation_bits = act_bits;
     engine = gl_engine_create(model, &ep, &err);
     if (!engine) {
         fprintf(stderr, "genloop: %s\n", err.message);

@@ -61,6 +61,18 @@ bool cli_parse_float(const char *flag, const char *s, double lo, double hi, doub
     return true;
 }
 
+bool cli_parse_act_bits(const char *flag, const char *s, int *out) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || (v != 8 && v != 16)) {
+        fprintf(stderr, "genloop: invalid value '%s' for %s: activation_bits must be 8 or 16\n", s, flag);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
 const char *cli_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
         fprintf(stderr, "genloop: option %s needs a value\n", argv[*i]);

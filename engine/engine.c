@@ -149,6 +149,7 @@ void gl_engine_params_default(gl_engine_params *p) {
     p->max_seqs = 32;
     p->max_waiting = 256;
     p->prefix_caching = true;
+    p->activation_bits = 16;
 }
 
 const char *gl_finish_reason_str(gl_finish_reason r) {
@@ -175,6 +176,10 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     if (p.block_size <= 0 || p.block_size > 1024 || p.max_batch_tokens <= 0 || p.max_seqs <= 0 ||
         p.max_waiting < 0 || p.n_ctx < 0 || p.kv_cache_tokens < 0 || p.kv_cache_mib < 0) {
         gl_error_set(err, "invalid engine parameters");
+        return NULL;
+    }
+    if (p.activation_bits != 8 && p.activation_bits != 16) {
+        gl_error_set(err, "activation_bits must be 8 or 16, got %d", p.activation_bits);
         return NULL;
     }
     gl_engine *e = calloc(1, sizeof *e);
@@ -208,6 +213,10 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     if (!e->pool || kern_pool_reserve(e->pool, (size_t)widest) ||
         kern_pool_reserve_tokens(e->pool, p.max_batch_tokens, widest)) {
         gl_error_set(err, "cannot start %d compute threads", p.n_threads);
+        goto fail;
+    }
+    if (kern_pool_set_act_bits(e->pool, p.activation_bits) < 0) {
+        gl_error_set(err, "activation_bits must be 8 or 16, got %d", p.activation_bits);
         goto fail;
     }
     e->max_logits = p.max_seqs + PROMPT_LOGPROB_ROWS;

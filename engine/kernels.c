@@ -47,6 +47,7 @@ struct kern_pool {
     void *arg;
     uint8_t *act;              /* quantized activations of the current matmul */
     size_t act_cap;            /* bytes */
+    int act_bits;              /* 16 or 8, kern_pool_set_act_bits */
 };
 
 static inline void cpu_relax(void) {
@@ -103,6 +104,7 @@ kern_pool *kern_pool_new(int n_threads) {
     pthread_mutex_init(&p->mutex, NULL);
     pthread_cond_init(&p->cond, NULL);
     p->n_threads = 1;
+    p->act_bits = 16;
     for (int i = 1; i < n_threads; i++) {
         p->workers[i].pool = p;
         p->workers[i].ith = i;
@@ -128,6 +130,14 @@ void kern_pool_free(kern_pool *p) {
 }
 
 int kern_pool_size(const kern_pool *p) { return p->n_threads; }
+
+int kern_pool_set_act_bits(kern_pool *p, int bits) {
+    if (bits != 8 && bits != 16) return -1;
+    p->act_bits = bits;
+    return 0;
+}
+
+int kern_pool_act_bits(const kern_pool *p) { return p->act_bits; }
 
 int kern_pool_reserve(kern_pool *p, size_t n_floats) {
     for (int i = 0; i < p->n_threads; i++) {
@@ -387,6 +397,23 @@ void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t
     }
 }
 
+void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t n) {
+    const int64_t n_full = n / 512;
+    kq8_chunk *ch = (kq8_chunk *)y;
+    for (int64_t c = 0; c < n_full; c++, x += 512) {
+        kq8_32 tmp[16];
+        impl->quantize_32(x, tmp, 512);
+        for (int j = 0; j < 16; j++) {
+            int sum = 0;
+            for (int v = 0; v < 8; v++) memcpy(&ch[c].q[v][4 * j], &tmp[j].q[4 * v], 4);
+            for (int i = 0; i < 32; i++) sum += tmp[j].q[i];
+            ch[c].d[j] = tmp[j].d * 256.0f; /* the coarse step; exact, a power of two */
+            ch[c].s[j] = ch[c].d[j] * (float)sum;
+        }
+    }
+    if (n % 512) kern_quantize_x16(impl, x, (kq16_chunk *)(ch + n_full), n % 512);
+}
+
 /* ---- packed weights (layout in simd.h) --------------------------------------- */
 
 static bool packable(uint32_t type) {
@@ -504,6 +531,7 @@ static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
     if (kind == KERN_ACT_Q16_X16) return (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk);
     if (kind == KERN_ACT_Q16_K) return (size_t)(n_cols / 256) * sizeof(kq16_k);
     if (kind == KERN_ACT_Q8_256) return (size_t)(n_cols / 256) * sizeof(kq8_256);
+    if (kind == KERN_ACT_Q8_X8) return kq8_x8_row_bytes(n_cols);
     return (size_t)n_cols * sizeof(float);
 }
 
@@ -521,7 +549,7 @@ int kern_pool_reserve_tokens(kern_pool *p, int max_tokens, int64_t max_cols) {
     /* The largest activation form, for the widest row rounded up to whole chunks. */
     int64_t cols = (max_cols + 511) / 512 * 512;
     size_t row = 0;
-    for (int kind = KERN_ACT_Q8_32; kind <= KERN_ACT_Q16_K; kind++) {
+    for (int kind = KERN_ACT_Q8_32; kind <= KERN_ACT_Q8_X8; kind++) {
         size_t b = act_row_bytes((kern_act_kind)kind, cols);
         row = b > row ? b : row;
     }
@@ -573,6 +601,8 @@ static void quantize_rows(matmul_job *job) {
             kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q16_K) {
             kern_quantize_k16(job->impl, x, (kq16_k *)dst, n);
+        } else if (job->act_kind == KERN_ACT_Q8_X8) {
+            kern_quantize_x8(job->impl, x, dst, n);
         } else {
             job->impl->quantize_256(x, (kq8_256 *)dst, n);
         }
@@ -624,11 +654,16 @@ static void matmul_worker(void *arg, int ith, int nth) {
 }
 
 /* How w is multiplied under impl: its rows function, weights and activation form. */
-static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, matmul_part *part) {
+static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int act_bits, matmul_part *part) {
     part->w = w;
     part->row_bytes = gl_type_row_bytes(w->type, w->n_cols);
     part->rows = impl && w->type < 40 ? impl->rows[w->type] : NULL;
     part->weights = w->data;
+    if (part->rows && w->packed && act_bits == 8 && impl->packed_rows_x8[w->type]) {
+        part->rows = impl->packed_rows_x8[w->type];
+        part->weights = w->packed;
+        return KERN_ACT_Q8_X8;
+    }
     if (part->rows && w->packed && impl->packed_rows[w->type]) {
         part->rows = impl->packed_rows[w->type];
         part->weights = w->packed;
@@ -644,7 +679,7 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
      * rest (a different weight type among them) run as jobs of their own. */
     for (int i = 0; i < n; i++) {
         matmul_part part = {.out = outs[i]};
-        kern_act_kind kind = plan_part(impl, ws[i], &part);
+        kern_act_kind kind = plan_part(impl, ws[i], p->act_bits, &part);
         bool fits = job.n_parts < MATMUL_MAX_PARTS && ws[i]->n_cols == ws[0]->n_cols &&
                     (job.n_parts == 0 || (kind == job.act_kind && !part.rows == !job.parts[0].rows));
         if (!fits) {

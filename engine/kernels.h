@@ -37,6 +37,15 @@ int kern_pool_reserve(kern_pool *p, size_t n_floats);
  * the caller, which matters when cores are oversubscribed. */
 void kern_pool_run(kern_pool *p, void (*fn)(void *arg, int ith, int nth), void *arg);
 
+/* Activation precision of the pool's matmuls: 16 (the default: two 8-bit
+ * parts per block, about 16-bit precision) or 8 (one 8-bit part per block of
+ * 32, as llama.cpp's Q8_0 activations: twice the multiply-adds per
+ * instruction for packed Q4_0, Q4_1 and Q8_0 weights, at the cost of ~4e-3
+ * of each block's maximum in rounding). Other weight types, and CPUs without
+ * the packed kernels, keep 16 bits. -1 (and no change) for other values. */
+int kern_pool_set_act_bits(kern_pool *p, int bits);
+int kern_pool_act_bits(const kern_pool *p);
+
 /* Size the pool's buffer of quantized activations for calls of up to
  * max_tokens rows of up to max_cols; kern_matmul grows it on demand
  * otherwise (allocating once). -1 on allocation failure. */

@@ -64,6 +64,28 @@ typedef struct kq16_chunk {
 
 static inline int64_t kq16_chunks(int64_t n_cols) { return (n_cols / 32 + 15) / 16; }
 
+/* Activations for packed Q4_0, Q4_1 and Q8_0 at 8 bits (kern_pool_set_act_bits):
+ * only the coarse q of each block, four elements of block j in lane j, so
+ * vpdpbusd does twice the multiply-adds of vpdpwssd. A weight vector gets
+ * the same lanes from two groups of the packed layout by one word permute:
+ * block j's bytes of groups g and g + 1, that is elements 2g..2g+3 (Q8_0;
+ * its signed bytes offset by 128 to be unsigned, taken back through s), or
+ * in their low nibbles elements 2g..2g+3 and in their high ones 16+2g..
+ * 16+2g+3 (Q4). A row's whole chunks come in this form; its last chunk of
+ * fewer than 16 blocks, if any, follows as one kq16_chunk and runs on the
+ * 16-bit tails, whose layouts save the lanes that few blocks leave idle. */
+typedef struct kq8_chunk {
+    int8_t q[8][64];          /* [v][4j + e]: element 4v + e of block j */
+    float d[16];              /* unit of block j: x ~ d * q */
+    float s[16];              /* d * sum of block j's q */
+} kq8_chunk;
+
+/* Bytes of one activation row in the 8-bit form. */
+static inline size_t kq8_x8_row_bytes(int64_t n_cols) {
+    int64_t nb = n_cols / 32;
+    return (size_t)(nb / 16) * sizeof(kq8_chunk) + (nb % 16 ? sizeof(kq16_chunk) : 0);
+}
+
 /* Packed Q6_K keeps each 210-byte super-block, rearranged: d, the 16
  * sub-block scales, then the low 4 bits of the quants (4 pieces of 32 bytes:
  * piece k's low nibbles are group k, its high nibbles group k + 4), then the
@@ -82,7 +104,9 @@ typedef struct kq16_k {
 } kq16_k;
 
 /* What a weight type multiplies with: float rows or one of the 8-bit forms. */
-typedef enum kern_act_kind { KERN_ACT_F32, KERN_ACT_Q8_32, KERN_ACT_Q8_256, KERN_ACT_Q16_X16, KERN_ACT_Q16_K } kern_act_kind;
+typedef enum kern_act_kind {
+    KERN_ACT_F32, KERN_ACT_Q8_32, KERN_ACT_Q8_256, KERN_ACT_Q16_X16, KERN_ACT_Q16_K, KERN_ACT_Q8_X8
+} kern_act_kind;
 
 /* out[t * out_stride + r] = row r of w . activation row t, for r < n_rows and
  * t < n_tok. act rows are act_stride bytes apart (floats or kq8 blocks as the
@@ -103,6 +127,7 @@ typedef struct kern_impl {
     void (*quantize_256)(const float *x, kq8_256 *y, int64_t n); /* n % 256 == 0 */
     kern_rows_fn rows[40];                             /* by gl_type; NULL = scalar path */
     kern_rows_fn packed_rows[40];                      /* by gl_type, for kern_pack'ed weights; NULL = none */
+    kern_rows_fn packed_rows_x8[40];                   /* the same against 8-bit activations (kq8_chunk) */
     kern_attend_fn attend;
     void (*swiglu)(float *gate, const float *up, int n); /* gate = silu(gate) * up */
     void (*to_f16)(const float *x, uint16_t *y, int n);   /* IEEE half, round to nearest even */
@@ -131,6 +156,8 @@ void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n);
 /* Activation rows for packed weights, from quantize_32 (kernels.c). */
 void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int64_t n);
 void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t n); /* n % 256 == 0 */
+/* One row into kq8_x8_row_bytes(n) bytes: whole chunks as kq8_chunk, then a kq16_chunk. */
+void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t n);
 /* The activation form packed weights of this type take. */
 kern_act_kind kern_packed_act_kind(uint32_t type);
 

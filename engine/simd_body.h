@@ -262,20 +262,24 @@ INLINE __m512i group_bytes(const uint8_t *p, int m, bool sign) {
 #define SPLIT_DOTS(NR, NT) ((NR) * (NT) <= 4)
 
 /* dot[r][t] += u0[r] . x[t][v0] + u1[r] . x[t][v1] (the second into dot2
- * when split): pairs of 16-bit products into 32-bit lanes, x[t] the
- * activation vectors (32 words each) of token t. */
+ * when split), x[t] the activation vectors of token t, 64 bytes each: 32
+ * words of kq16_chunk, whose pairs of 16-bit products vpdpwssd sums into
+ * each 32-bit lane, or (bytes) 64 signed bytes of kq8_chunk against
+ * unsigned weight bytes, four products to a lane by vpdpbusd. */
 INLINE void dot_pairs(const int NR, const int NT, __m512i dot[4][4], __m512i dot2[4][4], const __m512i u0[4],
-                      const __m512i u1[4], const int16_t *const x[4], int v0, int v1) {
+                      const __m512i u1[4], const uint8_t *const x[4], int v0, int v1, const bool bytes) {
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) {
-        __m512i xl = _mm512_loadu_si512(x[t] + 32 * v0), xh = _mm512_loadu_si512(x[t] + 32 * v1);
+        __m512i xl = _mm512_loadu_si512(x[t] + 64 * v0), xh = _mm512_loadu_si512(x[t] + 64 * v1);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            if (SPLIT_DOTS(NR, NT)) {
-                dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u0[r], xl);
-                dot2[r][t] = _mm512_dpwssd_epi32(dot2[r][t], u1[r], xh);
+            __m512i *d2 = SPLIT_DOTS(NR, NT) ? &dot2[r][t] : &dot[r][t];
+            if (bytes) {
+                dot[r][t] = _mm512_dpbusd_epi32(dot[r][t], u0[r], xl);
+                *d2 = _mm512_dpbusd_epi32(*d2, u1[r], xh);
             } else {
-                dot[r][t] = _mm512_dpwssd_epi32(_mm512_dpwssd_epi32(dot[r][t], u0[r], xl), u1[r], xh);
+                dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u0[r], xl);
+                *d2 = _mm512_dpwssd_epi32(*d2, u1[r], xh);
             }
         }
     }
@@ -318,13 +322,42 @@ INLINE __m512 sum4_ps(__m512 a, __m512 b, __m512 c, __m512 d) {
     return _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(2, 3, 0, 1)));
 }
 
-/* A tile may cover one panel of a long row (see packed_x16_panels): state
+/* A tile may cover one panel of a long row (see packed_chunk_panels): state
  * then holds its accumulators between panels, 64 floats per row, 16 per
  * token, loaded at the start (X16_LOAD) and stored instead of summed at the
  * end (X16_STORE). Each lane sees the same operations in the same order as
  * in one pass over the row, so panels never change a result. */
 #define X16_LOAD 1
 #define X16_STORE 2
+
+/* A tile's end: its accumulators into state (X16_STORE), or each output's
+ * sum into out, four outputs at a time, each by the same tree whatever
+ * shares it. */
+INLINE void finish_outputs(const int NR, const int NT, __m512 acc[4][4], float *out, size_t out_stride, float *state,
+                           int mode) {
+    if (mode & X16_STORE) {
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) _mm512_store_ps(state + 64 * r + 16 * t, acc[r][t]);
+        return;
+    }
+    __m512 v[16];
+    float sums[16];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) v[r * NT + t] = acc[r][t];
+#pragma GCC unroll 4
+    for (int i = 0; i < NR * NT; i += 4) {
+#pragma GCC unroll 3
+        for (int j = NR * NT - i; j < 4; j++) v[i + j] = _mm512_setzero_ps();
+        _mm512_storeu_ps(sums, sum4_ps(v[i], v[i + 1], v[i + 2], v[i + 3]));
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            if (i + j < NR * NT) out[(size_t)((i + j) % NT) * out_stride + (size_t)((i + j) / NT)] = sums[4 * j];
+    }
+}
 
 INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                            size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
@@ -354,11 +387,11 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
         }
-        const int16_t *x[4];
+        const uint8_t *x[4];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
-            x[t] = &a[t]->q[0][0];
+            x[t] = (const uint8_t *)&a[t]->q[0][0];
         }
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb, ahead);
@@ -370,7 +403,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                     u0[r] = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, true);
                     u1[r] = group_bytes(chunk[r] + hdr * m + 2 * m * (g + 1), m, true);
                 }
-                dot_pairs(NR, NT, dot, dot2, u0, u1, x, g, g + 1);
+                dot_pairs(NR, NT, dot, dot2, u0, u1, x, g, g + 1, false);
             }
         } else {
             for (int g = 0; g < 8; g++) {
@@ -381,7 +414,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                     lo[r] = _mm512_and_si512(v, m4);
                     hi[r] = _mm512_srli_epi16(v, 4);
                 }
-                dot_pairs(NR, NT, dot, dot2, lo, hi, x, g, g + 8);
+                dot_pairs(NR, NT, dot, dot2, lo, hi, x, g, g + 8, false);
             }
         }
         join_dots(NR, NT, dot, dot2);
@@ -406,7 +439,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
         const __mmask16 k = (__mmask16)((1u << (2 * m)) - 1);
         const uint8_t *chunk[4];
         const kq16_chunk *a[4];
-        const int16_t *x[4];
+        const uint8_t *x[4];
         __m512i dot[4][4], dot2[4][4];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
@@ -416,7 +449,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
-            x[t] = &a[t]->q[0][0];
+            x[t] = (const uint8_t *)&a[t]->q[0][0];
 #pragma GCC unroll 4
             for (int p = 0; p < NP; p++) dot[p][t] = dot2[p][t] = _mm512_setzero_si512();
         }
@@ -436,7 +469,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                 u0[p] = q8 ? v[0] : _mm512_and_si512(v[0], m4);
                 u1[p] = q8 ? v[1] : _mm512_srli_epi16(v[0], 4);
             }
-            dot_pairs(NP, NT, dot, dot2, u0, u1, x, g, q8 ? g + 1 : g + 8);
+            dot_pairs(NP, NT, dot, dot2, u0, u1, x, g, q8 ? g + 1 : g + 8, false);
         }
         join_dots(NP, NT, dot, dot2);
 #pragma GCC unroll 4
@@ -519,34 +552,113 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
             block = _mm512_mask_sub_epi32(block, _mm512_cmpge_epi32_mask(block, mv), block, mv);
         }
     }
-    if (mode & X16_STORE) {
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) _mm512_store_ps(state + 64 * r + 16 * t, acc[r][t]);
-        return;
-    }
-    /* Four outputs' sums at a time, each by the same tree whatever shares it. */
-    __m512 v[16];
-    float sums[16];
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) v[r * NT + t] = acc[r][t];
-#pragma GCC unroll 4
-    for (int i = 0; i < NR * NT; i += 4) {
-#pragma GCC unroll 3
-        for (int j = NR * NT - i; j < 4; j++) v[i + j] = _mm512_setzero_ps();
-        _mm512_storeu_ps(sums, sum4_ps(v[i], v[i + 1], v[i + 2], v[i + 3]));
-#pragma GCC unroll 4
-        for (int j = 0; j < 4; j++)
-            if (i + j < NR * NT) out[(size_t)((i + j) % NT) * out_stride + (size_t)((i + j) / NT)] = sums[4 * j];
-    }
+    finish_outputs(NR, NT, acc, out, out_stride, state, mode);
 }
 
 INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                      size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, NULL, 0);
+}
+
+/* ---- packed Q4_0, Q4_1 and Q8_0 against kq8_chunk (simd.h) -------------------
+ * The same chunks and lanes as tile_x16_panel, at half the multiply-adds:
+ * one word permute per pair of groups puts block j's four bytes in lane j,
+ * and vpdpbusd dots them with four activation bytes. Q8_0's bytes are made
+ * unsigned by +128, which comes back as -128 dw times the activation sums.
+ * A row's last chunk of fewer than 16 blocks runs on tile_x16_panel's tails
+ * against the kq16_chunk after the row's kq8_chunks, taking the
+ * accumulators over through state: every output's operations stay fixed by
+ * its row and token. */
+INLINE __m512i quad_bytes(const uint8_t *p) {
+    static const uint16_t lanes[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    return _mm512_permutexvar_epi16(_mm512_loadu_si512(lanes), _mm512_loadu_si512(p));
+}
+
+INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                          size_t act_stride, const int NR, const int NT, float *out, size_t out_stride, float *state,
+                          int mode) {
+    const size_t ahead = prefetch_distance(NR, row_bytes);
+    const int bb = block32_bytes(type);
+    const int hdr = 16 * (type == GL_TYPE_Q4_1 ? 4 : 2);
+    const bool q8 = type == GL_TYPE_Q8_0;
+    const int nb = (int)(n_cols / 32), n_full = nb / 16;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            acc[r][t] = mode & X16_LOAD ? _mm512_load_ps(state + 64 * r + 16 * t) : _mm512_setzero_ps();
+    for (int c = 0; c < n_full; c++) {
+        const uint8_t *chunk[4], *x[4];
+        const kq8_chunk *a[4];
+        __m512i dot[4][4], dot2[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            chunk[r] = w + (size_t)r * row_bytes + (size_t)c * 16 * bb;
+            prefetch_ahead(chunk[r], 16 * bb, ahead);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            a[t] = (const kq8_chunk *)(act + (size_t)t * act_stride) + c;
+            x[t] = (const uint8_t *)&a[t]->q[0][0];
+        }
+        if (q8) {
+            for (int g = 0; g < 16; g += 4) {
+                __m512i u0[4], u1[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) {
+                    u0[r] = _mm512_xor_si512(quad_bytes(chunk[r] + hdr + 32 * g), flip);
+                    u1[r] = _mm512_xor_si512(quad_bytes(chunk[r] + hdr + 32 * (g + 2)), flip);
+                }
+                dot_pairs(NR, NT, dot, dot2, u0, u1, x, g / 2, g / 2 + 1, true);
+            }
+        } else {
+            for (int g = 0; g < 8; g += 2) {
+                __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) {
+                    __m512i v = quad_bytes(chunk[r] + hdr + 32 * g);
+                    lo[r] = _mm512_and_si512(v, m4);
+                    hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                }
+                dot_pairs(NR, NT, dot, dot2, lo, hi, x, g / 2, g / 2 + 4, true);
+            }
+        }
+        join_dots(NR, NT, dot, dot2);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m512 dw = chunk_f16(chunk[r], 16);
+            __m512 mw = q8 ? _mm512_mul_ps(dw, _mm512_set1_ps(-128.0f)) : chunk_offsets(type, chunk[r], 16, dw);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), sc, acc[r][t]);
+                acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
+            }
+        }
+    }
+    if (nb % 16) {
+        _Alignas(64) float own[4 * 64];
+        float *st = state ? state : own;
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) _mm512_store_ps(st + 64 * r + 16 * t, acc[r][t]);
+        tile_x16_panel(type, w + (size_t)n_full * 16 * bb, row_bytes, 32 * (nb % 16),
+                       act + (size_t)n_full * sizeof(kq8_chunk), act_stride, NR, NT, out, out_stride, st,
+                       X16_LOAD | (mode & X16_STORE));
+        return;
+    }
+    finish_outputs(NR, NT, acc, out, out_stride, state, mode);
+}
+
+INLINE void tile_x8(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                    size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_x8_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, NULL, 0);
 }
 
 /* Packed K-quants against kq16_k: lane j of a vector is sub-block j (16
@@ -598,11 +710,11 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
         }
-        const int16_t *x[4];
+        const uint8_t *x[4];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             a[t] = (const kq16_k *)(act + (size_t)t * act_stride) + b;
-            x[t] = &a[t]->q[0][0];
+            x[t] = (const uint8_t *)&a[t]->q[0][0];
         }
         for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
             __m512i u0[4], u1[4];
@@ -624,7 +736,7 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
                     u1[r] = _mm512_or_si512(u1[r], _mm512_and_si512(_mm512_srli_epi16(fifth[r], k), m16));
                 }
             }
-            dot_pairs(NR, NT, dot, dot2, u0, u1, x, k, k + 4);
+            dot_pairs(NR, NT, dot, dot2, u0, u1, x, k, k + 4, false);
         }
         join_dots(NR, NT, dot, dot2);
 #pragma GCC unroll 4
@@ -985,7 +1097,14 @@ DEFINE_ROWS(rows_q8_0, tile_q32, GL_TYPE_Q8_0)
  * core: 75 -> 110 GMAC/s). The rest runs in one pass; the results are the same. */
 #define X16_PANEL 4
 #define X16_ROW_BLOCK 32
-INLINE int packed_x16_panels(const int type, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
+INLINE void panel_tile(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
+                       const uint8_t *act, size_t act_stride, const int NR, float *out, size_t out_stride, float *state,
+                       int mode) {
+    if (x8) tile_x8_panel(type, w, row_bytes, n_cols, act, act_stride, NR, 4, out, out_stride, state, mode);
+    else tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, 4, out, out_stride, state, mode);
+}
+
+INLINE int packed_chunk_panels(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
                              const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
     const int bb = block32_bytes(type);
     const int nb = (int)(n_cols / 32), panel = 16 * X16_PANEL;
@@ -999,32 +1118,35 @@ INLINE int packed_x16_panels(const int type, const uint8_t *w, size_t row_bytes,
                 const int pb = nb - b0 < panel ? nb - b0 : panel;
                 const int mode = (b0 > 0 ? X16_LOAD : 0) | (b0 + pb < nb ? X16_STORE : 0);
                 const uint8_t *pw = w + (size_t)r0 * row_bytes + (size_t)b0 * bb;
-                const uint8_t *pa = act + (size_t)t0 * act_stride + (size_t)(b0 / 16) * sizeof(kq16_chunk);
+                const uint8_t *pa = act + (size_t)t0 * act_stride + (size_t)(b0 / 16) * (x8 ? sizeof(kq8_chunk) : sizeof(kq16_chunk));
                 float *o = out + (size_t)t0 * out_stride + r0;
                 int r = 0;
                 for (; r + 2 <= nr; r += 2)
-                    tile_x16_panel(type, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 2, 4, o + r,
-                                   out_stride, state + 64 * r, mode);
+                    panel_tile(type, x8, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 2, o + r,
+                               out_stride, state + 64 * r, mode);
                 for (; r < nr; r++)
-                    tile_x16_panel(type, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 1, 4, o + r,
-                                   out_stride, state + 64 * r, mode);
+                    panel_tile(type, x8, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 1, o + r,
+                               out_stride, state + 64 * r, mode);
             }
         }
     }
     return t0;
 }
 
-#define DEFINE_PACKED_X16_ROWS(name, TYPE)                                                                       \
-    DEFINE_PACKED_ROWS(CAT(name, whole), tile_x16, TYPE)                                                        \
+#define DEFINE_PACKED_CHUNK_ROWS(name, TILE, TYPE, X8)                                                          \
+    DEFINE_PACKED_ROWS(CAT(name, whole), TILE, TYPE)                                                            \
     static void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,   \
                          size_t act_stride, int n_tok, float *out, size_t out_stride) {                         \
-        int t0 = packed_x16_panels(TYPE, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride); \
+        int t0 = packed_chunk_panels(TYPE, X8, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride); \
         FN(CAT(name, whole))(w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
                              out + (size_t)t0 * out_stride, out_stride);                                        \
     }
-DEFINE_PACKED_X16_ROWS(packed_rows_q4_0, GL_TYPE_Q4_0)
-DEFINE_PACKED_X16_ROWS(packed_rows_q4_1, GL_TYPE_Q4_1)
-DEFINE_PACKED_X16_ROWS(packed_rows_q8_0, GL_TYPE_Q8_0)
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_q4_0, tile_x16, GL_TYPE_Q4_0, false)
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_q4_1, tile_x16, GL_TYPE_Q4_1, false)
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_q8_0, tile_x16, GL_TYPE_Q8_0, false)
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q4_0, tile_x8, GL_TYPE_Q4_0, true)
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q4_1, tile_x8, GL_TYPE_Q4_1, true)
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q8_0, tile_x8, GL_TYPE_Q8_0, true)
 DEFINE_PACKED_ROWS(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K)
 DEFINE_PACKED_ROWS(packed_rows_q4_k, tile_k16, GL_TYPE_Q4_K)
 DEFINE_PACKED_ROWS(packed_rows_q5_k, tile_k16, GL_TYPE_Q5_K)
@@ -1298,6 +1420,10 @@ static const kern_impl FN(impl) = {
         [GL_TYPE_Q4_0] = FN(packed_rows_q4_0), [GL_TYPE_Q4_1] = FN(packed_rows_q4_1),
         [GL_TYPE_Q8_0] = FN(packed_rows_q8_0), [GL_TYPE_Q6_K] = FN(packed_rows_q6_k),
         [GL_TYPE_Q4_K] = FN(packed_rows_q4_k), [GL_TYPE_Q5_K] = FN(packed_rows_q5_k),
+    },
+    .packed_rows_x8 = {
+        [GL_TYPE_Q4_0] = FN(packed_rows_x8_q4_0), [GL_TYPE_Q4_1] = FN(packed_rows_x8_q4_1),
+        [GL_TYPE_Q8_0] = FN(packed_rows_x8_q8_0),
     },
 #endif
     .attend = FN(attend),

@@ -106,6 +106,7 @@ typedef struct gl_engine_params {
     int max_waiting;          /* waiting-queue bound; submit fails beyond it */
     int n_ctx;                /* per-sequence context limit; 0 = model's */
     bool prefix_caching;      /* reuse cached prompt blocks */
+    int activation_bits;      /* 16 (default) or 8: see README "Activation precision" */
 } gl_engine_params;
 
 void gl_engine_params_default(gl_engine_params *p);

@@ -49,6 +49,8 @@ static const setting settings[] = {
     STR(chat_template, 0, "chat format: jinja (the model's own), chatml, llama2, llama3, mistral, "
                           "gemma, phi3, zephyr; empty = the model's, else a guess"),
     INT(threads, 't', 0, 1024, "compute threads; 0 = all cores"),
+    INT(activation_bits, 0, INT_MIN, INT_MAX,
+        "matmul activation precision: 16, or 8 (faster prefill and batches, less precise)"),
     INT(kv_cache_mib, 0, 1, 1 << 20, "KV cache size in MiB"),
     INT(block_size, 0, 1, 4096, "tokens per KV cache block"),
     INT(max_batch_tokens, 0, 1, 1 << 20, "token budget of one engine step"),
@@ -82,6 +84,7 @@ void config_default(config *c) {
     gl_engine_params ep;
     gl_engine_params_default(&ep);
     c->threads = ep.n_threads;
+    c->activation_bits = ep.activation_bits;
     c->kv_cache_mib = ep.kv_cache_mib;
     c->block_size = ep.block_size;
     c->max_batch_tokens = ep.max_batch_tokens;
@@ -299,6 +302,11 @@ static int origin_valid(const char *o, size_t n) {
 int config_validate(const config *c, char *err, size_t err_len) {
     if (!c->model[0]) return fail(err, err_len, "no model given (-m FILE)%s%s", "", "");
     if (!c->host[0]) return fail(err, err_len, "empty host%s%s", "", "");
+    if (c->activation_bits != 8 && c->activation_bits != 16) {
+        char got[32];
+        snprintf(got, sizeof(got), "%d", c->activation_bits);
+        return fail(err, err_len, "activation_bits: must be 8 or 16, got %s%s", got, "");
+    }
     if (c->api_key[0] && c->api_key_file[0])
         return fail(err, err_len, "give api_key or api_key_file, not both%s%s", "", "");
     if (c->api_key[0] && !key_valid(c->api_key))

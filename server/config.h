@@ -17,6 +17,7 @@ typedef struct config {
     char alias[256];         /* model id shown by /v1/models; "" = file name */
     char chat_template[64];  /* "" = the model's template (or a guess); else a built-in name or "jinja" */
     int threads;             /* engine compute threads; 0 = all cores */
+    int activation_bits;     /* matmul activation precision: 16 or 8 (faster, less precise) */
     int kv_cache_mib;        /* KV pool size */
     int block_size;          /* tokens per KV block */
     int max_batch_tokens;    /* token budget of one engine step */

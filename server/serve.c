@@ -140,6 +140,7 @@ int serve_main(int argc, char **argv) {
     gl_engine_params ep;
     gl_engine_params_default(&ep);
     ep.n_threads = s->cfg.threads;
+    ep.activation_bits = s->cfg.activation_bits;
     ep.kv_cache_tokens = 0;
     ep.kv_cache_mib = s->cfg.kv_cache_mib;
     ep.block_size = s->cfg.block_size;

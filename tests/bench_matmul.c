@@ -59,6 +59,7 @@ int main(int argc, char **argv) {
     gl_tensor t = {.type = type, .n_cols = cols, .n_rows = rows, .data = w, .n_bytes = n_bytes};
     if (!getenv("BENCH_UNPACKED") && kern_pack(&t)) return 1;
     kern_pool *p = kern_pool_new(threads);
+    if (p && getenv("BENCH_ACT_BITS")) kern_pool_set_act_bits(p, atoi(getenv("BENCH_ACT_BITS")));
     if (!p || kern_pool_reserve(p, (size_t)cols) || kern_pool_reserve_tokens(p, n_tok, cols)) return 1;
     double *ts = malloc(sizeof(double) * reps);
     kern_matmul(p, &t, x, n_tok, out);

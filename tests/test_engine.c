@@ -307,6 +307,39 @@ START_TEST(queue_bound) {
 }
 END_TEST
 
+/* activation_bits is 16 or 8; anything else fails engine creation with a
+ * message naming the setting and the value. */
+START_TEST(activation_bits_validated) {
+    static const int bad[] = {12, 0, -1, 7, 32};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        gl_engine_params p;
+        gl_engine_params_default(&p);
+        p.n_threads = 1;
+        p.activation_bits = bad[i];
+        gl_error err = {{0}};
+        ck_assert_ptr_null(gl_engine_create(model, &p, &err));
+        char want[64];
+        snprintf(want, sizeof want, "activation_bits must be 8 or 16, got %d", bad[i]);
+        ck_assert_str_eq(err.message, want);
+    }
+    gl_engine_params p;
+    gl_engine_params_default(&p);
+    ck_assert_int_eq(p.activation_bits, 16);
+    p.n_threads = 1;
+    p.activation_bits = 8;
+    gl_error err;
+    gl_engine *e = gl_engine_create(model, &p, &err);
+    ck_assert_msg(e != NULL, "%s", err.message);
+    int32_t prompt[] = {1, 403, 407, 261, 378};
+    gl_request r = greedy_request(prompt, 5, 4, &outs[0]);
+    r.ignore_eos = true;
+    ck_assert(gl_engine_submit(e, &r, NULL, &err) > 0);
+    run_until_idle(e);
+    ck_assert_int_eq(outs[0].n_tokens, 4);
+    gl_engine_free(e);
+}
+END_TEST
+
 START_TEST(seeded_sampling_reproducible) {
     gl_engine *e = make_engine(0, 512, 4);
     int32_t prompt[] = {1, 403, 407, 261, 378};
@@ -463,6 +496,7 @@ int main(void) {
     tcase_add_test(tc, context_limit_and_errors);
     tcase_add_test(tc, cancel_frees_within_a_step);
     tcase_add_test(tc, queue_bound);
+    tcase_add_test(tc, activation_bits_validated);
     tcase_add_test(tc, seeded_sampling_reproducible);
     tcase_add_test(tc, prompt_logprobs);
     tcase_add_test(tc, prefix_cache_hit);

@@ -85,13 +85,15 @@ static void act_as_seen(kern_act_kind kind, const float *x, int64_t n, float *se
     if (kind == KERN_ACT_F32) {
         memcpy(seen, x, (size_t)n * sizeof *x);
         for (int64_t i = 0; i < n; i++) half_step[i] = 0;
-    } else if (kind == KERN_ACT_Q8_32 || kind == KERN_ACT_Q16_X16 || kind == KERN_ACT_Q16_K) {
-        /* the 16-bit forms hold the same 32-element blocks, rearranged */
+    } else if (kind == KERN_ACT_Q8_32 || kind == KERN_ACT_Q16_X16 || kind == KERN_ACT_Q16_K || kind == KERN_ACT_Q8_X8) {
+        /* the 16-bit forms hold the same 32-element blocks, rearranged; the
+         * 8-bit one their coarse parts, but for a last chunk of < 16 blocks */
         kq8_32 *q = malloc((size_t)(n / 32) * sizeof *q);
         kern_quantize_32_ref(x, q, n);
         for (int64_t i = 0; i < n; i++) {
-            seen[i] = q[i / 32].d * (256 * q[i / 32].q[i % 32] + q[i / 32].q2[i % 32]);
-            half_step[i] = q[i / 32].d; /* q2 may clip to 127 at a half step of q */
+            bool coarse = kind == KERN_ACT_Q8_X8 && i < n / 512 * 512;
+            seen[i] = q[i / 32].d * (256 * q[i / 32].q[i % 32] + (coarse ? 0 : q[i / 32].q2[i % 32]));
+            half_step[i] = q[i / 32].d * (coarse ? 128 : 1); /* q2 may clip to 127 at a half step of q */
         }
         free(q);
     } else {
@@ -105,16 +107,27 @@ static void act_as_seen(kern_act_kind kind, const float *x, int64_t n, float *se
     }
 }
 
+/* How a test runs a weight type: as the file has it, packed, or packed
+ * against 8-bit activations. */
+typedef enum { PLAIN, PACKED, PACKED_X8 } rows_form;
+static const char *const form_name[] = {"", " packed", " packed x8"};
+
+static kern_act_kind act_kind_for(uint32_t type, rows_form form) {
+    return form == PACKED_X8 ? KERN_ACT_Q8_X8 : form == PACKED ? kern_packed_act_kind(type) : kern_act_kind_of(type);
+}
+
 /* Run impl's rows function on rows [r0, r1) for tokens [t0, t1); out is n_tok x n_rows.
- * With packed (kern_pack's copy of w) the packed rows function runs instead. */
-static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, const uint8_t *packed, int64_t n_rows,
-                     int64_t n_cols, const float *x, int n_tok, int r0, int r1, int t0, int t1, float *out) {
-    kern_act_kind kind = packed ? kern_packed_act_kind(type) : kern_act_kind_of(type);
+ * With packed (kern_pack's copy of w) a packed rows function runs instead. */
+static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, const uint8_t *packed, rows_form form,
+                     int64_t n_rows, int64_t n_cols, const float *x, int n_tok, int r0, int r1, int t0, int t1,
+                     float *out) {
+    kern_act_kind kind = act_kind_for(type, form);
     size_t row_bytes = gl_type_row_bytes(type, n_cols);
     size_t stride = kind == KERN_ACT_Q8_32      ? (size_t)(n_cols / 32) * sizeof(kq8_32)
                     : kind == KERN_ACT_Q8_256   ? (size_t)(n_cols / 256) * sizeof(kq8_256)
                     : kind == KERN_ACT_Q16_X16 ? (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk)
                     : kind == KERN_ACT_Q16_K   ? (size_t)(n_cols / 256) * sizeof(kq16_k)
+                    : kind == KERN_ACT_Q8_X8   ? kq8_x8_row_bytes(n_cols)
                                                 : (size_t)n_cols * sizeof(float);
     uint8_t *act = malloc(stride * (size_t)n_tok);
     for (int t = 0; t < n_tok; t++) {
@@ -123,10 +136,11 @@ static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, con
             impl->quantize_32(xt, (kq8_32 *)(act + t * stride), n_cols);
         } else if (kind == KERN_ACT_Q16_X16) kern_quantize_x16(impl, xt, (kq16_chunk *)(act + t * stride), n_cols);
         else if (kind == KERN_ACT_Q16_K) kern_quantize_k16(impl, xt, (kq16_k *)(act + t * stride), n_cols);
+        else if (kind == KERN_ACT_Q8_X8) kern_quantize_x8(impl, xt, act + t * stride, n_cols);
         else if (kind == KERN_ACT_Q8_256) impl->quantize_256(xt, (kq8_256 *)(act + t * stride), n_cols);
         else memcpy(act + t * stride, xt, stride);
     }
-    kern_rows_fn fn = packed ? impl->packed_rows[type] : impl->rows[type];
+    kern_rows_fn fn = form == PACKED_X8 ? impl->packed_rows_x8[type] : form == PACKED ? impl->packed_rows[type] : impl->rows[type];
     fn((packed ? packed : w) + (size_t)r0 * row_bytes, row_bytes, r1 - r0, n_cols, act + (size_t)t0 * stride, stride,
        t1 - t0, out + (size_t)t0 * (size_t)n_rows + r0, (size_t)n_rows);
     free(act);
@@ -168,8 +182,10 @@ END_TEST
 
 /* ---- matmul kernels ------------------------------------------------------------ */
 
-/* With packed, through kern_pack and the implementation's packed rows (when it has them). */
-static void check_type_as(const kern_impl *impl, uint32_t type, int64_t n_rows, int64_t n_cols, int n_tok, bool packed) {
+/* Packed forms go through kern_pack and the implementation's packed rows. */
+static void check_type_as(const kern_impl *impl, uint32_t type, int64_t n_rows, int64_t n_cols, int n_tok,
+                          rows_form form) {
+    const bool packed = form != PLAIN;
     const gl_type_traits *tt = gl_type_get(type);
     size_t row_bytes = gl_type_row_bytes(type, n_cols);
     uint8_t *w = malloc((size_t)n_rows * row_bytes);
@@ -191,10 +207,10 @@ static void check_type_as(const kern_impl *impl, uint32_t type, int64_t n_rows, 
     }
     const uint8_t *pw = wt.packed;
 
-    run_rows(impl, type, w, pw, n_rows, n_cols, x, n_tok, 0, (int)n_rows, 0, n_tok, out);
+    run_rows(impl, type, w, pw, form, n_rows, n_cols, x, n_tok, 0, (int)n_rows, 0, n_tok, out);
     for (int t = 0; t < n_tok; t++) {
         const float *xt = x + (size_t)t * (size_t)n_cols;
-        act_as_seen(packed ? kern_packed_act_kind(type) : kern_act_kind_of(type), xt, n_cols, seen, half_step);
+        act_as_seen(act_kind_for(type, form), xt, n_cols, seen, half_step);
         for (int64_t r = 0; r < n_rows; r++) {
             tt->to_float(w + (size_t)r * row_bytes, wrow, n_cols);
             double exact_seen = 0, exact = 0, mag = 0, bound = 0;
@@ -207,7 +223,7 @@ static void check_type_as(const kern_impl *impl, uint32_t type, int64_t n_rows, 
             double got = out[(size_t)t * (size_t)n_rows + (size_t)r];
             ck_assert_msg(fabs(got - exact_seen) <= 2e-6 * mag + 1e-6,
                           "%s %s%s %lld x %lld, %d tokens, row %lld tok %d: got %.9g, exact %.9g (mag %g)",
-                          impl->name, tt->name, packed ? " packed" : "", (long long)n_rows, (long long)n_cols, n_tok,
+                          impl->name, tt->name, form_name[form], (long long)n_rows, (long long)n_cols, n_tok,
                           (long long)r, t, got, exact_seen, mag);
             ck_assert_msg(fabs(got - exact) <= bound + 2e-6 * mag + 1e-6,
                           "%s %s row %lld tok %d: got %.9g, float reference %.9g, bound %g", impl->name, tt->name,
@@ -219,19 +235,20 @@ static void check_type_as(const kern_impl *impl, uint32_t type, int64_t n_rows, 
         for (int r0 = 0; r0 < n_rows;) {
             int r1 = r0 + 1 + (int)(rnd() % 6);
             if (r1 > n_rows) r1 = (int)n_rows;
-            run_rows(impl, type, w, pw, n_rows, n_cols, x, n_tok, r0, r1, t, t + 1, one);
+            run_rows(impl, type, w, pw, form, n_rows, n_cols, x, n_tok, r0, r1, t, t + 1, one);
             r0 = r1;
         }
     }
     ck_assert_msg(!memcmp(out, one, (size_t)n_tok * (size_t)n_rows * sizeof *out),
-                  "%s %s%s: result depends on the tile", impl->name, tt->name, packed ? " packed" : "");
+                  "%s %s%s: result depends on the tile", impl->name, tt->name, form_name[form]);
     kern_unpack(&wt);
     free(w), free(x), free(out), free(one), free(wrow), free(seen), free(half_step);
 }
 
 static void check_type(const kern_impl *impl, uint32_t type, int64_t n_rows, int64_t n_cols, int n_tok) {
-    check_type_as(impl, type, n_rows, n_cols, n_tok, false);
-    if (impl->packed_rows[type]) check_type_as(impl, type, n_rows, n_cols, n_tok, true);
+    check_type_as(impl, type, n_rows, n_cols, n_tok, PLAIN);
+    if (impl->packed_rows[type]) check_type_as(impl, type, n_rows, n_cols, n_tok, PACKED);
+    if (impl->packed_rows_x8[type]) check_type_as(impl, type, n_rows, n_cols, n_tok, PACKED_X8);
 }
 
 START_TEST(quant_kernels_match_reference) {
