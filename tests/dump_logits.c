@@ -1,7 +1,7 @@
 /* dump_logits -- logits of every position of a token list, for comparison
  * with the independent numpy reference (tests/py/reference.py).
  *
- *   dump_logits [--decode] [--threads N] [--kv-f16] MODEL OUT.f32 id1 id2 ...
+ *   dump_logits [--decode] [--threads N] [--kv-f16] [--activation-bits 16|8] MODEL OUT.f32 id1 id2 ...
  *
  * Default: the whole list in one batched forward pass (prefill). --decode:
  * one token per forward pass, so every position reads earlier K/V from the
@@ -17,18 +17,19 @@
 
 int main(int argc, char **argv) {
     bool decode = false, kv_f16 = false;
-    int n_threads = 2, a = 1;
+    int n_threads = 2, act_bits = 16, a = 1;
     for (; a < argc && argv[a][0] == '-'; a++) {
         if (!strcmp(argv[a], "--decode")) decode = true;
         else if (!strcmp(argv[a], "--kv-f16")) kv_f16 = true;
         else if (!strcmp(argv[a], "--threads") && a + 1 < argc) n_threads = atoi(argv[++a]);
+        else if (!strcmp(argv[a], "--activation-bits") && a + 1 < argc) act_bits = atoi(argv[++a]);
         else {
             fprintf(stderr, "dump_logits: unknown option %s\n", argv[a]);
             return 2;
         }
     }
     if (argc - a < 3) {
-        fprintf(stderr, "usage: dump_logits [--decode] [--threads N] [--kv-f16] MODEL OUT.f32 id...\n");
+        fprintf(stderr, "usage: dump_logits [--decode] [--threads N] [--kv-f16] [--activation-bits 16|8] MODEL OUT.f32 id...\n");
         return 2;
     }
     gl_error err;
@@ -51,6 +52,10 @@ int main(int argc, char **argv) {
     gl_kv_cache *kv = kv_new(c->n_layers, c->n_kv_heads * c->head_dim, block_size, n_blocks, kv_f16, &err);
     gl_run_state *rs = kv ? model_run_state_new(m, n, n, &err) : NULL;
     kern_pool *pool = kern_pool_new(n_threads);
+    if (pool && kern_pool_set_act_bits(pool, act_bits)) {
+        fprintf(stderr, "dump_logits: --activation-bits must be 8 or 16\n");
+        return 2;
+    }
     float *logits = malloc((size_t)n * (size_t)c->n_vocab * sizeof *logits);
     int32_t *table = malloc((size_t)n_blocks * sizeof *table);
     if (!rs || !pool || !logits || !table || kern_pool_reserve(pool, (size_t)(c->n_ff > c->n_embd ? c->n_ff : c->n_embd))) {

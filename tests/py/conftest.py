@@ -80,10 +80,11 @@ class DumpLogits:
         self.tmp_dir = tmp_dir
         self.runs = 0
 
-    def __call__(self, model, tokens, decode=False):
+    def __call__(self, model, tokens, decode=False, activation_bits=16):
         self.runs += 1
         out = self.tmp_dir / f"logits{self.runs}.f32"
-        cmd = [str(self.exe)] + (["--decode"] if decode else []) + [str(model), str(out)] + [str(t) for t in tokens]
+        cmd = [str(self.exe)] + (["--decode"] if decode else []) + ["--activation-bits", str(activation_bits)]
+        cmd += [str(model), str(out)] + [str(t) for t in tokens]
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if proc.returncode == 77:
             skip_or_fail(f"{self.exe} reports it cannot run yet (exit 77): {proc.stderr.strip()}")

@@ -8,6 +8,7 @@ and the C dequantizers (engine/quant.c, compiled on the fly) against
 gguf.quants block by block.
 """
 import ctypes
+from pathlib import Path
 import json
 import shutil
 import subprocess
@@ -261,3 +262,43 @@ def test_c_dequant_matches_gguf(quant_lib, make_tiny_gguf, qtype):
     dot = traits.vec_dot(real.ctypes.data, x.ctypes.data_as(ctypes.POINTER(ctypes.c_float)), 1024)
     exact = float(np.dot(want[:1024].astype(np.float64), x))
     assert abs(dot - exact) <= 1e-4 * float(np.abs(want[:1024].astype(np.float64) * x).sum())
+
+
+# ---- 8-bit activations (--activation-bits 8) --------------------------------------
+# One 8-bit part per block of 32 activations, llama.cpp's Q8_0 scheme: each
+# activation is off by up to 1/254 of its block's maximum, which moves
+# SmolLM2's logits by ~4.5% of their largest magnitude (16 bits: ~2e-4). The
+# bound below is that error with room to spare; the bugs the 1e-3 tolerance
+# is there to catch move logits by O(1) of it.
+X8_TOLERANCE = 0.1
+
+
+def cpu_runs_x8():
+    """The 8-bit kernels need AVX-512 VNNI; elsewhere the setting changes nothing."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return all(f in flags for f in ("avx512f", "avx512bw", "avx512_vnni"))
+
+
+@pytest.mark.parametrize("qtype", ["Q4_0", "Q4_1", "Q8_0"])
+def test_engine_tiny_8bit(dump_logits, tiny_model, qtype):
+    path, want = tiny_model(qtype)
+    got = dump_logits(path, TINY_TOKENS, activation_bits=8)
+    _, rel, _ = compare_logits(got, want, f"tiny {qtype} 8-bit")
+    assert rel <= X8_TOLERANCE
+    decoded = dump_logits(path, TINY_TOKENS, decode=True, activation_bits=8)
+    np.testing.assert_array_equal(decoded, got)  # batch invariance holds at 8 bits too
+    if cpu_runs_x8():
+        assert not np.array_equal(got, dump_logits(path, TINY_TOKENS)), "the 8-bit kernels did not run"
+
+
+def test_engine_smollm_8bit(dump_logits, smollm, smollm_reference):
+    got = dump_logits(smollm, SMOLLM_PROMPT, activation_bits=8)
+    _, rel, _ = compare_logits(got, smollm_reference, "SmolLM2 8-bit")
+    assert rel <= X8_TOLERANCE
+    agree = float((np.argmax(got, -1) == np.argmax(smollm_reference, -1)).mean())
+    print(f"SmolLM2 8-bit: greedy token agrees at {agree:.0%} of positions")
+    assert agree >= 0.75
+    np.testing.assert_array_equal(dump_logits(smollm, SMOLLM_PROMPT, decode=True, activation_bits=8), got)
