@@ -11,7 +11,9 @@
  * (~4e-6 of the block maximum, against ~4e-3 for 8 bits alone, which moves
  * SmolLM2's logits by 3% of their range). Blocks of 32 (kq8_32) serve the
  * legacy types, blocks of 256 with sums of 16 (kq8_256) the K-quants. The
- * integer sums are exact; the activation rounding is the only error. */
+ * integer sums are exact; the activation rounding is the only error. A pool
+ * may ask for 8 bits instead (kern_pool_set_act_bits): packed Q4_0, Q4_1
+ * and Q8_0 then take the coarse part alone (kq8_chunk below). */
 #ifndef GL_SIMD_H
 #define GL_SIMD_H
 

@@ -10,8 +10,9 @@
  * uses the sign trick instead) so one multiply-add instruction dots them with
  * the signed activation bytes; offsets (Q4_0's -8, Q4_1's minimum, ...) are
  * applied afterwards through the activation block sums. The AVX-512 build
- * also has tiles for packed weights (kern_pack, layout in simd.h): 16-bit
- * activations and one block per 32-bit lane of a 512-bit register.
+ * also has tiles for packed weights (kern_pack, layout in simd.h): one block
+ * per 32-bit lane of a 512-bit register, against 16-bit activations or, for
+ * Q4_0, Q4_1 and Q8_0 when the pool asks for it, 8-bit ones.
  *
  * Batch invariance: a tile computes NR weight rows against NT tokens, but
  * each output has its own accumulators updated block by block in order, with
