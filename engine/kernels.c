@@ -813,6 +813,14 @@ int kern_attention(kern_pool *p, const kern_attn *a) {
     job.heads_per_unit = whole ? group : 1;
     job.tile_tokens = whole ? group_tile : 8;
     job.units_per_tile = a->n_heads / job.heads_per_unit;
+    /* Smaller tiles until every thread has several units to take, so that
+     * a decode batch's sequences of different lengths even out over the
+     * threads: 16 tokens in tiles of 8 were 6 units for 2 threads. Tiles
+     * only decide which of a prompt's consecutive tokens share K/V loads,
+     * never a result. */
+    while (job.tile_tokens > 1 &&
+           (a->n_tokens + job.tile_tokens - 1) / job.tile_tokens * job.units_per_tile < 8 * p->n_threads)
+        job.tile_tokens /= 2;
     job.n_units = (a->n_tokens + job.tile_tokens - 1) / job.tile_tokens * job.units_per_tile;
     if (kern_pool_reserve(p, kern_attend_scratch(job.tile_tokens * job.heads_per_unit, a->head_dim, a->block_size)))
         return -1;

@@ -5,7 +5,7 @@
  * activations (vpdpbusd), 32 vector registers for wider token tiles. */
 #include "simd.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(GENLOOP_NO_AVX512)
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
