@@ -365,25 +365,6 @@ INLINE void finish_outputs(const int NR, const int NT, __m512 acc[4][4], float *
     }
 }
 
-/* Lane L of vector v of a short tail of m blocks holds block (16 v + L) mod m. */
-static const int32_t short_tail_blocks[KQ16_SHORT_TAIL][4][16] = {
-    {{0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-     {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-     {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0},
-     {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
-    {{0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1},
-     {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1},
-     {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1},
-     {0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1}},
-    {{0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0},
-     {1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1},
-     {2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2},
-     {0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0, 1, 2, 0}},
-    {{0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3},
-     {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3},
-     {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3},
-     {0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3, 0, 1, 2, 3}}};
-
 INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                            size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
                            float *state, int mode) {
@@ -541,8 +522,14 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                 for (int t = 0; t < NT; t++) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
             }
         }
+        /* block = L mod m, by floor((L + 0.5) / m) in floats: exact for L, m < 16 */
+        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+        const __m512i mv = _mm512_set1_epi32(m);
+        __m512 quot = _mm512_floor_ps(_mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(lane), _mm512_set1_ps(0.5f)),
+                                                    _mm512_set1_ps(1.0f / (float)m)));
+        __m512i block = _mm512_sub_epi32(lane, _mm512_mullo_epi32(_mm512_cvtps_epi32(quot), mv));
+        const __m512i step = _mm512_set1_epi32(16 % m);
         for (int v = 0; v < n_vec; v++) {
-            const __m512i block = _mm512_loadu_si512(short_tail_blocks[m - 1][v]);
             int left = raw_bytes - 32 * v;
             __mmask32 k = left >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << left) - 1);
             __m512i lo[4], hi[4];
@@ -567,6 +554,8 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                     acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dws[r], das), acc[r][t]);
                 }
             }
+            block = _mm512_add_epi32(block, step);
+            block = _mm512_mask_sub_epi32(block, _mm512_cmpge_epi32_mask(block, mv), block, mv);
         }
     }
     finish_outputs(NR, NT, acc, out, out_stride, state, mode);
