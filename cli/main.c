@@ -25,11 +25,17 @@ static void usage(FILE *out) {
             GL_VERSION);
 }
 
-bool cli_parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
+/* s as a whole decimal integer, nothing before or after it. */
+static bool parse_whole_long(const char *s, long *out) {
     char *end;
     errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
+    *out = strtol(s, &end, 10);
+    return !errno && end != s && !*end;
+}
+
+bool cli_parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
+    long v;
+    if (!parse_whole_long(s, &v) || v < lo || v > hi) {
         fprintf(stderr, "genloop: invalid value '%s' for %s: expected an integer in [%ld, %ld]\n", s, flag, lo, hi);
         return false;
     }
@@ -62,10 +68,8 @@ bool cli_parse_float(const char *flag, const char *s, double lo, double hi, doub
 }
 
 bool cli_parse_act_bits(const char *flag, const char *s, int *out) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || (v != 8 && v != 16)) {
+    long v;
+    if (!parse_whole_long(s, &v) || (v != 8 && v != 16)) {
         fprintf(stderr, "genloop: invalid value '%s' for %s: activation_bits must be 8 or 16\n", s, flag);
         return false;
     }

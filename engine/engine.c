@@ -215,10 +215,7 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
         gl_error_set(err, "cannot start %d compute threads", p.n_threads);
         goto fail;
     }
-    if (kern_pool_set_act_bits(e->pool, p.activation_bits) < 0) {
-        gl_error_set(err, "activation_bits must be 8 or 16, got %d", p.activation_bits);
-        goto fail;
-    }
+    kern_pool_set_act_bits(e->pool, p.activation_bits); /* validated above */
     e->max_logits = p.max_seqs + PROMPT_LOGPROB_ROWS;
     e->rs = model_run_state_new(model, p.max_batch_tokens, e->max_logits, err);
     if (!e->rs) goto fail;

@@ -137,8 +137,6 @@ int kern_pool_set_act_bits(kern_pool *p, int bits) {
     return 0;
 }
 
-int kern_pool_act_bits(const kern_pool *p) { return p->act_bits; }
-
 int kern_pool_reserve(kern_pool *p, size_t n_floats) {
     for (int i = 0; i < p->n_threads; i++) {
         pool_worker *w = &p->workers[i];

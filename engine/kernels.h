@@ -44,7 +44,6 @@ void kern_pool_run(kern_pool *p, void (*fn)(void *arg, int ith, int nth), void *
  * of each block's maximum in rounding). Other weight types, and CPUs without
  * the packed kernels, keep 16 bits. -1 (and no change) for other values. */
 int kern_pool_set_act_bits(kern_pool *p, int bits);
-int kern_pool_act_bits(const kern_pool *p);
 
 /* Size the pool's buffer of quantized activations for calls of up to
  * max_tokens rows of up to max_cols; kern_matmul grows it on demand

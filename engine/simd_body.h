@@ -336,6 +336,15 @@ INLINE __m512 sum4_ps(__m512 a, __m512 b, __m512 c, __m512 d) {
 #define X16_LOAD 1
 #define X16_STORE 2
 
+/* A tile's start: its accumulators from state (X16_LOAD) or zero. */
+INLINE void start_outputs(const int NR, const int NT, __m512 acc[4][4], const float *state, int mode) {
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            acc[r][t] = mode & X16_LOAD ? _mm512_load_ps(state + 64 * r + 16 * t) : _mm512_setzero_ps();
+}
+
 /* A tile's end: its accumulators into state (X16_STORE), or each output's
  * sum into out, four outputs at a time, each by the same tree whatever
  * shares it. */
@@ -375,11 +384,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
     const int nb = (int)(n_cols / 32);
     const __m512i m4 = _mm512_set1_epi16(0x0f);
     __m512 acc[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++)
-            acc[r][t] = mode & X16_LOAD ? _mm512_load_ps(state + 64 * r + 16 * t) : _mm512_setzero_ps();
+    start_outputs(NR, NT, acc, state, mode);
     const int short_tail = nb % 16 <= KQ16_SHORT_TAIL ? nb % 16 : 0;
     const int half_tail = nb % 16 > KQ16_SHORT_TAIL && nb % 16 <= KQ16_HALF_TAIL ? nb % 16 : 0;
     for (int c0 = 0; c0 < nb - short_tail - half_tail; c0 += 16) {
@@ -591,11 +596,7 @@ INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, in
     const int nb = (int)(n_cols / 32), n_full = nb / 16;
     const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[4][4];
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++)
-            acc[r][t] = mode & X16_LOAD ? _mm512_load_ps(state + 64 * r + 16 * t) : _mm512_setzero_ps();
+    start_outputs(NR, NT, acc, state, mode);
     for (int c = 0; c < n_full; c++) {
         const uint8_t *chunk[4], *x[4];
         const kq8_chunk *a[4];
@@ -650,10 +651,7 @@ INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, in
     if (nb % 16) {
         _Alignas(64) float own[4 * 64];
         float *st = state ? state : own;
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) _mm512_store_ps(st + 64 * r + 16 * t, acc[r][t]);
+        finish_outputs(NR, NT, acc, out, out_stride, st, X16_STORE);
         tile_x16_panel(type, w + (size_t)n_full * 16 * bb, row_bytes, 32 * (nb % 16),
                        act + (size_t)n_full * sizeof(kq8_chunk), act_stride, NR, NT, out, out_stride, st,
                        X16_LOAD | (mode & X16_STORE));

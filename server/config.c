@@ -305,7 +305,7 @@ int config_validate(const config *c, char *err, size_t err_len) {
     if (c->activation_bits != 8 && c->activation_bits != 16) {
         char got[32];
         snprintf(got, sizeof(got), "%d", c->activation_bits);
-        return fail(err, err_len, "activation_bits: must be 8 or 16, got %s%s", got, "");
+        return fail(err, err_len, "activation_bits: must be 8 or 16, got %s", got, NULL);
     }
     if (c->api_key[0] && c->api_key_file[0])
         return fail(err, err_len, "give api_key or api_key_file, not both%s%s", "", "");
