@@ -395,21 +395,43 @@ void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t
     }
 }
 
+/* A block's coarse part alone: its unit, and the unit times its sum. */
+static float coarse_unit(const kq8_32 *b, float *s) {
+    int sum = 0;
+    for (int i = 0; i < 32; i++) sum += b->q[i];
+    float d = b->d * 256.0f; /* the coarse step; exact, a power of two */
+    *s = d * (float)sum;
+    return d;
+}
+
 void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t n) {
     const int64_t n_full = n / 512;
+    const int m = (int)(n % 512 / 32);
     kq8_chunk *ch = (kq8_chunk *)y;
+    kq8_32 tmp[16];
     for (int64_t c = 0; c < n_full; c++, x += 512) {
-        kq8_32 tmp[16];
         impl->quantize_32(x, tmp, 512);
         for (int j = 0; j < 16; j++) {
-            int sum = 0;
             for (int v = 0; v < 8; v++) memcpy(&ch[c].q[v][4 * j], &tmp[j].q[4 * v], 4);
-            for (int i = 0; i < 32; i++) sum += tmp[j].q[i];
-            ch[c].d[j] = tmp[j].d * 256.0f; /* the coarse step; exact, a power of two */
-            ch[c].s[j] = ch[c].d[j] * (float)sum;
+            ch[c].d[j] = coarse_unit(&tmp[j], &ch[c].s[j]);
         }
     }
-    if (n % 512) kern_quantize_x16(impl, x, (kq16_chunk *)(ch + n_full), n % 512);
+    if (m > KQ8_SHORT_TAIL) {
+        kern_quantize_x16(impl, x, (kq16_chunk *)(ch + n_full), n % 512);
+    } else if (m > 0) {
+        kq8_tail *tail = (kq8_tail *)(ch + n_full);
+        memset(tail, 0, sizeof *tail);
+        impl->quantize_32(x, tmp, 32 * (int64_t)m);
+        float unit[KQ8_SHORT_TAIL];
+        for (int j = 0; j < m; j++) unit[j] = coarse_unit(&tmp[j], &tail->s[j]);
+        for (int v = 0; v < 2; v++)
+            for (int lane = 0; lane < 16; lane++) {
+                int j = 0, e0 = 0;
+                if (!kq8_tail_lane(m, v, lane, &j, &e0)) continue;
+                memcpy(&tail->q[v][4 * lane], &tmp[j].q[e0], 4);
+                tail->d[v][lane] = unit[j];
+            }
+    }
 }
 
 /* ---- packed weights (layout in simd.h) --------------------------------------- */

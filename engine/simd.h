@@ -74,18 +74,45 @@ static inline int64_t kq16_chunks(int64_t n_cols) { return (n_cols / 32 + 15) / 
  * its signed bytes offset by 128 to be unsigned, taken back through s), or
  * in their low nibbles elements 2g..2g+3 and in their high ones 16+2g..
  * 16+2g+3 (Q4). A row's whole chunks come in this form; its last chunk of
- * fewer than 16 blocks, if any, follows as one kq16_chunk and runs on the
- * 16-bit tails, whose layouts save the lanes that few blocks leave idle. */
+ * fewer than 16 blocks, if any, follows as a kq8_tail (below) or, past
+ * KQ8_SHORT_TAIL blocks, as one kq16_chunk on the 16-bit tails. */
 typedef struct kq8_chunk {
     int8_t q[8][64];          /* [v][4j + e]: element 4v + e of block j */
     float d[16];              /* unit of block j: x ~ d * q */
     float s[16];              /* d * sum of block j's q */
 } kq8_chunk;
 
+/* A last chunk of at most this many blocks stays at 8 bits too, as one
+ * kq8_tail: vector v, lane L holds four elements of one block, in the order
+ * kq8_tail_lane gives, up to 8 lanes of low nibbles (Q4) and 8 of the same
+ * bytes' high nibbles, so one word permute of the packed pairs and one
+ * vpdpbusd per row cover two blocks, and the lanes' sums go straight into
+ * the row's float accumulators with no pass of their own (1536 x 576 Q4_1,
+ * 64 tokens, one core: the 2-block tail cost half the row on the 16-bit
+ * tail code). Longer last chunks follow as a kq16_chunk. */
+#define KQ8_SHORT_TAIL 4
+typedef struct kq8_tail {
+    int8_t q[2][64];          /* [v][4L + e]: element e0 + e of block j, by kq8_tail_lane; 0 in empty lanes */
+    float d[2][16];           /* unit of lane L's block, 0 in empty lanes */
+    float s[16];              /* d * sum of block j's q, 0 past the row */
+} kq8_tail;
+
+/* Which four elements lane L of vector v of an m-block kq8_tail holds:
+ * block j, elements e0..e0+3 (lanes 8..15 the high halves, e0 >= 16, of
+ * lanes 0..7's blocks); false for an empty lane. */
+static inline bool kq8_tail_lane(int m, int v, int lane, int *j, int *e0) {
+    int pair = 8 * v + lane % 8;
+    if (pair >= 4 * m) return false;
+    *j = pair % m;
+    *e0 = 4 * (pair / m) + (lane >= 8 ? 16 : 0);
+    return true;
+}
+
 /* Bytes of one activation row in the 8-bit form. */
 static inline size_t kq8_x8_row_bytes(int64_t n_cols) {
     int64_t nb = n_cols / 32;
-    return (size_t)(nb / 16) * sizeof(kq8_chunk) + (nb % 16 ? sizeof(kq16_chunk) : 0);
+    size_t tail = nb % 16 == 0 ? 0 : nb % 16 <= KQ8_SHORT_TAIL ? sizeof(kq8_tail) : sizeof(kq16_chunk);
+    return (size_t)(nb / 16) * sizeof(kq8_chunk) + tail;
 }
 
 /* Packed Q6_K keeps each 210-byte super-block, rearranged: d, the 16
@@ -158,7 +185,7 @@ void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n);
 /* Activation rows for packed weights, from quantize_32 (kernels.c). */
 void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int64_t n);
 void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t n); /* n % 256 == 0 */
-/* One row into kq8_x8_row_bytes(n) bytes: whole chunks as kq8_chunk, then a kq16_chunk. */
+/* One row into kq8_x8_row_bytes(n) bytes: whole chunks as kq8_chunk, then a kq8_tail or a kq16_chunk. */
 void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t n);
 /* The activation form packed weights of this type take. */
 kern_act_kind kern_packed_act_kind(uint32_t type);

@@ -119,9 +119,10 @@ def test_batch_invariance(q4_0_model, bits):
         before = metrics(s.url)
         together = greedy(s, PROMPTS)
         m = metrics(s.url)
-        seqs = m["genloop_batch_size_sum"] - before["genloop_batch_size_sum"]
-        steps = m["genloop_batch_size_count"] - before["genloop_batch_size_count"]
-        assert seqs > 4 * steps, f"{seqs} sequences in {steps} steps: the requests hardly ran together"
+        # steps of more than 4 sequences: how the 24 decode steps overlap
+        # depends on when each prompt's chunks got their turn, not whether
+        wide = [x["genloop_batch_size_count"] - x['genloop_batch_size_bucket{le="4"}'] for x in (before, m)]
+        assert wide[1] - wide[0] >= MAX_TOKENS // 2, f"{wide[1] - wide[0]} steps of over 4 sequences: the requests hardly ran together"
         # and as eight clients arriving at slightly different steps
         arrived = [None] * len(PROMPTS)
         start = threading.Barrier(len(PROMPTS))
