@@ -56,7 +56,7 @@ static void *bw_read(void *arg) {
     bw_slice *s = arg;
     uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
     for (size_t i = 0; i + 8 <= s->n; i += 8) {
-        __builtin_prefetch(s->data + i + 768);
+        __builtin_prefetch(s->data + i + 768, 0, 2);
         a0 += s->data[i] + s->data[i + 4];
         a1 += s->data[i + 1] + s->data[i + 5];
         a2 += s->data[i + 2] + s->data[i + 6];

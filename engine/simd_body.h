@@ -67,9 +67,18 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
  * read now keeps enough misses in flight (measured on one large matrix:
  * 16 -> 25 GB/s on one core, 27 -> 50 GB/s on two; TinyLlama-shape Q4_0
  * decode: 51 -> 67 tok/s against 3 KiB).
+ * Tiles of one or two tokens (decode) ask for L2 only: a prefetch into L1
+ * holds one of its few miss buffers for the whole trip to memory, and with
+ * them all taken the tile's own loads wait (one token against 65536 x 2048
+ * Q4_0, 8-bit, alternated: one thread 13-18 -> 21-24 GB/s, two threads
+ * 20-30 -> 35-46; TinyLlama-shape Q8_0 decode 20 -> 25-29 tok/s). Wider
+ * tiles, compute-bound, keep L1 (their prefill lost 4% to L2).
  * Prefetches never fault, so running past the end of the weights is harmless. */
-INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead) {
-    for (int off = 0; off < n_bytes; off += 64) _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T0);
+INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead, const int NT) {
+    for (int off = 0; off < n_bytes; off += 64) {
+        if (NT <= 2) _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T1);
+        else _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T0);
+    }
 }
 
 /* A tile reads its NR rows side by side, so "6 KiB ahead" of one of them
@@ -199,7 +208,7 @@ INLINE void tile_q32(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * bb;
-            if (b % 2 == 0) prefetch_ahead(blk, 2 * bb, ahead);
+            if (b % 2 == 0) prefetch_ahead(blk, 2 * bb, ahead, NT);
             dw[r] = f16_at(blk);
             if (type == GL_TYPE_Q8_0) {
                 wq[r] = load256(blk + 2);
@@ -405,7 +414,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
             x[t] = (const uint8_t *)&a[t]->q[0][0];
         }
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb, ahead);
+        for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb, ahead, NT);
         if (q8) {
             for (int g = 0; g < 16; g += 2) {
                 __m512i u0[4], u1[4];
@@ -455,7 +464,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb + hdr * m;
-            prefetch_ahead(chunk[r] - hdr * m, m * bb, ahead);
+            prefetch_ahead(chunk[r] - hdr * m, m * bb, ahead, NT);
         }
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
@@ -511,7 +520,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb;
-            prefetch_ahead(chunk[r], m * bb, ahead);
+            prefetch_ahead(chunk[r], m * bb, ahead, NT);
             dw[r] = chunk_f16(chunk[r], m);
         }
 #pragma GCC unroll 4
@@ -681,7 +690,7 @@ INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, in
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             chunk[r] = w + (size_t)r * row_bytes + (size_t)c * 16 * bb;
-            prefetch_ahead(chunk[r], 16 * bb, ahead);
+            prefetch_ahead(chunk[r], 16 * bb, ahead, NT);
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
         }
@@ -731,7 +740,7 @@ INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, in
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             chunk[r] = w + (size_t)r * row_bytes + (size_t)n_full * 16 * bb;
-            prefetch_ahead(chunk[r], (nb % 16) * bb, ahead);
+            prefetch_ahead(chunk[r], (nb % 16) * bb, ahead, NT);
         }
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) a[t] = (const kq8_tail *)(act + (size_t)t * act_stride + (size_t)n_full * sizeof(kq8_chunk));
@@ -797,7 +806,7 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * bb;
-            prefetch_ahead(blk[r], bb, ahead);
+            prefetch_ahead(blk[r], bb, ahead, NT);
             if (five) fifth[r] = _mm512_cvtepu8_epi16(load256(blk[r] + 144));
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
@@ -901,7 +910,7 @@ INLINE void tile_q45_k(const int type, const uint8_t *w, size_t row_bytes, int64
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * bb;
-            prefetch_ahead(blk[r], bb, ahead);
+            prefetch_ahead(blk[r], bb, ahead, NT);
             k4_scales(blk[r] + 4, sc[r], mn[r]);
 #pragma GCC unroll 8
             for (int t = 0; t < NT; t++) isum[r][t] = isum2[r][t] = _mm256_setzero_si256();
@@ -993,7 +1002,7 @@ INLINE void tile_q6_k(const int type, const uint8_t *w, size_t row_bytes, int64_
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * 210;
-            prefetch_ahead(blk[r], 210, ahead);
+            prefetch_ahead(blk[r], 210, ahead, NT);
             scales[r] = (const int8_t *)blk[r] + 192;
 #pragma GCC unroll 8
             for (int t = 0; t < NT; t++) isum[r][t] = isum2[r][t] = _mm256_setzero_si256();
