@@ -351,6 +351,21 @@ void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n) {
     }
 }
 
+/* A short tail's m blocks (tmp) into lanes (simd.h): the coarse parts into
+ * q, the residuals into q2 when there is room for them, each lane's unit
+ * into d. */
+static void fill_short_tail(const kq8_32 *tmp, int m, int8_t q[2][64], int8_t q2[2][64], float d[2][16],
+                            const float *unit) {
+    for (int v = 0; v < 2; v++)
+        for (int lane = 0; lane < 16; lane++) {
+            int j = 0, e0 = 0;
+            if (!kq_tail_lane(m, v, lane, &j, &e0)) continue;
+            memcpy(&q[v][4 * lane], &tmp[j].q[e0], 4);
+            if (q2) memcpy(&q2[v][4 * lane], &tmp[j].q2[e0], 4);
+            d[v][lane] = unit[j];
+        }
+}
+
 void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int64_t n) {
     int64_t nb = n / 32;
     for (int64_t c = 0; c * 16 < nb; c++) {
@@ -359,16 +374,25 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
         impl->quantize_32(x + 512 * c, tmp, 32 * (int64_t)m);
         kq16_chunk *ch = &y[c];
         memset(ch, 0, sizeof *ch);
-        /* pair order: pair v of block j at P = 16 v + j, or m v + j in a short tail (simd.h) */
-        const int stride = m <= KQ16_SHORT_TAIL ? m : 16;
-        const bool half_tail = m > KQ16_SHORT_TAIL && m <= KQ16_HALF_TAIL;
+        if (m <= KQ_SHORT_TAIL) {
+            kq16_tail *tail = (kq16_tail *)ch;
+            float unit[KQ_SHORT_TAIL];
+            for (int j = 0; j < m; j++) {
+                unit[j] = tmp[j].d;
+                tail->s[j] = tmp[j].s;
+            }
+            fill_short_tail(tmp, m, tail->q, tail->q2, tail->d, unit);
+            continue;
+        }
+        /* pair order: pair v of block j at P = 16 v + j (simd.h) */
+        const bool half_tail = m <= KQ16_HALF_TAIL;
         uint8_t *pairs = (uint8_t *)&ch->q[0][0];
         for (int j = 0; j < m; j++) {
             int16_t v[32];
             for (int i = 0; i < 32; i++) v[i] = (int16_t)(256 * tmp[j].q[i] + tmp[j].q2[i]);
             for (int pv = 0; pv < 16; pv++) {
-                memcpy(pairs + 4 * (stride * pv + j), &v[2 * pv], 4);
-                if (half_tail) memcpy(pairs + 4 * (stride * pv + j + 8), &v[2 * pv], 4);
+                memcpy(pairs + 4 * (16 * pv + j), &v[2 * pv], 4);
+                if (half_tail) memcpy(pairs + 4 * (16 * pv + j + 8), &v[2 * pv], 4);
             }
             ch->d[j] = tmp[j].d;
             ch->s[j] = tmp[j].s;
@@ -416,21 +440,15 @@ void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t
             ch[c].d[j] = coarse_unit(&tmp[j], &ch[c].s[j]);
         }
     }
-    if (m > KQ8_SHORT_TAIL) {
+    if (m > KQ_SHORT_TAIL) {
         kern_quantize_x16(impl, x, (kq16_chunk *)(ch + n_full), n % 512);
     } else if (m > 0) {
         kq8_tail *tail = (kq8_tail *)(ch + n_full);
         memset(tail, 0, sizeof *tail);
         impl->quantize_32(x, tmp, 32 * (int64_t)m);
-        float unit[KQ8_SHORT_TAIL];
+        float unit[KQ_SHORT_TAIL];
         for (int j = 0; j < m; j++) unit[j] = coarse_unit(&tmp[j], &tail->s[j]);
-        for (int v = 0; v < 2; v++)
-            for (int lane = 0; lane < 16; lane++) {
-                int j = 0, e0 = 0;
-                if (!kq8_tail_lane(m, v, lane, &j, &e0)) continue;
-                memcpy(&tail->q[v][4 * lane], &tmp[j].q[e0], 4);
-                tail->d[v][lane] = unit[j];
-            }
+        fill_short_tail(tmp, m, tail->q, NULL, tail->d, unit);
     }
 }
 

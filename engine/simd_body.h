@@ -383,6 +383,96 @@ INLINE void finish_outputs(const int NR, const int NT, __m512 acc[4][4], float *
     }
 }
 
+/* The word permutes and block lanes of a short tail of m blocks, from
+ * kq_tail_lane: [q8][m][v] picks, for each lane, the two packed pairs
+ * (words) of its block that carry its four elements -- low and high nibbles
+ * of the same words for Q4, out of the tail's 8 m words; for Q8_0 words of
+ * its 16 m, through a permute of two vectors. Built once at load. */
+static uint16_t tail_words[2][KQ_SHORT_TAIL + 1][2][32];
+static int32_t tail_blocks[KQ_SHORT_TAIL + 1][2][16];
+
+__attribute__((constructor)) static void tail_tables(void) {
+    for (int m = 1; m <= KQ_SHORT_TAIL; m++)
+        for (int v = 0; v < 2; v++)
+            for (int lane = 0; lane < 16; lane++) {
+                int j = 0, e0 = 0;
+                bool used = kq_tail_lane(m, v, lane, &j, &e0);
+                tail_blocks[m][v][lane] = j;
+                for (int q8 = 0; q8 < 2; q8++) {
+                    /* elements 2g, 2g + 1 of block j are pair m g + j; Q4 keeps 16 + e in e's high nibble */
+                    int g = (q8 ? e0 : e0 % 16) / 2;
+                    tail_words[q8][m][v][2 * lane] = (uint16_t)(used ? m * g + j : 0);
+                    tail_words[q8][m][v][2 * lane + 1] = (uint16_t)(used ? m * (g + 1) + j : 0);
+                }
+            }
+}
+
+INLINE __mmask64 first_bytes(int n) { return n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n > 0 ? n : 0)) - 1; }
+
+/* acc[r][t] += the rows' short tail (m <= KQ_SHORT_TAIL blocks, row r's at
+ * w + r row_bytes) against the tokens' kq16_tail (x16) or kq8_tail (token
+ * t's at act + t act_stride): per lane the block's scales times its dot,
+ * then each block's offset term once, in lane j. Q8_0's bytes take +128 here
+ * at 16 bits too, and -128 dw s back. */
+INLINE void add_short_tail(const int type, const bool x16, const int NR, const int NT, const uint8_t *w, size_t row_bytes,
+                       const uint8_t *act, size_t act_stride, int m, size_t ahead, __m512 acc[4][4]) {
+    const uint8_t *chunk[4], *tail[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        chunk[r] = w + (size_t)r * row_bytes;
+        prefetch_ahead(chunk[r], m * block32_bytes(type), ahead, NT);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) tail[t] = act + (size_t)t * act_stride;
+    const bool q8 = type == GL_TYPE_Q8_0;
+    const int hdr = (type == GL_TYPE_Q4_1 ? 4 : 2) * m, n_vec = (m + 1) / 2;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+    __m512i u[4][2];
+    __m512 dw_lanes[4][2], mw[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        const __m512 dw = chunk_f16(chunk[r], m);
+        mw[r] = q8 ? _mm512_mul_ps(dw, _mm512_set1_ps(-128.0f)) : chunk_offsets(type, chunk[r], m, dw);
+        const uint8_t *quants = chunk[r] + hdr;
+        const int n_bytes = (q8 ? 32 : 16) * m;
+        const __m512i lo = _mm512_maskz_loadu_epi8(first_bytes(n_bytes), quants);
+        const __m512i hi = q8 ? _mm512_maskz_loadu_epi8(first_bytes(n_bytes - 64), quants + 64) : lo;
+        u[r][1] = _mm512_setzero_si512(); /* unused for m <= 2; set so no lane is ever undefined */
+        dw_lanes[r][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+        for (int v = 0; v == 0 || v < n_vec; v++) {
+            const __m512i words = _mm512_loadu_si512(tail_words[q8][m][v]);
+            if (q8) {
+                u[r][v] = _mm512_xor_si512(_mm512_permutex2var_epi16(lo, words, hi), flip);
+            } else {
+                __m512i p = _mm512_permutexvar_epi16(words, lo);
+                u[r][v] = _mm512_and_si512(_mm512_mask_srli_epi16(p, (__mmask32)0xffff0000u, p, 4), m4);
+            }
+            dw_lanes[r][v] = _mm512_permutexvar_ps(_mm512_loadu_si512(tail_blocks[m][v]), dw);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        const kq8_tail *a8 = (const kq8_tail *)tail[t];
+        const kq16_tail *a16 = (const kq16_tail *)tail[t];
+#pragma GCC unroll 2
+        for (int v = 0; v == 0 || v < n_vec; v++) {
+            const __m512i x = _mm512_loadu_si512(x16 ? a16->q[v] : a8->q[v]);
+            const __m512i x2 = x16 ? _mm512_loadu_si512(a16->q2[v]) : x;
+            const __m512 da = _mm512_loadu_ps(x16 ? a16->d[v] : a8->d[v]);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i idot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[r][v], x);
+                if (x16) idot = _mm512_dpbusd_epi32(_mm512_slli_epi32(idot, 8), u[r][v], x2);
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(dw_lanes[r][v], da), acc[r][t]);
+            }
+        }
+        const __m512 s = _mm512_loadu_ps(x16 ? a16->s : a8->s);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) acc[r][t] = _mm512_fmadd_ps(mw[r], s, acc[r][t]);
+    }
+}
+
 INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                            size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
                            float *state, int mode) {
@@ -394,8 +484,8 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
     const __m512i m4 = _mm512_set1_epi16(0x0f);
     __m512 acc[4][4];
     start_outputs(NR, NT, acc, state, mode);
-    const int short_tail = nb % 16 <= KQ16_SHORT_TAIL ? nb % 16 : 0;
-    const int half_tail = nb % 16 > KQ16_SHORT_TAIL && nb % 16 <= KQ16_HALF_TAIL ? nb % 16 : 0;
+    const int short_tail = nb % 16 <= KQ_SHORT_TAIL ? nb % 16 : 0;
+    const int half_tail = nb % 16 > KQ_SHORT_TAIL && nb % 16 <= KQ16_HALF_TAIL ? nb % 16 : 0;
     for (int c0 = 0; c0 < nb - short_tail - half_tail; c0 += 16) {
         const int m = nb - c0 < 16 ? nb - c0 : 16;
         const uint8_t *chunk[4];
@@ -506,72 +596,9 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
             }
         }
     }
-    /* A short last chunk (m <= KQ16_SHORT_TAIL blocks) would leave most
-     * lanes idle in the layout above: its pairs of quants run on in pair order
-     * P = m g + j instead (see simd.h), 16 to a vector, so lane L of vector v
-     * holds block (16 v + L) mod m. Each vector's dots turn into floats and
-     * take their blocks' scales, permuted into those lanes. */
-    if (short_tail) {
-        const int m = nb % 16, c0 = nb - m;
-        const int raw_bytes = q8 ? 32 * m : 16 * m, n_vec = (raw_bytes + 31) / 32;
-        const uint8_t *chunk[4];
-        const kq16_chunk *a[4];
-        __m512 dw[4], da[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb;
-            prefetch_ahead(chunk[r], m * bb, ahead, NT);
-            dw[r] = chunk_f16(chunk[r], m);
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
-            da[t] = _mm512_loadu_ps(a[t]->d);
-        }
-        if (!q8) {
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                __m512 mw = chunk_offsets(type, chunk[r], m, dw[r]);
-#pragma GCC unroll 4
-                for (int t = 0; t < NT; t++) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
-            }
-        }
-        /* block = L mod m, by floor((L + 0.5) / m) in floats: exact for L, m < 16 */
-        const __m512i lane = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
-        const __m512i mv = _mm512_set1_epi32(m);
-        __m512 quot = _mm512_floor_ps(_mm512_mul_ps(_mm512_add_ps(_mm512_cvtepi32_ps(lane), _mm512_set1_ps(0.5f)),
-                                                    _mm512_set1_ps(1.0f / (float)m)));
-        __m512i block = _mm512_sub_epi32(lane, _mm512_mullo_epi32(_mm512_cvtps_epi32(quot), mv));
-        const __m512i step = _mm512_set1_epi32(16 % m);
-        for (int v = 0; v < n_vec; v++) {
-            int left = raw_bytes - 32 * v;
-            __mmask32 k = left >= 32 ? ~(__mmask32)0 : (__mmask32)((1u << left) - 1);
-            __m512i lo[4], hi[4];
-            __m512 dws[4];
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                __m256i raw = _mm256_maskz_loadu_epi8(k, chunk[r] + hdr * m + 32 * v);
-                lo[r] = q8 ? _mm512_cvtepi8_epi16(raw) : _mm512_and_si512(_mm512_cvtepu8_epi16(raw), m4);
-                hi[r] = q8 ? lo[r] : _mm512_srli_epi16(_mm512_cvtepu8_epi16(raw), 4);
-                dws[r] = _mm512_permutexvar_ps(block, dw[r]);
-            }
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) {
-                const int16_t *q = &a[t]->q[0][0];
-                __m512i xl = _mm512_loadu_si512(q + 32 * v);
-                __m512i xh = q8 ? xl : _mm512_loadu_si512(q + 16 * m + 32 * v);
-                __m512 das = _mm512_permutexvar_ps(block, da[t]);
-#pragma GCC unroll 4
-                for (int r = 0; r < NR; r++) {
-                    __m512i dot = _mm512_dpwssd_epi32(_mm512_setzero_si512(), lo[r], xl);
-                    if (!q8) dot = _mm512_dpwssd_epi32(dot, hi[r], xh);
-                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), _mm512_mul_ps(dws[r], das), acc[r][t]);
-                }
-            }
-            block = _mm512_add_epi32(block, step);
-            block = _mm512_mask_sub_epi32(block, _mm512_cmpge_epi32_mask(block, mv), block, mv);
-        }
-    }
+    if (short_tail)
+        add_short_tail(type, true, NR, NT, w + (size_t)(nb - short_tail) * bb, row_bytes,
+                   act + (size_t)(nb / 16) * sizeof(kq16_chunk), act_stride, short_tail, ahead, acc);
     finish_outputs(NR, NT, acc, out, out_stride, state, mode);
 }
 
@@ -585,8 +612,8 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
  * one word permute per pair of groups puts block j's four bytes in lane j,
  * and vpdpbusd dots them with four activation bytes. Q8_0's bytes are made
  * unsigned by +128, which comes back as -128 dw times the activation sums.
- * A row's last chunk of at most KQ8_SHORT_TAIL blocks adds into the same
- * accumulators (short_tail_x8); a longer one runs on tile_x16_panel's tails
+ * A row's last chunk of at most KQ_SHORT_TAIL blocks adds into the same
+ * accumulators (add_short_tail); a longer one runs on tile_x16_panel's tails
  * against the kq16_chunk after the row's kq8_chunks, taking the
  * accumulators over through state: every output's operations stay fixed by
  * its row and token. */
@@ -594,82 +621,6 @@ INLINE __m512i quad_bytes(const uint8_t *p) {
     static const uint16_t lanes[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     return _mm512_permutexvar_epi16(_mm512_loadu_si512(lanes), _mm512_loadu_si512(p));
-}
-
-/* The word permutes and block lanes of a kq8_tail of m blocks, from
- * kq8_tail_lane: [q8][m][v] picks, for each lane, the two packed pairs
- * (words) of its block that carry its four elements -- low and high nibbles
- * of the same words for Q4, out of the tail's 8 m words; for Q8_0 words of
- * its 16 m, through a permute of two vectors. Built once at load. */
-static uint16_t x8_tail_words[2][KQ8_SHORT_TAIL + 1][2][32];
-static int32_t x8_tail_blocks[KQ8_SHORT_TAIL + 1][2][16];
-
-__attribute__((constructor)) static void x8_tail_tables(void) {
-    for (int m = 1; m <= KQ8_SHORT_TAIL; m++)
-        for (int v = 0; v < 2; v++)
-            for (int lane = 0; lane < 16; lane++) {
-                int j = 0, e0 = 0;
-                bool used = kq8_tail_lane(m, v, lane, &j, &e0);
-                x8_tail_blocks[m][v][lane] = j;
-                for (int q8 = 0; q8 < 2; q8++) {
-                    /* elements 2g, 2g + 1 of block j are pair m g + j; Q4 keeps 16 + e in e's high nibble */
-                    int g = (q8 ? e0 : e0 % 16) / 2;
-                    x8_tail_words[q8][m][v][2 * lane] = (uint16_t)(used ? m * g + j : 0);
-                    x8_tail_words[q8][m][v][2 * lane + 1] = (uint16_t)(used ? m * (g + 1) + j : 0);
-                }
-            }
-}
-
-INLINE __mmask64 first_bytes(int n) { return n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n > 0 ? n : 0)) - 1; }
-
-/* acc[r][t] += the rows' short last chunk (m <= KQ8_SHORT_TAIL blocks, at
- * chunk[r]) against the tokens' kq8_tail a[t]: per lane the block's scales
- * times its dot, then each block's offset term once, in lane j. */
-INLINE void short_tail_x8(const int type, const int NR, const int NT, const uint8_t *const chunk[4],
-                          const kq8_tail *const a[4], int m, __m512 acc[4][4]) {
-    const bool q8 = type == GL_TYPE_Q8_0;
-    const int hdr = (type == GL_TYPE_Q4_1 ? 4 : 2) * m, n_vec = (m + 1) / 2;
-    const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
-    __m512i u[4][2];
-    __m512 dw_lanes[4][2], mw[4];
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++) {
-        const __m512 dw = chunk_f16(chunk[r], m);
-        mw[r] = q8 ? _mm512_mul_ps(dw, _mm512_set1_ps(-128.0f)) : chunk_offsets(type, chunk[r], m, dw);
-        const uint8_t *quants = chunk[r] + hdr;
-        const int n_bytes = (q8 ? 32 : 16) * m;
-        const __m512i lo = _mm512_maskz_loadu_epi8(first_bytes(n_bytes), quants);
-        const __m512i hi = q8 ? _mm512_maskz_loadu_epi8(first_bytes(n_bytes - 64), quants + 64) : lo;
-        u[r][1] = _mm512_setzero_si512(); /* unused for m <= 2; set so no lane is ever undefined */
-        dw_lanes[r][1] = _mm512_setzero_ps();
-#pragma GCC unroll 2
-        for (int v = 0; v == 0 || v < n_vec; v++) {
-            const __m512i words = _mm512_loadu_si512(x8_tail_words[q8][m][v]);
-            if (q8) {
-                u[r][v] = _mm512_xor_si512(_mm512_permutex2var_epi16(lo, words, hi), flip);
-            } else {
-                __m512i p = _mm512_permutexvar_epi16(words, lo);
-                u[r][v] = _mm512_and_si512(_mm512_mask_srli_epi16(p, (__mmask32)0xffff0000u, p, 4), m4);
-            }
-            dw_lanes[r][v] = _mm512_permutexvar_ps(_mm512_loadu_si512(x8_tail_blocks[m][v]), dw);
-        }
-    }
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) {
-#pragma GCC unroll 2
-        for (int v = 0; v == 0 || v < n_vec; v++) {
-            const __m512i x = _mm512_loadu_si512(a[t]->q[v]);
-            const __m512 da = _mm512_loadu_ps(a[t]->d[v]);
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                __m512 dot = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(_mm512_setzero_si512(), u[r][v], x));
-                acc[r][t] = _mm512_fmadd_ps(dot, _mm512_mul_ps(dw_lanes[r][v], da), acc[r][t]);
-            }
-        }
-        const __m512 s = _mm512_loadu_ps(a[t]->s);
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) acc[r][t] = _mm512_fmadd_ps(mw[r], s, acc[r][t]);
-    }
 }
 
 INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
@@ -734,17 +685,9 @@ INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, in
             }
         }
     }
-    if (nb % 16 && nb % 16 <= KQ8_SHORT_TAIL) {
-        const uint8_t *chunk[4];
-        const kq8_tail *a[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            chunk[r] = w + (size_t)r * row_bytes + (size_t)n_full * 16 * bb;
-            prefetch_ahead(chunk[r], (nb % 16) * bb, ahead, NT);
-        }
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) a[t] = (const kq8_tail *)(act + (size_t)t * act_stride + (size_t)n_full * sizeof(kq8_chunk));
-        short_tail_x8(type, NR, NT, chunk, a, nb % 16, acc);
+    if (nb % 16 && nb % 16 <= KQ_SHORT_TAIL) {
+        add_short_tail(type, false, NR, NT, w + (size_t)n_full * 16 * bb, row_bytes,
+                   act + (size_t)n_full * sizeof(kq8_chunk), act_stride, nb % 16, ahead, acc);
     } else if (nb % 16) {
         _Alignas(64) float own[4 * 64];
         float *st = state ? state : own;

@@ -91,7 +91,7 @@ static void act_as_seen(kern_act_kind kind, const float *x, int64_t n, float *se
         kq8_32 *q = malloc((size_t)(n / 32) * sizeof *q);
         kern_quantize_32_ref(x, q, n);
         for (int64_t i = 0; i < n; i++) {
-            bool coarse = kind == KERN_ACT_Q8_X8 && (i < n / 512 * 512 || n % 512 / 32 <= KQ8_SHORT_TAIL);
+            bool coarse = kind == KERN_ACT_Q8_X8 && (i < n / 512 * 512 || n % 512 / 32 <= KQ_SHORT_TAIL);
             seen[i] = q[i / 32].d * (256 * q[i / 32].q[i % 32] + (coarse ? 0 : q[i / 32].q2[i % 32]));
             half_step[i] = q[i / 32].d * (coarse ? 128 : 1); /* q2 may clip to 127 at a half step of q */
         }
