@@ -353,16 +353,16 @@ void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n) {
 
 /* A short tail's m blocks (tmp) into lanes (simd.h): the coarse parts into
  * q, the residuals into q2 when there is room for them, each lane's unit
- * into d. */
+ * (the block's d times unit_scale) into d. */
 static void fill_short_tail(const kq8_32 *tmp, int m, int8_t q[2][64], int8_t q2[2][64], float d[2][16],
-                            const float *unit) {
+                            float unit_scale) {
     for (int v = 0; v < 2; v++)
         for (int lane = 0; lane < 16; lane++) {
             int j = 0, e0 = 0;
             if (!kq_tail_lane(m, v, lane, &j, &e0)) continue;
             memcpy(&q[v][4 * lane], &tmp[j].q[e0], 4);
             if (q2) memcpy(&q2[v][4 * lane], &tmp[j].q2[e0], 4);
-            d[v][lane] = unit[j];
+            d[v][lane] = tmp[j].d * unit_scale;
         }
 }
 
@@ -376,12 +376,8 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
         memset(ch, 0, sizeof *ch);
         if (m <= KQ_SHORT_TAIL) {
             kq16_tail *tail = (kq16_tail *)ch;
-            float unit[KQ_SHORT_TAIL];
-            for (int j = 0; j < m; j++) {
-                unit[j] = tmp[j].d;
-                tail->s[j] = tmp[j].s;
-            }
-            fill_short_tail(tmp, m, tail->q, tail->q2, tail->d, unit);
+            for (int j = 0; j < m; j++) tail->s[j] = tmp[j].s;
+            fill_short_tail(tmp, m, tail->q, tail->q2, tail->d, 1.0f);
             continue;
         }
         /* pair order: pair v of block j at P = 16 v + j (simd.h) */
@@ -419,11 +415,14 @@ void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t
     }
 }
 
+/* The coarse part's step in units of kq8_32's d; exact, a power of two. */
+static const float coarse_step = 256.0f;
+
 /* A block's coarse part alone: its unit, and the unit times its sum. */
 static float coarse_unit(const kq8_32 *b, float *s) {
     int sum = 0;
     for (int i = 0; i < 32; i++) sum += b->q[i];
-    float d = b->d * 256.0f; /* the coarse step; exact, a power of two */
+    float d = b->d * coarse_step;
     *s = d * (float)sum;
     return d;
 }
@@ -446,9 +445,8 @@ void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t
         kq8_tail *tail = (kq8_tail *)(ch + n_full);
         memset(tail, 0, sizeof *tail);
         impl->quantize_32(x, tmp, 32 * (int64_t)m);
-        float unit[KQ_SHORT_TAIL];
-        for (int j = 0; j < m; j++) unit[j] = coarse_unit(&tmp[j], &tail->s[j]);
-        fill_short_tail(tmp, m, tail->q, NULL, tail->d, unit);
+        for (int j = 0; j < m; j++) (void)coarse_unit(&tmp[j], &tail->s[j]);
+        fill_short_tail(tmp, m, tail->q, NULL, tail->d, coarse_step);
     }
 }
 

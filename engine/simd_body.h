@@ -315,9 +315,12 @@ INLINE __m512 chunk_f16(const uint8_t *p, int m) {
 }
 
 /* The weight offsets mw of a chunk's m blocks, from their scales dw: Q4_1's
- * minimums (stored after the scales), Q4_0's -8 dw. Q8_0 has none. */
+ * minimums (stored after the scales), Q4_0's -8 dw, and for Q8_0, whose
+ * bytes vpdpbusd takes offset by +128 (unsigned), -128 dw; the 16-bit
+ * chunks take Q8_0's bytes signed and use none. */
 INLINE __m512 chunk_offsets(const int type, const uint8_t *chunk, int m, __m512 dw) {
-    return type == GL_TYPE_Q4_1 ? chunk_f16(chunk + 2 * m, m) : _mm512_mul_ps(dw, _mm512_set1_ps(-8.0f));
+    if (type == GL_TYPE_Q4_1) return chunk_f16(chunk + 2 * m, m);
+    return _mm512_mul_ps(dw, _mm512_set1_ps(type == GL_TYPE_Q8_0 ? -128.0f : -8.0f));
 }
 
 /* The sums of a, b, c and d in lanes 0, 4, 8 and 12, each by the tree
@@ -432,7 +435,7 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
         const __m512 dw = chunk_f16(chunk[r], m);
-        mw[r] = q8 ? _mm512_mul_ps(dw, _mm512_set1_ps(-128.0f)) : chunk_offsets(type, chunk[r], m, dw);
+        mw[r] = chunk_offsets(type, chunk[r], m, dw);
         const uint8_t *quants = chunk[r] + hdr;
         const int n_bytes = (q8 ? 32 : 16) * m;
         const __m512i lo = _mm512_maskz_loadu_epi8(first_bytes(n_bytes), quants);
@@ -676,7 +679,7 @@ INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, in
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             __m512 dw = chunk_f16(chunk[r], 16);
-            __m512 mw = q8 ? _mm512_mul_ps(dw, _mm512_set1_ps(-128.0f)) : chunk_offsets(type, chunk[r], 16, dw);
+            __m512 mw = chunk_offsets(type, chunk[r], 16, dw);
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) {
                 __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
@@ -1141,11 +1144,12 @@ DEFINE_ROWS(rows_q8_0, tile_q32, GL_TYPE_Q8_0)
  * core: 75 -> 110 GMAC/s). The rest runs in one pass; the results are the same. */
 #define X16_PANEL 4
 #define X16_ROW_BLOCK 32
-INLINE void panel_tile(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
-                       const uint8_t *act, size_t act_stride, const int NR, float *out, size_t out_stride, float *state,
-                       int mode) {
-    if (x8) tile_x8_panel(type, w, row_bytes, n_cols, act, act_stride, NR, 4, out, out_stride, state, mode);
-    else tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, 4, out, out_stride, state, mode);
+/* A tile of packed chunks, against 8-bit (x8) or 16-bit activations. */
+INLINE void chunk_tile(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
+                       const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
+                       float *state, int mode) {
+    if (x8) tile_x8_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, state, mode);
+    else tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, state, mode);
 }
 
 INLINE int packed_chunk_panels(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
@@ -1166,10 +1170,10 @@ INLINE int packed_chunk_panels(const int type, const bool x8, const uint8_t *w, 
                 float *o = out + (size_t)t0 * out_stride + r0;
                 int r = 0;
                 for (; r + 2 <= nr; r += 2)
-                    panel_tile(type, x8, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 2, o + r,
+                    chunk_tile(type, x8, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 2, 4, o + r,
                                out_stride, state + 64 * r, mode);
                 for (; r < nr; r++)
-                    panel_tile(type, x8, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 1, o + r,
+                    chunk_tile(type, x8, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 1, 4, o + r,
                                out_stride, state + 64 * r, mode);
             }
         }
@@ -1188,19 +1192,14 @@ INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *
     int r = 0;
     for (; r + 4 <= n_rows; r += 4) {
 #pragma GCC unroll 4
-        for (int i = 0; i < 4; i++) {
-            const uint8_t *wr = w + (size_t)(r + i) * row_bytes;
-            if (x8) tile_x8_panel(type, wr, row_bytes, n_cols, act, 0, 1, 1, NULL, 0, state + 64 * i, X16_STORE);
-            else tile_x16_panel(type, wr, row_bytes, n_cols, act, 0, 1, 1, NULL, 0, state + 64 * i, X16_STORE);
-        }
+        for (int i = 0; i < 4; i++)
+            chunk_tile(type, x8, w + (size_t)(r + i) * row_bytes, row_bytes, n_cols, act, 0, 1, 1, NULL, 0,
+                       state + 64 * i, X16_STORE);
         __m512 sums = sum4_ps(_mm512_load_ps(state), _mm512_load_ps(state + 64), _mm512_load_ps(state + 128),
                               _mm512_load_ps(state + 192));
         _mm_storeu_ps(out + r, _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, sums)));
     }
-    for (; r < n_rows; r++) {
-        if (x8) tile_x8(type, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 1, 1, out + r, 0);
-        else tile_x16(type, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 1, 1, out + r, 0);
-    }
+    for (; r < n_rows; r++) chunk_tile(type, x8, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 1, 1, out + r, 0, NULL, 0);
 }
 
 #define DEFINE_PACKED_CHUNK_ROWS(name, TILE, TYPE, X8)                                                          \
