@@ -175,6 +175,8 @@ static void usage(FILE *out) {
             "  -m, --model PATH    GGUF model\n"
             "  -p N                prompt tokens for prompt processing (default 512)\n"
             "  -n N                tokens to generate (default 128)\n"
+            "  -d N                context depth of the single-stream generation run: its prompt\n"
+            "                      tokens, so tg shows attention over that many (default 16)\n"
             "  -t, --threads N     compute threads (default: all cores)\n"
             "  -b LIST             batch sizes for aggregate generation, e.g. 1,4,16 (default 1,2,4,8,16)\n"
             "  -r N                repetitions, the median is reported (default 3)\n"
@@ -196,7 +198,7 @@ static int parse_batches(const char *s, int *out) {
 
 int cmd_bench(int argc, char **argv) {
     const char *model_path = NULL;
-    long n_prompt = 512, n_gen = 128, n_threads = 0, reps = 3;
+    long n_prompt = 512, n_gen = 128, n_threads = 0, reps = 3, depth = GEN_PROMPT;
     int batches[MAX_BATCHES] = {1, 2, 4, 8, 16}, n_batches = 5;
     bool json = false;
     int act_bits = 16;
@@ -213,6 +215,8 @@ int cmd_bench(int argc, char **argv) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_parse_int(a, v, 1, 1 << 20, &n_prompt)) return 2;
         } else if (!strcmp(a, "-n")) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_parse_int(a, v, 2, 1 << 20, &n_gen)) return 2;
+        } else if (!strcmp(a, "-d")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_int(a, v, 1, 1 << 20, &depth)) return 2;
         } else if (!strcmp(a, "-t") || !strcmp(a, "--threads")) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_parse_int(a, v, 1, 1024, &n_threads)) return 2;
         } else if (!strcmp(a, "-r")) {
@@ -247,7 +251,7 @@ int cmd_bench(int argc, char **argv) {
     const gl_model_info *info = gl_model_get_info(model);
     int max_batch = 1;
     for (int i = 0; i < n_batches; i++) max_batch = batches[i] > max_batch ? batches[i] : max_batch;
-    int ctx = (int)(n_prompt > GEN_PROMPT ? n_prompt : GEN_PROMPT) + (int)n_gen + 16;
+    int ctx = (int)(n_prompt > depth ? n_prompt : depth) + (int)n_gen + 16;
 
     gl_engine_params ep;
     gl_engine_params_default(&ep);
@@ -280,7 +284,7 @@ int cmd_bench(int argc, char **argv) {
         if (run_requests(e, info, 1, (int)n_prompt, 1, r, &st)) rc = 1;
         else pp[r] = (double)n_prompt / st.t_first_token;
         bw[r] = measure_bandwidth((int)n_threads, 3);
-        if (!rc && run_requests(e, info, 1, GEN_PROMPT, (int)n_gen, 1000 + r, &st) == 0)
+        if (!rc && run_requests(e, info, 1, (int)depth, (int)n_gen, 1000 + r, &st) == 0)
             tg[r] = (double)st.tokens_after_first / (now_s() - st.t_all_first);
         else rc = 1;
         /* The machine's bandwidth drifts within minutes (35-68 GB/s seen here
@@ -307,10 +311,10 @@ int cmd_bench(int argc, char **argv) {
         double roof_m = median(roof, (int)reps);
         if (json) {
             printf("{\"model\": \"%s\", \"threads\": %ld, \"activation_bits\": %d, \"n_prompt\": %ld, "
-                   "\"n_gen\": %ld, \"reps\": %ld, "
+                   "\"n_gen\": %ld, \"depth\": %ld, \"reps\": %ld, "
                    "\"pp_tokens_per_s\": %.2f, \"tg_tokens_per_s\": %.2f, \"bandwidth_gb_per_s\": %.2f, "
                    "\"weight_bytes_per_token\": %llu, \"roofline_fraction\": %.4f, \"batch_tg_tokens_per_s\": {",
-                   info->name, n_threads, act_bits, n_prompt, n_gen, reps, pp_m, tg_m, bw_m,
+                   info->name, n_threads, act_bits, n_prompt, n_gen, depth, reps, pp_m, tg_m, bw_m,
                    (unsigned long long)info->weight_bytes, roof_m);
             for (int b = 0; b < n_batches; b++) printf("%s\"%d\": %.2f", b ? ", " : "", batches[b], bt_med[b]);
             printf("}}\n");
@@ -321,7 +325,10 @@ int cmd_bench(int argc, char **argv) {
             printf("bandwidth           %.2f GB/s\n", bw_m);
             printf("weights per token   %.1f MB\n", (double)info->weight_bytes / 1e6);
             printf("pp%-5ld             %.1f tokens/s\n", n_prompt, pp_m);
-            printf("tg%-5ld             %.1f tokens/s\n", n_gen, tg_m);
+            char tg_label[64];
+            if (depth == GEN_PROMPT) snprintf(tg_label, sizeof tg_label, "tg%ld", n_gen);
+            else snprintf(tg_label, sizeof tg_label, "tg%ld @ depth %ld", n_gen, depth);
+            printf("%-20s%.1f tokens/s\n", tg_label, tg_m);
             printf("roofline fraction   %.3f\n", roof_m);
             for (int b = 0; b < n_batches; b++)
                 printf("batch %-3d           %.1f tokens/s aggregate (%.2fx single)\n", batches[b], bt_med[b],

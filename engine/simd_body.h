@@ -1361,6 +1361,49 @@ INLINE __m512 k_channel(const uint8_t *k, __mmask16 km, bool f16) {
     return f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, k)) : _mm512_maskz_loadu_ps(km, k);
 }
 
+/* ng heads (1-4) of one block, each channel's K converted once. ng and f16
+ * are constants in each copy, so the 16 accumulators stay in registers and
+ * the loop carries no per-head tests (with them as variables the compiler
+ * kept the accumulators on the stack: SmolLM2 decode at 2048 positions
+ * spent 46% of its time here). */
+INLINE void attend_scores_tile(const uint8_t *k, size_t k_stride, const float *const *qg, const int NG, int hd,
+                               __mmask16 km, const bool F16, float *score, int bs) {
+    __m512 acc[4][4]; /* [row][channel % 4] */
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) acc[g][c] = _mm512_setzero_ps();
+    int d = 0;
+    for (; d + 4 <= hd; d += 4) {
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512 kv = k_channel(k + (size_t)(d + c) * k_stride, km, F16);
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) acc[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(qg[g][d + c]), kv, acc[g][c]);
+        }
+    }
+    for (int c = 0; d + c < hd; c++) {
+        __m512 kv = k_channel(k + (size_t)(d + c) * k_stride, km, F16);
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) acc[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(qg[g][d + c]), kv, acc[g][c]);
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++) {
+        __m512 sc = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3]));
+        /* whole vectors when they fit: attend_softmax reloads them whole */
+        if (bs == 16) _mm512_storeu_ps(score + (size_t)g * bs, sc);
+        else _mm512_mask_storeu_ps(score + (size_t)g * bs, km, sc);
+    }
+}
+
+#define ATTEND_TILE_CASES(CALL, f16)           \
+    switch (ng) {                              \
+    case 1: CALL(1, f16); break;               \
+    case 2: CALL(2, f16); break;               \
+    case 3: CALL(3, f16); break;               \
+    default: CALL(4, f16); break;              \
+    }
+
 static void FN(attend_scores)(const uint8_t *k, size_t k_stride, const float *const *q, int nr, int hd, int n,
                               bool f16, float *score, int bs, float *row) {
     if (bs > 16) {
@@ -1370,29 +1413,11 @@ static void FN(attend_scores)(const uint8_t *k, size_t k_stride, const float *co
     __mmask16 km = (__mmask16)((1u << n) - 1);
     for (int g0 = 0; g0 < nr; g0 += 4) {
         int ng = nr - g0 < 4 ? nr - g0 : 4;
-        __m512 acc[4][4]; /* [row][channel % 4] */
-        memset(acc, 0, sizeof acc);
-        const float *qg[4];
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; g++) qg[g] = q[g0 + (g < ng ? g : 0)];
-        for (int d = 0; d < hd; d += 4) {
-#pragma GCC unroll 4
-            for (int c = 0; c < 4; c++) {
-                if (d + c >= hd) break;
-                __m512 kv = k_channel(k + (size_t)(d + c) * k_stride, km, f16);
-#pragma GCC unroll 4
-                for (int g = 0; g < 4; g++)
-                    if (g < ng) acc[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(qg[g][d + c]), kv, acc[g][c]);
-            }
-        }
-#pragma GCC unroll 4
-        for (int g = 0; g < 4; g++)
-            if (g < ng) {
-                __m512 sc = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3]));
-                /* whole vectors when they fit: attend_softmax reloads them whole */
-                if (bs == 16) _mm512_storeu_ps(score + (size_t)(g0 + g) * bs, sc);
-                else _mm512_mask_storeu_ps(score + (size_t)(g0 + g) * bs, km, sc);
-            }
+        float *sg = score + (size_t)g0 * bs;
+#define SCORES_CALL(NG, F16) attend_scores_tile(k, k_stride, q + g0, NG, hd, km, F16, sg, bs)
+        if (f16) ATTEND_TILE_CASES(SCORES_CALL, true)
+        else ATTEND_TILE_CASES(SCORES_CALL, false)
+#undef SCORES_CALL
     }
 }
 
@@ -1425,6 +1450,49 @@ static void FN(attend_softmax)(float *sg, int n, int bs, float scale, float *mx,
 
 /* out += p V over a block: up to 4 heads' outputs of up to 64 channels in
  * registers while the block's V rows go by. */
+/* out += p V for NG heads (1-4) over NC vectors of channels from c0 (NG
+ * and NC constants in the usual copies, as above): the outputs stay in
+ * registers while the block's V rows go by. Rows come in token order, so their counts n[g] never fall;
+ * the positions all of them read run without per-head tests. */
+INLINE void attend_pv_tile(const uint8_t *v, size_t v_stride, const float *score, const int NG, const int *n, int c0,
+                           const int NC, const bool F16, float *const *out, int bs) {
+    __m512 o[4][4], vv[4] = {0}; /* zeros only for the compiler's warnings: the copies never read them */
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) o[g][c] = g < NG && c < NC ? _mm512_loadu_ps(out[g] + c0 + 16 * c) : _mm512_setzero_ps();
+    int j = 0;
+    for (; j < n[0]; j++) {
+        const uint8_t *vj = v + (size_t)j * v_stride + (size_t)c0 * (F16 ? 2 : 4);
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++)
+            vv[c] = F16 ? _mm512_cvtph_ps(load256(vj + 32 * c)) : _mm512_loadu_ps((const float *)vj + 16 * c);
+#pragma GCC unroll 4
+        for (int g = 0; g < NG; g++) {
+            __m512 pj = _mm512_set1_ps(score[(size_t)g * bs + j]);
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++) o[g][c] = _mm512_fmadd_ps(pj, vv[c], o[g][c]);
+        }
+    }
+    for (; j < n[NG - 1]; j++) {
+        const uint8_t *vj = v + (size_t)j * v_stride + (size_t)c0 * (F16 ? 2 : 4);
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++)
+            vv[c] = F16 ? _mm512_cvtph_ps(load256(vj + 32 * c)) : _mm512_loadu_ps((const float *)vj + 16 * c);
+#pragma GCC unroll 4
+        for (int g = 1; g < NG; g++) {
+            if (j >= n[g]) continue;
+            __m512 pj = _mm512_set1_ps(score[(size_t)g * bs + j]);
+#pragma GCC unroll 4
+            for (int c = 0; c < NC; c++) o[g][c] = _mm512_fmadd_ps(pj, vv[c], o[g][c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) _mm512_storeu_ps(out[g] + c0 + 16 * c, o[g][c]);
+}
+
 static void FN(attend_pv)(const uint8_t *v, size_t v_stride, const float *score, int nr, const int *n, int hd,
                           bool f16, float *const *out, int bs, float *row) {
     if (hd % 16 || hd > 256) {
@@ -1435,35 +1503,16 @@ static void FN(attend_pv)(const uint8_t *v, size_t v_stride, const float *score,
         int nc = (hd - c0) / 16 < 4 ? (hd - c0) / 16 : 4;
         for (int g0 = 0; g0 < nr; g0 += 4) {
             int ng = nr - g0 < 4 ? nr - g0 : 4;
-            __m512 o[4][4];
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++)
-#pragma GCC unroll 4
-                for (int c = 0; c < 4; c++)
-                    o[g][c] = g < ng && c < nc ? _mm512_loadu_ps(out[g0 + g] + c0 + 16 * c) : _mm512_setzero_ps();
-            for (int j = 0; j < n[g0 + ng - 1]; j++) {
-                const uint8_t *vj = v + (size_t)j * v_stride + (size_t)c0 * (f16 ? 2 : 4);
-                __m512 vv[4];
-#pragma GCC unroll 4
-                for (int c = 0; c < 4; c++)
-                    vv[c] = c >= nc ? _mm512_setzero_ps() : f16 ? _mm512_cvtph_ps(load256(vj + 32 * c)) : _mm512_loadu_ps((const float *)vj + 16 * c);
-#pragma GCC unroll 4
-                for (int g = 0; g < 4; g++) {
-                    if (g >= ng || j >= n[g0 + g]) continue;
-                    __m512 pj = _mm512_set1_ps(score[(size_t)(g0 + g) * bs + j]);
-#pragma GCC unroll 4
-                    for (int c = 0; c < 4; c++)
-                        if (c < nc) o[g][c] = _mm512_fmadd_ps(pj, vv[c], o[g][c]);
-                }
-            }
-#pragma GCC unroll 4
-            for (int g = 0; g < 4; g++)
-#pragma GCC unroll 4
-                for (int c = 0; c < 4; c++)
-                    if (g < ng && c < nc) _mm512_storeu_ps(out[g0 + g] + c0 + 16 * c, o[g][c]);
+            const float *sg = score + (size_t)g0 * bs;
+#define PV_CALL(NG, F16) attend_pv_tile(v, v_stride, sg, NG, n + g0, c0, 4, F16, out + g0, bs)
+            if (nc < 4) attend_pv_tile(v, v_stride, sg, ng, n + g0, c0, nc, f16, out + g0, bs); /* head dims not a multiple of 64 */
+            else if (f16) ATTEND_TILE_CASES(PV_CALL, true)
+            else ATTEND_TILE_CASES(PV_CALL, false)
+#undef PV_CALL
         }
     }
 }
+#undef ATTEND_TILE_CASES
 #define ATTEND_SCORES FN(attend_scores)
 #define ATTEND_PV FN(attend_pv)
 #define ATTEND_SOFTMAX FN(attend_softmax)
