@@ -69,54 +69,80 @@ static void ATTEND_CAT(ATTEND_NAME, generic_softmax)(float *sg, int n, int bs, f
  * h0..h0+nh-1 (one KV group): nt * nh rows, each reading the blocks up to its
  * own position. Rows go in token order, so the rows still reading a block
  * are always the last ones. Every row sees the same operations whatever
- * the other rows of the call, so tiling tokens never changes a result. */
-static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, float *scratch) {
+ * the other rows of the call, so tiling tokens never changes a result.
+ * Positions go in segments of kern_attend_segment(block_size), each with an
+ * online softmax of its own, merged in order by kern_attend_merge: seg < 0
+ * runs them all and writes the result; seg >= 0 runs only that one and
+ * writes each row's part (kern_attend_merge's form) to part, so a caller can
+ * spread one token's segments over threads and get the same result. */
+static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int seg, float *part, float *scratch) {
     int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, bs = a->block_size, nr = nt * nh;
-    int kv_dim = a->n_kv_heads * hd;
+    int kv_dim = a->n_kv_heads * hd, seg_len = kern_attend_segment(bs);
     size_t es = a->f16 ? 2 : 4, block_bytes = (size_t)kv_dim * (size_t)bs * es, tok_stride = (size_t)a->n_heads * hd;
     size_t channel0 = (size_t)(h0 / group) * (size_t)hd; /* this group's first K/V channel */
     const int32_t *table = a->block_tables[a->seq_of_token[t0]];
     /* this group's K and V in cache block 0; block b is b * block_bytes on */
     const uint8_t *k0 = a->k + channel0 * (size_t)bs * es, *v0 = a->v + channel0 * es;
     const float *q[KERN_ATTEND_MAX_ROWS];
-    float *out[KERN_ATTEND_MAX_ROWS];
+    float *out[KERN_ATTEND_MAX_ROWS], *seg_out[KERN_ATTEND_MAX_ROWS];
     int pos[KERN_ATTEND_MAX_ROWS], n[KERN_ATTEND_MAX_ROWS];
-    float *row = scratch, *mx = row + (hd > bs ? hd : bs), *sum = mx + nr, *score = sum + nr; /* score: [nr][bs] */
+    /* scratch: row; [nr] maxima and sums of the segment and of those before; [nr][bs] scores; [nr][hd] a later segment's outputs */
+    float *row = scratch, *mx = row + (hd > bs ? hd : bs), *sum = mx + nr, *run_mx = sum + nr, *run_sum = run_mx + nr;
+    float *score = run_sum + nr, *later = score + nr * bs;
     float scale = 1.0f / sqrtf((float)hd);
     for (int r = 0; r < nr; r++) {
         int t = t0 + r / nh;
         q[r] = a->q + (size_t)t * tok_stride + (size_t)(h0 + r % nh) * hd;
-        out[r] = a->out + (size_t)t * tok_stride + (size_t)(h0 + r % nh) * hd;
+        out[r] = part ? part + (size_t)r * (hd + 2) : a->out + (size_t)t * tok_stride + (size_t)(h0 + r % nh) * hd;
         pos[r] = a->positions[t];
-        mx[r] = -INFINITY;
-        sum[r] = 0;
-        memset(out[r], 0, (size_t)hd * sizeof *out[r]);
     }
-    for (int p0 = 0, r0 = 0, last = a->positions[t0 + nt - 1]; p0 <= last; p0 += bs) {
-        while (pos[r0] < p0) r0++; /* rows r0.. still read this block */
-        for (int r = r0; r < nr; r++) n[r] = pos[r] + 1 - p0 < bs ? pos[r] + 1 - p0 : bs;
-        const uint8_t *k = k0 + (size_t)table[p0 / bs] * block_bytes, *v = v0 + (size_t)table[p0 / bs] * block_bytes;
-        /* The next block is anywhere in the pool, so no hardware prefetcher
-         * guesses it: ask for it while this one runs (SmolLM2, 16 sequences
-         * decoding: attention 21% -> 15% of a step). Into L2, not L1: the
-         * 64 lines of a block held L1's few miss buffers, and the requests
-         * past them were as good as dropped (one thread, SmolLM2's heads at
-         * 2048 positions over 30 layers from memory: 8.5-9.5 ms a step as
-         * into L1, the same as none, 4.3-6.2 ms into L2; two or three
-         * blocks ahead were no better than one). */
-        if (p0 + bs <= last) {
-            const uint8_t *kn = k0 + (size_t)table[p0 / bs + 1] * block_bytes;
-            const uint8_t *vn = v0 + (size_t)table[p0 / bs + 1] * block_bytes;
-            for (size_t off = 0; off < (size_t)hd * (size_t)bs * es; off += 64) __builtin_prefetch(kn + off, 0, 2);
-            for (int j = 0; j < bs; j++)
-                for (size_t off = 0; off < (size_t)hd * es; off += 64)
-                    __builtin_prefetch(vn + (size_t)j * kv_dim * es + off, 0, 2);
+    int last = pos[nr - 1], s_first = seg < 0 ? 0 : seg, s_last = seg < 0 ? last / seg_len : seg;
+    for (int sg = s_first; sg <= s_last; sg++) {
+        int p_begin = sg * seg_len, p_end = p_begin + seg_len - 1 < last ? p_begin + seg_len - 1 : last;
+        for (int r = 0; r < nr; r++) {
+            seg_out[r] = sg == s_first ? out[r] : later + (size_t)r * hd;
+            mx[r] = -INFINITY;
+            sum[r] = 0;
+            memset(seg_out[r], 0, (size_t)hd * sizeof *seg_out[r]);
         }
-        ATTEND_SCORES(k, (size_t)bs * es, q + r0, nr - r0, hd, n[nr - 1], a->f16, score + r0 * bs, bs, row);
-        for (int r = r0; r < nr; r++) ATTEND_SOFTMAX(score + r * bs, n[r], bs, scale, &mx[r], &sum[r], out[r], hd);
-        ATTEND_PV(v, (size_t)kv_dim * es, score + r0 * bs, nr - r0, n + r0, hd, a->f16, out + r0, bs, row);
+        for (int p0 = p_begin, r0 = 0; p0 <= p_end; p0 += bs) {
+            while (pos[r0] < p0) r0++; /* rows r0.. still read this block */
+            for (int r = r0; r < nr; r++) n[r] = pos[r] + 1 - p0 < bs ? pos[r] + 1 - p0 : bs;
+            const uint8_t *k = k0 + (size_t)table[p0 / bs] * block_bytes, *v = v0 + (size_t)table[p0 / bs] * block_bytes;
+            /* The next block is anywhere in the pool, so no hardware prefetcher
+             * guesses it: ask for it while this one runs (SmolLM2, 16 sequences
+             * decoding: attention 21% -> 15% of a step). Into L2, not L1: the
+             * 64 lines of a block held L1's few miss buffers, and the requests
+             * past them were as good as dropped (one thread, SmolLM2's heads at
+             * 2048 positions over 30 layers from memory: 8.5-9.5 ms a step as
+             * into L1, the same as none, 4.3-6.2 ms into L2; two or three
+             * blocks ahead were no better than one). */
+            if (p0 + bs <= last) {
+                const uint8_t *kn = k0 + (size_t)table[p0 / bs + 1] * block_bytes;
+                const uint8_t *vn = v0 + (size_t)table[p0 / bs + 1] * block_bytes;
+                for (size_t off = 0; off < (size_t)hd * (size_t)bs * es; off += 64) __builtin_prefetch(kn + off, 0, 2);
+                for (int j = 0; j < bs; j++)
+                    for (size_t off = 0; off < (size_t)hd * es; off += 64)
+                        __builtin_prefetch(vn + (size_t)j * kv_dim * es + off, 0, 2);
+            }
+            ATTEND_SCORES(k, (size_t)bs * es, q + r0, nr - r0, hd, n[nr - 1], a->f16, score + r0 * bs, bs, row);
+            for (int r = r0; r < nr; r++)
+                ATTEND_SOFTMAX(score + r * bs, n[r], bs, scale, &mx[r], &sum[r], seg_out[r], hd);
+            ATTEND_PV(v, (size_t)kv_dim * es, score + r0 * bs, nr - r0, n + r0, hd, a->f16, seg_out + r0, bs, row);
+        }
+        for (int r = 0; r < nr; r++) {
+            if (sg == s_first) run_mx[r] = mx[r], run_sum[r] = sum[r];
+            else kern_attend_merge(out[r], &run_mx[r], &run_sum[r], seg_out[r], mx[r], sum[r], hd);
+        }
     }
-    for (int r = 0; r < nr; r++) ATTEND_SCALE(out[r], 1.0f / sum[r], hd);
+    for (int r = 0; r < nr; r++) {
+        if (!part) {
+            ATTEND_SCALE(out[r], 1.0f / run_sum[r], hd);
+        } else {
+            out[r][hd] = run_mx[r];
+            out[r][hd + 1] = run_sum[r];
+        }
+    }
 }
 
 #undef ATTEND_NAME

@@ -48,6 +48,8 @@ struct kern_pool {
     uint8_t *act;              /* quantized activations of the current matmul */
     size_t act_cap;            /* bytes */
     int act_bits;              /* 16 or 8, kern_pool_set_act_bits */
+    float *attn_parts;         /* segment parts of a split attention call */
+    size_t attn_parts_cap;     /* floats */
 };
 
 static inline void cpu_relax(void) {
@@ -123,6 +125,7 @@ void kern_pool_free(kern_pool *p) {
     for (int i = 1; i < p->n_threads; i++) pthread_join(p->workers[i].thread, NULL);
     for (int i = 0; i < p->n_threads; i++) free(p->workers[i].scratch);
     free(p->act);
+    free(p->attn_parts);
     pthread_mutex_destroy(&p->mutex);
     pthread_cond_destroy(&p->cond);
     free(p->workers);
@@ -796,6 +799,14 @@ static float exp_sum_scalar(float *y, int n, float m) {
 #define ATTEND_EXP_SUM exp_sum_scalar
 #include "attend_body.h"
 
+void kern_attend_merge(float *out, float *mx, float *sum, const float *o2, float m2, float s2, int hd) {
+    if (s2 == 0) return; /* the row has no positions in that segment */
+    float m = *mx > m2 ? *mx : m2, c1 = expf(*mx - m), c2 = expf(m2 - m);
+    for (int i = 0; i < hd; i++) out[i] = out[i] * c1 + o2[i] * c2;
+    *sum = *sum * c1 + s2 * c2;
+    *mx = m;
+}
+
 typedef struct attn_job {
     kern_pool *pool;
     const kern_attn *a;
@@ -803,14 +814,23 @@ typedef struct attn_job {
     int heads_per_unit;        /* a whole KV group, or single heads when units are scarce */
     int units_per_tile;
     int tile_tokens;           /* a unit's tokens: a tile of the batch */
+    int n_segs;                /* > 0: units are one token x one group x one segment, parts to the pool */
     int n_units;
     atomic_int next;
 } attn_job;
 
+/* Where the part of token t, group g, segment sg starts: a group's rows one after another. */
+static float *attn_part(const attn_job *job, int t, int g, int sg) {
+    const kern_attn *a = job->a;
+    size_t group = (size_t)(a->n_heads / a->n_kv_heads), row = (size_t)a->head_dim + 2;
+    return job->pool->attn_parts + (((size_t)t * (size_t)a->n_kv_heads + (size_t)g) * (size_t)job->n_segs + (size_t)sg) * group * row;
+}
+
 /* A unit is one tile of consecutive batch tokens x heads_per_unit heads. The
  * tile's runs of one sequence at consecutive positions (a prompt chunk) go
  * to the attend function together, so their rows share each K/V block; a
- * decode step's tokens (one per sequence) go one by one. */
+ * decode step's tokens (one per sequence) go one by one. Split calls: one
+ * token's group over one segment. */
 static void attn_worker(void *arg, int ith, int nth) {
     attn_job *job = arg;
     const kern_attn *a = job->a;
@@ -819,6 +839,13 @@ static void attn_worker(void *arg, int ith, int nth) {
         int u = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
         if (u >= job->n_units) break;
         u = job->n_units - 1 - u; /* last tokens of a prompt attend furthest: start with them */
+        if (job->n_segs) {
+            int sg = u % job->n_segs, g = u / job->n_segs % a->n_kv_heads, t = u / job->n_segs / a->n_kv_heads;
+            int group = a->n_heads / a->n_kv_heads, seg_len = kern_attend_segment(a->block_size);
+            if (sg <= a->positions[t] / seg_len)
+                job->attend(a, t, 1, g * group, group, sg, attn_part(job, t, g, sg), scratch);
+            continue;
+        }
         int t0 = u / job->units_per_tile * job->tile_tokens, h0 = u % job->units_per_tile * job->heads_per_unit;
         int t1 = t0 + job->tile_tokens < a->n_tokens ? t0 + job->tile_tokens : a->n_tokens;
         for (int t = t0; t < t1;) {
@@ -826,11 +853,30 @@ static void attn_worker(void *arg, int ith, int nth) {
             while (end < t1 && a->seq_of_token[end] == a->seq_of_token[t] &&
                    a->positions[end] == a->positions[end - 1] + 1)
                 end++;
-            job->attend(a, t, end - t, h0, job->heads_per_unit, scratch);
+            job->attend(a, t, end - t, h0, job->heads_per_unit, -1, NULL, scratch);
             t = end;
         }
     }
     (void)nth;
+}
+
+/* Each token's segments in order, as the attend function merges them. */
+static void attn_merge_parts(const attn_job *job) {
+    const kern_attn *a = job->a;
+    int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, seg_len = kern_attend_segment(a->block_size);
+    for (int t = 0; t < a->n_tokens; t++)
+        for (int h = 0; h < a->n_heads; h++) {
+            float *out = a->out + ((size_t)t * (size_t)a->n_heads + (size_t)h) * (size_t)hd;
+            const float *p0 = attn_part(job, t, h / group, 0) + (size_t)(h % group) * (size_t)(hd + 2);
+            float mx = p0[hd], sum = p0[hd + 1];
+            memcpy(out, p0, (size_t)hd * sizeof *out);
+            for (int sg = 1; sg <= a->positions[t] / seg_len; sg++) {
+                const float *ps = attn_part(job, t, h / group, sg) + (size_t)(h % group) * (size_t)(hd + 2);
+                kern_attend_merge(out, &mx, &sum, ps, ps[hd], ps[hd + 1], hd);
+            }
+            float inv = 1.0f / sum;
+            for (int i = 0; i < hd; i++) out[i] *= inv;
+        }
 }
 
 int kern_attention(kern_pool *p, const kern_attn *a) {
@@ -858,9 +904,27 @@ int kern_attention(kern_pool *p, const kern_attn *a) {
            (a->n_tokens + job.tile_tokens - 1) / job.tile_tokens * job.units_per_tile < 8 * p->n_threads)
         job.tile_tokens /= 2;
     job.n_units = (a->n_tokens + job.tile_tokens - 1) / job.tile_tokens * job.units_per_tile;
+    /* Still few units (a decode step of few sequences, SmolLM2's 3 groups on
+     * 2 threads) and long contexts: each token's group goes by segments,
+     * merged after, so all threads share the long rows. */
+    int max_pos = 0;
+    for (int t = 0; t < a->n_tokens; t++) max_pos = a->positions[t] > max_pos ? a->positions[t] : max_pos;
+    int n_segs = max_pos / kern_attend_segment(a->block_size) + 1;
+    if (whole && job.tile_tokens == 1 && job.n_units < 4 * p->n_threads && n_segs > 1 && p->n_threads > 1) {
+        size_t need = (size_t)a->n_tokens * (size_t)a->n_heads * (size_t)n_segs * (size_t)(a->head_dim + 2);
+        if (p->attn_parts_cap < need) {
+            float *buf = realloc(p->attn_parts, need * sizeof *buf);
+            if (buf) p->attn_parts = buf, p->attn_parts_cap = need;
+        }
+        if (p->attn_parts_cap >= need) {
+            job.n_segs = n_segs;
+            job.n_units = a->n_tokens * a->n_kv_heads * n_segs;
+        }
+    }
     if (kern_pool_reserve(p, kern_attend_scratch(job.tile_tokens * job.heads_per_unit, a->head_dim, a->block_size)))
         return -1;
     atomic_init(&job.next, 0);
     kern_pool_run(p, attn_worker, &job);
+    if (job.n_segs) attn_merge_parts(&job);
     return 0;
 }

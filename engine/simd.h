@@ -154,9 +154,26 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
 
 /* Attention of query heads h0..h0+nh-1 (all in one KV group) of tokens
  * t0..t0+nt-1 (one sequence, consecutive positions), nt * nh <=
- * KERN_ATTEND_MAX_ROWS; scratch holds kern_attend_scratch(nt * nh, ...) floats. */
+ * KERN_ATTEND_MAX_ROWS; scratch holds kern_attend_scratch(nt * nh, ...)
+ * floats. seg < 0: every segment, the result to a->out; seg >= 0: that
+ * segment alone, each row's part (nh rows per token, head_dim + 2 floats:
+ * outputs not yet divided by the sum, maximum, sum) to part. */
 #define KERN_ATTEND_MAX_ROWS 64
-typedef void (*kern_attend_fn)(const kern_attn *a, int t0, int nt, int h0, int nh, float *scratch);
+typedef void (*kern_attend_fn)(const kern_attn *a, int t0, int nt, int h0, int nh, int seg, float *part,
+                               float *scratch);
+
+/* Positions per attention segment: a multiple of the cache block, about
+ * 256. A row's positions go in these segments, each with a softmax of its
+ * own, merged in order, whether one thread runs them or several; so a long
+ * context can be spread over threads without changing any result. */
+static inline int kern_attend_segment(int block_size) {
+    return block_size >= 256 ? block_size : 256 / block_size * block_size;
+}
+
+/* out, *mx, *sum (a row's segments so far) take in the next segment's
+ * outputs o2, maximum m2 and sum s2. Plain C in one place, so every caller
+ * gets the same bits. */
+void kern_attend_merge(float *out, float *mx, float *sum, const float *o2, float m2, float s2, int hd);
 
 typedef struct kern_impl {
     const char *name;                                  /* "avx2", "avx512" */
@@ -206,7 +223,8 @@ const kern_impl *kern_impl_active(void);
 
 /* Scratch floats an attend function needs for nr rows (token x head). */
 static inline size_t kern_attend_scratch(int nr, int head_dim, int block_size) {
-    return (size_t)(head_dim > block_size ? head_dim : block_size) + 2 * (size_t)nr + (size_t)nr * (size_t)block_size;
+    return (size_t)(head_dim > block_size ? head_dim : block_size) + 4 * (size_t)nr +
+           (size_t)nr * (size_t)(block_size + head_dim);
 }
 
 #endif

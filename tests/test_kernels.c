@@ -495,18 +495,25 @@ static float kv_value(const attn_fixture *f, const uint8_t *base, int block, int
     return v;
 }
 
-static void attention_case(bool f16, int n_heads, int n_kv_heads, int head_dim) {
+/* blocks_per_seq past 16 gives contexts of several attention segments
+ * (kern_attend_segment): seq 0's chunk then crosses from one to the next,
+ * and a token alone on two threads has its segments split over them. */
+static void attention_case(bool f16, int n_heads, int n_kv_heads, int head_dim, int blocks_per_seq) {
     attn_fixture f = {.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim, .block_size = 16,
-                      .n_blocks = 30, .n_seqs = 3, .f16 = f16};
+                      .n_blocks = 3 * blocks_per_seq, .n_seqs = 3, .f16 = f16};
     attn_setup(&f);
     /* Prompt chunks (runs of one sequence at consecutive positions, which
      * share K/V blocks in tiles of the batch) among single decode tokens:
-     * seq 0 at 20..30 across a block boundary, seq 2 at 0..8, seq 1 apart. */
+     * seq 0 at 20..30 across a block boundary (250..260 across a segment
+     * boundary), seq 2 at 0..8, seq 1 apart. */
     enum { T = 24 };
     int32_t positions[T], seq_of_token[T];
+    int chunk0 = blocks_per_seq > 17 ? 250 : 20;
     for (int t = 0; t < T; t++) {
         seq_of_token[t] = t <= 10 ? 0 : t >= 12 && t <= 20 ? 2 : 1;
-        positions[t] = t <= 10 ? 20 + t : t >= 12 && t <= 20 ? t - 12 : (int32_t)(rnd() % (10 * 16 - 1)) + 1;
+        positions[t] = t <= 10 ? chunk0 + t
+                       : t >= 12 && t <= 20 ? t - 12
+                                            : (int32_t)(rnd() % (uint32_t)(blocks_per_seq * 16 - 1)) + 1;
     }
     int D = n_heads * head_dim;
     float *q = malloc((size_t)T * D * sizeof *q), *out = malloc((size_t)T * D * sizeof *out);
@@ -569,12 +576,14 @@ static void attention_case(bool f16, int n_heads, int n_kv_heads, int head_dim) 
 }
 
 START_TEST(attention_matches_reference) {
-    attention_case(true, 9, 3, 64);
-    attention_case(false, 9, 3, 64);
-    attention_case(true, 8, 8, 8);   /* stories260K-like: head_dim 8 */
-    attention_case(true, 4, 1, 20);  /* head_dim with a tail */
-    attention_case(true, 16, 2, 96); /* 8 heads to a group, channels in 64 + 32 */
-    attention_case(false, 8, 1, 128);
+    attention_case(true, 9, 3, 64, 10);
+    attention_case(false, 9, 3, 64, 10);
+    attention_case(true, 8, 8, 8, 10);   /* stories260K-like: head_dim 8 */
+    attention_case(true, 4, 1, 20, 10);  /* head_dim with a tail */
+    attention_case(true, 16, 2, 96, 10); /* 8 heads to a group, channels in 64 + 32 */
+    attention_case(false, 8, 1, 128, 10);
+    attention_case(true, 9, 3, 64, 40);  /* SmolLM2's heads over up to 640 positions: 3 segments */
+    attention_case(false, 4, 2, 32, 40);
 }
 END_TEST
 
