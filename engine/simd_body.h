@@ -1373,19 +1373,14 @@ INLINE void attend_scores_tile(const uint8_t *k, size_t k_stride, const float *c
     for (int g = 0; g < NG; g++)
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) acc[g][c] = _mm512_setzero_ps();
-    int d = 0;
-    for (; d + 4 <= hd; d += 4) {
+    /* hd % 4 == 0 (attend_scores): a tail loop's variable index would put acc in memory */
+    for (int d = 0; d < hd; d += 4) {
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m512 kv = k_channel(k + (size_t)(d + c) * k_stride, km, F16);
 #pragma GCC unroll 4
             for (int g = 0; g < NG; g++) acc[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(qg[g][d + c]), kv, acc[g][c]);
         }
-    }
-    for (int c = 0; d + c < hd; c++) {
-        __m512 kv = k_channel(k + (size_t)(d + c) * k_stride, km, F16);
-#pragma GCC unroll 4
-        for (int g = 0; g < NG; g++) acc[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(qg[g][d + c]), kv, acc[g][c]);
     }
 #pragma GCC unroll 4
     for (int g = 0; g < NG; g++) {
@@ -1406,7 +1401,7 @@ INLINE void attend_scores_tile(const uint8_t *k, size_t k_stride, const float *c
 
 static void FN(attend_scores)(const uint8_t *k, size_t k_stride, const float *const *q, int nr, int hd, int n,
                               bool f16, float *score, int bs, float *row) {
-    if (bs > 16) {
+    if (bs > 16 || hd % 4) {
         CAT(FN(attend), generic_scores)(k, k_stride, q, nr, hd, n, f16, score, bs, row);
         return;
     }
