@@ -74,6 +74,8 @@ def test_help_and_version():
     (["generate", "-m", "MODEL", "-p", "x", "--bogus"], "--bogus"),
     (["generate", "-m", "MODEL", "-p", "x", "--seed"], "--seed"),
     (["frobnicate"], "frobnicate"),
+    (["bench", "-m", "MODEL", "-d", "0"], "-d"),
+    (["bench", "-m", "MODEL", "-d", "x"], "-d"),
 ])
 def test_bad_arguments_give_one_clear_line(stories260k, args, needle):
     args = [str(stories260k) if a == "MODEL" else a for a in args]
@@ -112,3 +114,15 @@ def test_invalid_utf8_prompt(stories260k, tmp_path):
     r = genloop("generate", "-m", stories260k, "-f", path, "-n", 4)
     assert r.returncode == 1
     assert "UTF-8" in r.stderr
+
+
+def test_bench_depth(stories260k):
+    """-d runs the single-stream generation after a prompt of that many tokens
+    (past stories260K's 128-token training context and two 256-position
+    attention segments: the engine's context is sized for it) and reports it."""
+    r = genloop("bench", "-m", stories260k, "-p", 16, "-n", 8, "-d", 300, "-b", 1, "-r", 1, "-t", 2, "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["depth"] == 300 and out["tg_tokens_per_s"] > 0
+    r = genloop("bench", "-m", stories260k, "-p", 16, "-n", 8, "-d", 40, "-b", 1, "-r", 1, "-t", 2)
+    assert r.returncode == 0 and "tg8 @ depth 40" in r.stdout, r.stdout
