@@ -82,7 +82,7 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
     size_t channel0 = (size_t)(h0 / group) * (size_t)hd; /* this group's first K/V channel */
     const int32_t *table = a->block_tables[a->seq_of_token[t0]];
     /* this group's K and V in cache block 0; block b is b * block_bytes on */
-    const uint8_t *k0 = a->k + channel0 * (size_t)bs * es, *v0 = a->v + channel0 * es;
+    const uint8_t *k0 = a->k + channel0 * (size_t)bs * es, *v0 = a->v + channel0 * (size_t)bs * es;
     const float *q[KERN_ATTEND_MAX_ROWS];
     float *out[KERN_ATTEND_MAX_ROWS], *seg_out[KERN_ATTEND_MAX_ROWS];
     int pos[KERN_ATTEND_MAX_ROWS], n[KERN_ATTEND_MAX_ROWS];
@@ -120,15 +120,15 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
             if (p0 + bs <= last) {
                 const uint8_t *kn = k0 + (size_t)table[p0 / bs + 1] * block_bytes;
                 const uint8_t *vn = v0 + (size_t)table[p0 / bs + 1] * block_bytes;
-                for (size_t off = 0; off < (size_t)hd * (size_t)bs * es; off += 64) __builtin_prefetch(kn + off, 0, 2);
-                for (int j = 0; j < bs; j++)
-                    for (size_t off = 0; off < (size_t)hd * es; off += 64)
-                        __builtin_prefetch(vn + (size_t)j * kv_dim * es + off, 0, 2);
+                for (size_t off = 0; off < (size_t)hd * (size_t)bs * es; off += 64) {
+                    __builtin_prefetch(kn + off, 0, 2);
+                    __builtin_prefetch(vn + off, 0, 2);
+                }
             }
             ATTEND_SCORES(k, (size_t)bs * es, q + r0, nr - r0, hd, n[nr - 1], a->f16, score + r0 * bs, bs, row);
             for (int r = r0; r < nr; r++)
                 ATTEND_SOFTMAX(score + r * bs, n[r], bs, scale, &mx[r], &sum[r], seg_out[r], hd);
-            ATTEND_PV(v, (size_t)kv_dim * es, score + r0 * bs, nr - r0, n + r0, hd, a->f16, seg_out + r0, bs, row);
+            ATTEND_PV(v, (size_t)hd * es, score + r0 * bs, nr - r0, n + r0, hd, a->f16, seg_out + r0, bs, row);
         }
         for (int r = 0; r < nr; r++) {
             if (sg == s_first) run_mx[r] = mx[r], run_sum[r] = sum[r];

@@ -201,7 +201,7 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
         gl_error_set(err, "KV cache of %d MiB holds no block of %zu bytes", p.kv_cache_mib, block_bytes);
         goto fail;
     }
-    e->kv = kv_new(c->n_layers, kv_dim, p.block_size, n_blocks, !p.kv_f32, err);
+    e->kv = kv_new(c->n_layers, c->n_kv_heads, c->head_dim, p.block_size, n_blocks, !p.kv_f32, err);
     if (!e->kv) goto fail;
     /* One sequence must always fit the pool on its own, so preemption can
      * always make progress: the pool caps the context. */

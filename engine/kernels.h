@@ -90,7 +90,7 @@ typedef struct kern_attn {
     const int32_t *seq_of_token;          /* [n_tokens] */
     const int32_t *const *block_tables;   /* per sequence: cache block ids */
     const uint8_t *k;         /* this layer's K: [n_blocks][kv_dim][block_size] (channel-major) */
-    const uint8_t *v;         /* this layer's V: [n_blocks][block_size][kv_dim] */
+    const uint8_t *v;         /* this layer's V: [n_blocks][n_kv_heads][block_size][head_dim] */
     int block_size;           /* positions per cache block */
     bool f16;                 /* K/V are IEEE half, else float */
 } kern_attn;

@@ -94,16 +94,18 @@ static void touch_pages(uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i += 4096) v[i] = 0;
 }
 
-gl_kv_cache *kv_new(int n_layers, int kv_dim, int block_size, int n_blocks, bool f16, gl_error *err) {
-    if (n_layers <= 0 || kv_dim <= 0 || block_size <= 0 || n_blocks <= 0) {
-        gl_error_set(err, "KV cache: invalid shape (%d layers, %d dims, %d-token blocks, %d blocks)",
-                     n_layers, kv_dim, block_size, n_blocks);
+gl_kv_cache *kv_new(int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks, bool f16, gl_error *err) {
+    if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0 || block_size <= 0 || n_blocks <= 0) {
+        gl_error_set(err, "KV cache: invalid shape (%d layers, %d heads of %d, %d-token blocks, %d blocks)",
+                     n_layers, n_kv_heads, head_dim, block_size, n_blocks);
         return NULL;
     }
+    int kv_dim = n_kv_heads * head_dim;
     gl_kv_cache *kv = calloc(1, sizeof *kv);
     if (!kv) goto oom;
     kv->n_layers = n_layers;
     kv->kv_dim = kv_dim;
+    kv->head_dim = head_dim;
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
     kv->f16 = f16;
@@ -180,13 +182,18 @@ int kv_n_free(const gl_kv_cache *kv) { return kv->n_free; }
 void kv_store(gl_kv_cache *kv, int layer, int block, int slot, const float *k, const float *v) {
     uint8_t *kd = (uint8_t *)kv_k_block(kv, layer, block) + (size_t)slot * kv->elem_size;
     size_t k_stride = (size_t)kv->block_size * kv->elem_size; /* K is channel-major */
-    void *vd = kv_v_row(kv, layer, block, slot);
+    /* V head by head: head h's row of this slot */
+    uint8_t *vd = (uint8_t *)kv_v_block(kv, layer, block) + (size_t)slot * (size_t)kv->head_dim * kv->elem_size;
+    size_t v_head = (size_t)kv->block_size * (size_t)kv->head_dim * kv->elem_size;
+    for (int h = 0; h < kv->kv_dim / kv->head_dim; h++) {
+        const float *vh = v + (size_t)h * (size_t)kv->head_dim;
+        if (kv->f16) kern_to_f16(vh, (uint16_t *)(vd + (size_t)h * v_head), kv->head_dim);
+        else memcpy(vd + (size_t)h * v_head, vh, (size_t)kv->head_dim * 4);
+    }
     if (!kv->f16) {
         for (int i = 0; i < kv->kv_dim; i++) memcpy(kd + (size_t)i * k_stride, &k[i], 4);
-        memcpy(vd, v, (size_t)kv->kv_dim * 4);
         return;
     }
-    kern_to_f16(v, vd, kv->kv_dim);
     uint16_t kh[256];
     for (int i0 = 0; i0 < kv->kv_dim; i0 += 256) {
         int n = kv->kv_dim - i0 < 256 ? kv->kv_dim - i0 : 256;

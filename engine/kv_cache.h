@@ -23,11 +23,12 @@
 typedef struct gl_kv_cache {
     int n_layers;
     int kv_dim;               /* n_kv_heads * head_dim */
+    int head_dim;             /* channels of one KV head */
     int block_size;           /* positions per block */
     int n_blocks;             /* blocks in the pool */
     bool f16;                 /* K/V stored as IEEE half, else float */
     size_t elem_size;         /* 2 or 4 */
-    uint8_t *k, *v;           /* [n_layers][n_blocks][block_size][kv_dim] */
+    uint8_t *k, *v;           /* [n_layers][n_blocks] blocks of block_size x kv_dim (kv_k_block, kv_v_block) */
     int *ref_count;           /* [n_blocks] sequences holding each block */
     int *free_prev, *free_next; /* [n_blocks] LRU free queue links, -1 = none */
     int free_head, free_tail; /* oldest and newest free block, -1 when empty */
@@ -41,7 +42,7 @@ typedef struct gl_kv_cache {
     int n_buckets;            /* power of two */
 } gl_kv_cache;
 
-gl_kv_cache *kv_new(int n_layers, int kv_dim, int block_size, int n_blocks, bool f16, gl_error *err);
+gl_kv_cache *kv_new(int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks, bool f16, gl_error *err);
 void kv_free(gl_kv_cache *kv);
 /* Bytes one block takes (K and V, all layers): for sizing the pool. */
 size_t kv_block_bytes(int n_layers, int kv_dim, int block_size, bool f16);
@@ -69,9 +70,11 @@ static inline void *kv_k_block(const gl_kv_cache *kv, int layer, int block) {
     size_t idx = ((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * (size_t)kv->block_size;
     return kv->k + idx * (size_t)kv->kv_dim * kv->elem_size;
 }
-/* V of one position (layer, block, slot in block), position-major: kv_dim values. */
-static inline void *kv_v_row(const gl_kv_cache *kv, int layer, int block, int slot) {
-    size_t idx = (((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * (size_t)kv->block_size + (size_t)slot);
+/* V of one block of one layer, head by head: [n_kv_heads][block_size][head_dim],
+ * so that a KV group's V rows of a block are one contiguous run, which
+ * attention reads (and prefetches) as such. */
+static inline void *kv_v_block(const gl_kv_cache *kv, int layer, int block) {
+    size_t idx = ((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * (size_t)kv->block_size;
     return kv->v + idx * (size_t)kv->kv_dim * kv->elem_size;
 }
 

@@ -411,7 +411,7 @@ int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_ca
         kern_attn attn = {.n_tokens = T, .n_heads = c->n_heads, .n_kv_heads = c->n_kv_heads,
                           .head_dim = c->head_dim, .q = rs->q, .out = rs->att, .positions = b->positions,
                           .seq_of_token = b->seq_of_token, .block_tables = b->block_tables,
-                          .k = kv_k_block(kv, l, 0), .v = kv_v_row(kv, l, 0, 0), .block_size = kv->block_size,
+                          .k = kv_k_block(kv, l, 0), .v = kv_v_block(kv, l, 0), .block_size = kv->block_size,
                           .f16 = kv->f16};
         if (kern_attention(pool, &attn)) return gl_error_set(err, "out of memory for attention scratch");
         kern_matmul(pool, &L->wo, rs->att, T, rs->proj);

@@ -480,11 +480,12 @@ static void attn_setup(attn_fixture *f) {
     }
 }
 
-/* Channel i of a cached position: K is channel-major within a block, V position-major. */
+/* Channel i of a cached position: K is channel-major within a block, V
+ * position-major within each head's part of the block. */
 static float kv_value(const attn_fixture *f, const uint8_t *base, int block, int slot, int i) {
-    size_t kv_dim = (size_t)(f->n_kv_heads * f->head_dim), bs = (size_t)f->block_size;
+    size_t kv_dim = (size_t)(f->n_kv_heads * f->head_dim), bs = (size_t)f->block_size, hd = (size_t)f->head_dim;
     size_t idx = base == f->k ? ((size_t)block * kv_dim + (size_t)i) * bs + (size_t)slot
-                              : ((size_t)block * bs + (size_t)slot) * kv_dim + (size_t)i;
+                              : (size_t)block * bs * kv_dim + ((size_t)i / hd * bs + (size_t)slot) * hd + (size_t)i % hd;
     if (f->f16) {
         uint16_t h;
         memcpy(&h, base + 2 * idx, 2);
