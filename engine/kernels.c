@@ -908,9 +908,10 @@ int kern_attention(kern_pool *p, const kern_attn *a) {
      * 2 threads) and long contexts: each token's group goes by segments,
      * merged after, so all threads share the long rows. */
     int max_pos = 0;
-    for (int t = 0; t < a->n_tokens; t++) max_pos = a->positions[t] > max_pos ? a->positions[t] : max_pos;
+    bool few_units = whole && job.tile_tokens == 1 && job.n_units < 4 * p->n_threads && p->n_threads > 1;
+    for (int t = 0; few_units && t < a->n_tokens; t++) max_pos = a->positions[t] > max_pos ? a->positions[t] : max_pos;
     int n_segs = max_pos / kern_attend_segment(a->block_size) + 1;
-    if (whole && job.tile_tokens == 1 && job.n_units < 4 * p->n_threads && n_segs > 1 && p->n_threads > 1) {
+    if (few_units && n_segs > 1) {
         size_t need = (size_t)a->n_tokens * (size_t)a->n_heads * (size_t)n_segs * (size_t)(a->head_dim + 2);
         if (p->attn_parts_cap < need) {
             float *buf = realloc(p->attn_parts, need * sizeof *buf);

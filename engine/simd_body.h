@@ -1443,45 +1443,40 @@ static void FN(attend_softmax)(float *sg, int n, int bs, float scale, float *mx,
     *sum += _mm512_reduce_add_ps(e);
 }
 
-/* out += p V over a block: up to 4 heads' outputs of up to 64 channels in
- * registers while the block's V rows go by. */
+/* Position j's V row (channels from vj) into the outputs of heads
+ * g_first..NG-1, each weighted by its score; with check, only the heads
+ * whose count n[g] reaches j. */
+INLINE void attend_pv_position(const uint8_t *vj, const float *score, int j, int bs, const int g_first, const int NG,
+                               const int NC, const bool F16, const bool check, const int *n, __m512 o[4][4]) {
+    __m512 vv[4] = {0}; /* zeros only for the compiler's warnings: the copies never read them */
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++)
+        vv[c] = F16 ? _mm512_cvtph_ps(load256(vj + 32 * c)) : _mm512_loadu_ps((const float *)vj + 16 * c);
+#pragma GCC unroll 4
+    for (int g = g_first; g < NG; g++) {
+        if (check && j >= n[g]) continue;
+        __m512 pj = _mm512_set1_ps(score[(size_t)g * bs + j]);
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) o[g][c] = _mm512_fmadd_ps(pj, vv[c], o[g][c]);
+    }
+}
+
 /* out += p V for NG heads (1-4) over NC vectors of channels from c0 (NG
  * and NC constants in the usual copies, as above): the outputs stay in
- * registers while the block's V rows go by. Rows come in token order, so their counts n[g] never fall;
- * the positions all of them read run without per-head tests. */
+ * registers while the block's V rows go by. Rows come in token order, so
+ * their counts n[g] never fall; the positions all of them read run without
+ * per-head tests. */
 INLINE void attend_pv_tile(const uint8_t *v, size_t v_stride, const float *score, const int NG, const int *n, int c0,
                            const int NC, const bool F16, float *const *out, int bs) {
-    __m512 o[4][4], vv[4] = {0}; /* zeros only for the compiler's warnings: the copies never read them */
+    __m512 o[4][4];
 #pragma GCC unroll 4
     for (int g = 0; g < 4; g++)
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) o[g][c] = g < NG && c < NC ? _mm512_loadu_ps(out[g] + c0 + 16 * c) : _mm512_setzero_ps();
+    const uint8_t *vc = v + (size_t)c0 * (F16 ? 2 : 4);
     int j = 0;
-    for (; j < n[0]; j++) {
-        const uint8_t *vj = v + (size_t)j * v_stride + (size_t)c0 * (F16 ? 2 : 4);
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++)
-            vv[c] = F16 ? _mm512_cvtph_ps(load256(vj + 32 * c)) : _mm512_loadu_ps((const float *)vj + 16 * c);
-#pragma GCC unroll 4
-        for (int g = 0; g < NG; g++) {
-            __m512 pj = _mm512_set1_ps(score[(size_t)g * bs + j]);
-#pragma GCC unroll 4
-            for (int c = 0; c < NC; c++) o[g][c] = _mm512_fmadd_ps(pj, vv[c], o[g][c]);
-        }
-    }
-    for (; j < n[NG - 1]; j++) {
-        const uint8_t *vj = v + (size_t)j * v_stride + (size_t)c0 * (F16 ? 2 : 4);
-#pragma GCC unroll 4
-        for (int c = 0; c < NC; c++)
-            vv[c] = F16 ? _mm512_cvtph_ps(load256(vj + 32 * c)) : _mm512_loadu_ps((const float *)vj + 16 * c);
-#pragma GCC unroll 4
-        for (int g = 1; g < NG; g++) {
-            if (j >= n[g]) continue;
-            __m512 pj = _mm512_set1_ps(score[(size_t)g * bs + j]);
-#pragma GCC unroll 4
-            for (int c = 0; c < NC; c++) o[g][c] = _mm512_fmadd_ps(pj, vv[c], o[g][c]);
-        }
-    }
+    for (; j < n[0]; j++) attend_pv_position(vc + (size_t)j * v_stride, score, j, bs, 0, NG, NC, F16, false, n, o);
+    for (; j < n[NG - 1]; j++) attend_pv_position(vc + (size_t)j * v_stride, score, j, bs, 1, NG, NC, F16, true, n, o);
 #pragma GCC unroll 4
     for (int g = 0; g < NG; g++)
 #pragma GCC unroll 4

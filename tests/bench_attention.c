@@ -9,23 +9,12 @@
  *   (SmolLM2: 9 3 64; TinyLlama: 32 4 64) */
 #include <stdio.h>
 #include <stdlib.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "kernels.h"
 #include "quant.h"
 
 #define BLOCK 16
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv) {
     if (argc < 7) {
@@ -67,16 +56,15 @@ int main(int argc, char **argv) {
                    .positions = positions, .seq_of_token = seq_of, .block_tables = tables, .block_size = BLOCK,
                    .f16 = true};
     for (int r = -1; r < reps; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         for (int l = 0; l < n_layers; l++) {
             a.k = (const uint8_t *)k + layer_bytes * l;
             a.v = (const uint8_t *)v + layer_bytes * l;
             if (kern_attention(p, &a)) return 1;
         }
-        if (r >= 0) ts[r] = now() - t0;
+        if (r >= 0) ts[r] = bench_now() - t0;
     }
-    qsort(ts, reps, sizeof *ts, cmp_double);
-    double med = ts[reps / 2];
+    double med = bench_median(ts, reps);
     printf("%s attention %d/%d heads x %d, ctx %d, %d layers, %d seqs, %d threads: %.3f ms/step  %.1f GB/s K/V\n",
            kern_backend(), n_heads, n_kv, hd, ctx, n_layers, n_seqs, threads, med * 1e3,
            2.0 * layer_bytes * n_layers / med * 1e-9);

@@ -9,21 +9,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "bench_util.h"
 #include "kernels.h"
 #include "quant.h"
-
-static double now(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
 
 int main(int argc, char **argv) {
     if (argc < 6) {
@@ -64,12 +53,11 @@ int main(int argc, char **argv) {
     double *ts = malloc(sizeof(double) * reps);
     kern_matmul(p, &t, x, n_tok, out);
     for (int r = 0; r < reps; r++) {
-        double t0 = now();
+        double t0 = bench_now();
         kern_matmul(p, &t, x, n_tok, out);
-        ts[r] = now() - t0;
+        ts[r] = bench_now() - t0;
     }
-    qsort(ts, reps, sizeof *ts, cmp_double);
-    double med = ts[reps / 2];
+    double med = bench_median(ts, reps);
     printf("%s %s %lldx%lld tok %d thr %d: %.3f ms  %.1f GMAC/s  %.1f GB/s weights\n", kern_backend(), argv[1],
            (long long)rows, (long long)cols, n_tok, threads, med * 1e3, rows * cols * (double)n_tok / med * 1e-9,
            n_bytes / med * 1e-9);
