@@ -1,13 +1,15 @@
 #!/usr/bin/env python3
 """Turn files into a C source, so the server binary carries its web UI.
 
-    embed-files.py OUT.c [--strip PREFIX] FILE...
+    embed-files.py OUT.c [--strip PREFIX] FILE|URL=FILE...
 
 Each FILE becomes a `static const unsigned char` array, and OUT.c defines
 `webui_find(path)` (declared in server/webui/webui.h) over a table of
 {URL path, content type, data, length}. The URL path is "/" + the file's
-name relative to PREFIX (default: the directory of the first file); the
-file index.html is also served as "/".
+name relative to PREFIX (default: the directory of the first plain FILE),
+or URL when given as URL=FILE (files from elsewhere, e.g. the browser
+libraries Debian installs under /usr/share); the file index.html is also
+served as "/".
 """
 import os
 import sys
@@ -20,6 +22,7 @@ TYPES = {
     ".svg": "image/svg+xml",
     ".png": "image/png",
     ".ico": "image/x-icon",
+    ".woff2": "font/woff2",
     ".txt": "text/plain; charset=utf-8",
 }
 
@@ -42,11 +45,17 @@ def main(argv):
         prefix, args = args[1], args[2:]
     if not args:
         sys.exit("embed-files.py: no input files")
-    prefix = os.path.abspath(prefix or os.path.dirname(args[0]))
+    plain = [a for a in args if not a.startswith("/")]
+    prefix = os.path.abspath(prefix or os.path.dirname(plain[0] if plain else "."))
 
     arrays, rows = [], []
-    for i, path in enumerate(args):
-        rel = os.path.relpath(os.path.abspath(path), prefix).replace(os.sep, "/")
+    for i, arg in enumerate(args):
+        if arg.startswith("/") and "=" in arg:
+            url, path = arg.split("=", 1)
+            rel = url[1:]
+        else:
+            path = arg
+            rel = os.path.relpath(os.path.abspath(path), prefix).replace(os.sep, "/")
         if rel.startswith(".."):
             sys.exit(f"embed-files.py: {path} is outside {prefix}")
         ext = os.path.splitext(rel)[1].lower()

@@ -479,6 +479,10 @@ static const http_route routes[] = {
     { "HEAD", "/index.html", static_handle, 1 },
     { "HEAD", "/style.css", static_handle, 1 },
     { "HEAD", "/app.js", static_handle, 1 },
+    { "GET", "/markdown.js", static_handle, 1 },
+    { "HEAD", "/markdown.js", static_handle, 1 },
+    { "GET", "/lib/*", static_handle, 1 },   /* Markdown, sanitizer, highlighting, math, fonts */
+    { "HEAD", "/lib/*", static_handle, 1 },
     { "POST", "/tokenize", handle_tokenize, 0 },
     { "POST", "/detokenize", handle_detokenize, 0 },
     { "GET", "/metrics", handle_metrics, 0 },

@@ -290,9 +290,16 @@ static void error_reply(http_req *r, int status, const char *message) {
     if (!r->status) http_reply(r, status, "text/plain", message, strlen(message));
 }
 
+/* A route path ending in "/*" matches every path under that folder. */
+static int path_matches(const char *route, const char *path) {
+    size_t n = strlen(route);
+    if (n >= 2 && route[n - 2] == '/' && route[n - 1] == '*') return !strncmp(route, path, n - 1);
+    return !strcmp(route, path);
+}
+
 static const http_route *find_route(const http_server *s, const char *method, const char *path) {
     for (int i = 0; i < s->opt.n_routes; i++)
-        if (!strcmp(s->opt.routes[i].path, path) && !strcmp(s->opt.routes[i].method, method))
+        if (path_matches(s->opt.routes[i].path, path) && !strcmp(s->opt.routes[i].method, method))
             return &s->opt.routes[i];
     return NULL;
 }
@@ -302,7 +309,7 @@ static void route_error(http_req *r) {
     const http_options *o = &r->srv->opt;
     char allow[64] = "";
     for (int i = 0; i < o->n_routes; i++) {
-        if (strcmp(o->routes[i].path, r->path) != 0) continue;
+        if (!path_matches(o->routes[i].path, r->path)) continue;
         if (strlen(allow) + strlen(o->routes[i].method) + 3 < sizeof(allow))
             snprintf(allow + strlen(allow), sizeof(allow) - strlen(allow), "%s%s",
                      allow[0] ? ", " : "", o->routes[i].method);
