@@ -290,7 +290,8 @@ static void error_reply(http_req *r, int status, const char *message) {
     if (!r->status) http_reply(r, status, "text/plain", message, strlen(message));
 }
 
-/* A route path ending in "/*" matches every path under that folder. */
+/* A route path whose last two characters are '/' and '*' matches every path
+ * under that folder. */
 static int path_matches(const char *route, const char *path) {
     size_t n = strlen(route);
     if (n >= 2 && route[n - 2] == '/' && route[n - 1] == '*') return !strncmp(route, path, n - 1);

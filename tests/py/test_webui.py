@@ -74,7 +74,7 @@ window.fetch = async (url, opts) => {
   const head = { id: 'fake', object: 'chat.completion.chunk', created: 0, model: 'fake' };
   const stream = new ReadableStream({ async start(c) {
     const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-    for (const p of progress) { c.enqueue(sse({ ...head, choices: [], prompt_progress: p })); await sleep(delayMs * 4); }
+    for (const p of progress) { c.enqueue(sse({ ...head, choices: [], prompt_progress: p })); await sleep(delayMs * 10); }
     for (let i = 0; i < reply.length; i += 6) {
       c.enqueue(sse({ ...head, choices: [{ index: 0, delta: { content: reply.slice(i, i + 6) }, finish_reason: null }] }));
       await sleep(delayMs);
@@ -203,11 +203,27 @@ def wait_replies(d, n, timeout=120):
              timeout, f"{n} finished replies")
 
 
-def screenshot(d, name):
+def screenshot(d, name, docs=False):
+    """To tests/artifacts/; those for the README also to docs/ when
+    GENLOOP_WEBUI_DOCS=1."""
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     d.save_screenshot(str(ARTIFACTS / name))
-    if os.environ.get("GENLOOP_WEBUI_DOCS") == "1":
+    if docs and os.environ.get("GENLOOP_WEBUI_DOCS") == "1":
         d.save_screenshot(str(DOCS / name))
+
+
+def test_libraries_served_and_revalidated(server_url):
+    """The page's libraries come from the binary, with ETags for reloads."""
+    for path in ["/", "/app.js", "/markdown.js", "/lib/marked.js", "/lib/purify.js", "/lib/highlight.js",
+                 "/lib/katex.js", "/lib/katex.css", "/lib/fonts/KaTeX_Main-Regular.woff2"]:
+        status, headers, body = request(server_url + path)
+        assert status == 200 and len(body) > 100, path
+        etag = headers["ETag"]
+        status, _, body = request(server_url + path, headers={"If-None-Match": etag})
+        assert status == 304 and body == b"", path
+    assert request(server_url + "/lib/fonts/KaTeX_Main-Regular.woff2")[1]["Content-Type"] == "font/woff2"
+    assert request(server_url + "/lib/missing.js")[0] == 404
+    assert request(server_url + "/lib/katex.js", b"{}")[0] == 405
 
 
 def test_markdown_rendered_and_sanitized(server_url, browser):
@@ -408,6 +424,7 @@ def test_prompt_progress_shown(server_url, browser):
     bar = wait_for(lambda: css(d, ".msg.assistant .progress progress"), 10, "the progress bar")[0]
     wait_for(lambda: float(bar.get_attribute("value") or 0) >= 2000, 10, "the bar to move")
     text = css(d, ".progress-text")[0].text
+    screenshot(d, "webui-progress.png", docs=True)
     assert "/ 4,000 tokens" in text and "1,000 cached" in text, text
     wait_replies(d, 1, 10)
     assert not css(d, ".progress"), "the bar should go once the reply streams"
@@ -469,7 +486,7 @@ def test_keyboard_errors_and_phone(server_url, browser):
     assert "\n" in wait_for(lambda: css(d, ".msg.user .bubble"), 5, "the message")[0].text
     wait_for(lambda: len(css(d, ".msg.assistant .bubble")[0].text) > 40, 120, "the reply to grow")
     assert css(d, "#chat[aria-live=polite]")
-    screenshot(d, "webui-streaming-test.png")
+    screenshot(d, "webui-streaming.png")
     box.send_keys(Keys.ESCAPE)                        # Esc stops
     wait_replies(d, 1, 15)
     assert "stopped" in css(d, ".msg.assistant .stats")[0].text
@@ -532,6 +549,6 @@ def test_screenshots(server_url, browser):
                     d.execute_script("document.getElementById('chat').scrollTop = 0")
                 time.sleep(0.3)   # fonts
                 assert d.execute_script("return innerWidth") == width
-                screenshot(d, f"webui-{theme}-{name}.png")
+                screenshot(d, f"webui-{theme}-{name}.png", docs=True)
             finally:
                 d.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
