@@ -290,12 +290,11 @@ static void error_reply(http_req *r, int status, const char *message) {
     if (!r->status) http_reply(r, status, "text/plain", message, strlen(message));
 }
 
-/* A route path whose last two characters are '/' and '*' matches every path
- * under that folder. */
-static int path_matches(const char *route, const char *path) {
-    size_t n = strlen(route);
-    if (n >= 2 && route[n - 2] == '/' && route[n - 1] == '*') return !strncmp(route, path, n - 1);
-    return !strcmp(route, path);
+/* A route path ending in '*' matches every path with that prefix. */
+static int path_matches(const char *route_path, const char *path) {
+    size_t n = strlen(route_path);
+    if (n > 0 && route_path[n - 1] == '*') return strncmp(route_path, path, n - 1) == 0;
+    return strcmp(route_path, path) == 0;
 }
 
 static const http_route *find_route(const http_server *s, const char *method, const char *path) {

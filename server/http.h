@@ -22,7 +22,7 @@ typedef void (*http_handler_fn)(http_req *req, void *ctx);
 
 typedef struct http_route {
     const char *method;      /* "GET", "HEAD" or "POST" */
-    const char *path;        /* exact match, query string excluded; a last '*' after a '/' matches the folder's paths */
+    const char *path;        /* exact match, query string excluded; a trailing star matches any rest */
     http_handler_fn handler;
     int open;                /* for admit: served without credentials (health, web UI) */
 } http_route;
