@@ -25,7 +25,7 @@ import time
 import pytest
 
 from conftest import SOURCE_DIR, skip_or_fail
-from server_util import Server, chat_model, post_json, request, tiny_model
+from server_util import Server, chat_model, request, tiny_model
 
 ARTIFACTS = SOURCE_DIR / "tests" / "artifacts"
 DOCS = SOURCE_DIR / "docs"
@@ -436,11 +436,11 @@ def test_prompt_progress_from_server(browser):
     """A long prompt read in small steps shows the server's progress events.
     Needs return_progress in the server (the `clients` branch, issue 19)."""
     d = browser
-    with Server(chat_model(), "--max-batch-tokens", "32") as srv:
-        status, _, body = post_json(srv.url + "/v1/chat/completions",
-                                    {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
-                                     "stream": True, "return_progress": True})
-        if status == 400 and "return_progress" in json.dumps(body):
+    with Server(chat_model(), "--max-batch-tokens", "48") as srv:
+        status, _, body = request(srv.url + "/v1/chat/completions",
+                                  {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                                   "stream": True, "return_progress": True})
+        if status == 400 and b"return_progress" in body:
             pytest.skip("the server rejects return_progress (issue 19's `clients` branch not merged yet)")
         open_page(d, srv.url, FAST)
         d.execute_script("""window.__seen = [];
@@ -448,7 +448,7 @@ def test_prompt_progress_from_server(browser):
               const m = document.querySelector('.msg.assistant[data-progress]');
               if (m) window.__seen.push(m.dataset.progress);
             }).observe(document.getElementById('chat'), { attributes: true, subtree: true });""")
-        prompt = " ".join(f"item {i} is {i * 7 % 13}." for i in range(250))
+        prompt = " ".join(f"item {i} is {i * 7 % 13}." for i in range(40))
         d.execute_script("document.getElementById('input').value = arguments[0]", prompt)
         css(d, "#send")[0].click()
         wait_replies(d, 1, 180)
