@@ -145,10 +145,12 @@ function authHeaders(extra) {
   return h;
 }
 
-let keyDialogOpen = false;
-function askForKey(reason) {
+// Asked when /v1/models answers 401; after Cancel only when the user asks
+// (Settings) or a request is refused, not on every health check.
+let keyDialogOpen = false, keyDeclined = false;
+function askForKey(reason, always = true) {
   const dlg = $("key-dialog");
-  if (keyDialogOpen) return;
+  if (keyDialogOpen || (keyDeclined && !always)) return;
   keyDialogOpen = true;
   $("key-reason").textContent = reason;
   $("key-input").value = "";
@@ -162,6 +164,7 @@ $("key-form").addEventListener("submit", () => {
   sessionStorage.removeItem(KEY);
   localStorage.removeItem(KEY);
   if (key) ($("key-remember").checked ? localStorage : sessionStorage).setItem(KEY, key);
+  keyDeclined = false;
   state.modelId = null;
   refreshModel();
 });
@@ -171,8 +174,9 @@ $("key-forget").addEventListener("click", () => {
   $("key-dialog").close();
   announce("API key forgotten");
 });
-$("key-cancel").addEventListener("click", () => $("key-dialog").close());
+$("key-cancel").addEventListener("click", () => { keyDeclined = true; $("key-dialog").close(); });
 $("key-dialog").addEventListener("close", () => { keyDialogOpen = false; });
+$("key-dialog").addEventListener("cancel", () => { keyDeclined = true; });   // Esc
 $("change-key").addEventListener("click", () => askForKey("Enter the server's API key."));
 
 // ---- server status --------------------------------------------------------------------
@@ -192,7 +196,7 @@ async function refreshModel() {
     const res = await fetch("/v1/models", { headers: authHeaders() });
     if (res.status === 401) {
       $("model").textContent = "API key needed";
-      askForKey(apiKey() ? "The API key was not accepted. Enter the server's API key." : "This server needs an API key.");
+      askForKey(apiKey() ? "The API key was not accepted. Enter the server's API key." : "This server needs an API key.", false);
       return;
     }
     const body = await res.json();
