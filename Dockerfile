@@ -16,6 +16,7 @@ RUN apt-get update \
        build-essential meson ninja-build pkg-config \
        libmicrohttpd-dev libcjson-dev libuv1-dev \
        libpcre2-dev libutf8proc-dev python3 \
+       libjs-marked node-dompurify libjs-highlight.js libjs-katex fonts-katex \
     && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY meson.build meson_options.txt ./
