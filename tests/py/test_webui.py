@@ -252,6 +252,18 @@ def test_markdown_rendered_and_sanitized(server_url, browser):
     assert "A lone ``` and <b>tags</b> stay text." in user.text
     assert not user.find_elements("css selector", "*"), "user text must stay plain text"
 
+    # Copy buttons put the code, or the whole message's Markdown, on the clipboard.
+    d.execute_cdp_cmd("Browser.grantPermissions", {"origin": server_url,
+                      "permissions": ["clipboardReadWrite", "clipboardSanitizedWrite"]})
+    copy = bubble.find_element("css selector", ".copy-code")
+    copy.click()
+    wait_for(lambda: copy.text == "Copied", 5, "the code to be copied")
+    clip = d.execute_async_script("navigator.clipboard.readText().then(arguments[0], (e) => arguments[0]('error ' + e))")
+    assert clip.startswith("def fib(n: int) -> int:") and clip.rstrip().endswith("return a"), clip
+    css(d, ".msg.assistant [aria-label='Copy message']")[0].click()
+    clip = d.execute_async_script("navigator.clipboard.readText().then(arguments[0], (e) => arguments[0]('error ' + e))")
+    assert clip == MARKDOWN_REPLY, clip
+
 
 def test_conversations_kept_and_listed(server_url, browser):
     d = browser
