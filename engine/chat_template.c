@@ -8,7 +8,7 @@
  * Errors at any depth longjmp back to the entry point: with every
  * allocation in an arena there is nothing to unwind, and the evaluator stays
  * free of error plumbing. */
-#include "chat_template.h"
+#include "genloop_chat.h"
 
 #include <inttypes.h>
 #include <setjmp.h>
@@ -1766,7 +1766,7 @@ static const builtin builtins[] = {
      NULL},
 };
 
-const char *const chat_template_builtin_names[] = {"chatml", "llama2", "llama3", "mistral", "gemma", "phi3", "zephyr", NULL};
+const char *const gl_chat_template_builtin_names[] = {"chatml", "llama2", "llama3", "mistral", "gemma", "phi3", "zephyr", NULL};
 
 /* Which format a template text is, by the special tokens it writes. */
 static const char *detect_family(const char *src) {
@@ -1788,7 +1788,7 @@ static const builtin *find_builtin(const char *name) {
 
 /* ---- public API ------------------------------------------------------------------- */
 
-struct chat_template {
+struct gl_chat_template {
     arena mem;                /* parse tree */
     body root;
     char name[16];
@@ -1799,7 +1799,7 @@ struct chat_template {
 };
 
 /* Parse src into t->root; false with err set on a syntax error. */
-static bool parse_into(chat_template *t, const char *src, gl_error *err) {
+static bool parse_into(gl_chat_template *t, const char *src, gl_error *err) {
     size_t len = strlen(src);
     if (len > MAX_SOURCE_BYTES) return gl_error_set(err, "chat template is too long (%zu bytes)", len), false;
     /* Jinja drops one newline at the very end of a template. */
@@ -1827,19 +1827,19 @@ static char *dup_or_empty(const char *s) {
     return p;
 }
 
-chat_template *chat_template_new(const char *source, const char *override_name,
-                                 const char *bos, const char *eos, gl_error *err) {
-    chat_template *t = calloc(1, sizeof *t);
+gl_chat_template *gl_chat_template_new(const char *source, const char *override_name,
+                                       const char *bos, const char *eos, gl_error *err) {
+    gl_chat_template *t = calloc(1, sizeof *t);
     if (!t) return gl_error_set(err, "out of memory"), NULL;
     t->bos = dup_or_empty(bos);
     t->eos = dup_or_empty(eos);
-    if (!t->bos || !t->eos) { chat_template_free(t); return gl_error_set(err, "out of memory"), NULL; }
+    if (!t->bos || !t->eos) { gl_chat_template_free(t); return gl_error_set(err, "out of memory"), NULL; }
 
     const builtin *b = NULL;
     if (override_name && strcmp(override_name, "jinja") != 0) {
         b = find_builtin(override_name);
         if (!b) {
-            chat_template_free(t);
+            gl_chat_template_free(t);
             gl_error_set(err, "unknown chat template '%.40s' (known: jinja, chatml, llama2, llama3, mistral, gemma, phi3, zephyr)", override_name);
             return NULL;
         }
@@ -1852,21 +1852,21 @@ chat_template *chat_template_new(const char *source, const char *override_name,
         } else {
             const char *family = override_name ? NULL : detect_family(source);
             if (!family) {
-                chat_template_free(t);
+                gl_chat_template_free(t);
                 gl_error_set(err, "chat template: %s", perr.message);
                 return NULL;
             }
             b = find_builtin(family);
         }
     } else if (override_name) {
-        chat_template_free(t);
+        gl_chat_template_free(t);
         gl_error_set(err, "the model has no chat template to use as 'jinja'");
         return NULL;
     } else {
         b = find_builtin("chatml");
     }
     if (b) {
-        if (!parse_into(t, b->source, err)) { chat_template_free(t); return NULL; }
+        if (!parse_into(t, b->source, err)) { gl_chat_template_free(t); return NULL; }
         snprintf(t->name, sizeof t->name, "%s", b->name);
     }
     const builtin *fam = find_builtin(t->name);
@@ -1875,7 +1875,7 @@ chat_template *chat_template_new(const char *source, const char *override_name,
     return t;
 }
 
-void chat_template_free(chat_template *t) {
+void gl_chat_template_free(gl_chat_template *t) {
     if (!t) return;
     arena_free(&t->mem);
     free(t->bos);
@@ -1883,8 +1883,8 @@ void chat_template_free(chat_template *t) {
     free(t);
 }
 
-char *chat_template_render(const chat_template *t, const chat_message *msgs, int n,
-                           bool add_generation_prompt, gl_error *err) {
+char *gl_chat_template_render(const gl_chat_template *t, const gl_chat_message *msgs, int n,
+                              bool add_generation_prompt, gl_error *err) {
     if (n < 0 || (n > 0 && !msgs)) return gl_error_set(err, "invalid message list"), NULL;
     render *R = calloc(1, sizeof *R);
     if (!R) return gl_error_set(err, "out of memory"), NULL;
@@ -1920,10 +1920,10 @@ done:
     return result;
 }
 
-const char *chat_template_name(const chat_template *t) { return t->name; }
-bool chat_template_is_model_source(const chat_template *t) { return t->model_source; }
+const char *gl_chat_template_name(const gl_chat_template *t) { return t->name; }
+bool gl_chat_template_is_model_source(const gl_chat_template *t) { return t->model_source; }
 
-const char *const *chat_template_stop_strings(const chat_template *t, int *n) {
+const char *const *gl_chat_template_stop_strings(const gl_chat_template *t, int *n) {
     *n = t->n_stops;
     return t->stops;
 }

@@ -55,7 +55,7 @@ typedef struct api_server {
     api_job *jobs;
     int n_jobs;
     uint64_t next_id;        /* for response ids */
-    struct chat_template *chat_template; /* NULL when the model's cannot be used */
+    struct gl_chat_template *chat_template; /* NULL when the model's cannot be used */
     char chat_template_error[512];       /* why, for the chat endpoint's error */
 } api_server;
 

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat_template.h"
+#include "genloop_chat.h"
 #include "job.h"
 
 #define CHAT_MAX_STOP (PARAMS_MAX_STOP + 4) /* the request's, then the template's */
@@ -41,7 +41,7 @@ void chat_setup(api_server *a) {
     const char *bos = info->bos_id >= 0 ? gl_token_text(a->model, info->bos_id) : "";
     const char *eos = info->eos_id >= 0 ? gl_token_text(a->model, info->eos_id) : "";
     gl_error err = {{0}};
-    a->chat_template = chat_template_new(info->chat_template, name, bos, eos, &err);
+    a->chat_template = gl_chat_template_new(info->chat_template, name, bos, eos, &err);
     if (!a->chat_template) {
         snprintf(a->chat_template_error, sizeof(a->chat_template_error), "%s", err.message);
         fprintf(stderr, "genloop: WARNING: the chat template cannot be used: %s; "
@@ -49,16 +49,16 @@ void chat_setup(api_server *a) {
                         "(pick a built-in format with --chat-template NAME)\n", err.message);
         return;
     }
-    const chat_template *t = a->chat_template;
-    const char *origin = chat_template_is_model_source(t) ? "the model's own template"
+    const gl_chat_template *t = a->chat_template;
+    const char *origin = gl_chat_template_is_model_source(t) ? "the model's own template"
                        : name ? "built-in, as asked by --chat-template"
                        : info->chat_template ? "built-in, standing in for the model's template that cannot be parsed"
                                              : "built-in; the model has no template";
-    fprintf(stderr, "genloop: chat template: %s (%s)\n", chat_template_name(t), origin);
+    fprintf(stderr, "genloop: chat template: %s (%s)\n", gl_chat_template_name(t), origin);
 }
 
 void chat_teardown(api_server *a) {
-    chat_template_free(a->chat_template);
+    gl_chat_template_free(a->chat_template);
     a->chat_template = NULL;
 }
 
@@ -239,7 +239,7 @@ static int flatten_content(const cJSON *content, int i, const char **text, char 
     return 0;
 }
 
-static int parse_message(const cJSON *m, int i, chat_message *out, char **owned, params_error *e) {
+static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **owned, params_error *e) {
     char param[64];
     snprintf(param, sizeof(param), "messages[%d]", i);
     if (!cJSON_IsObject(m))
@@ -283,7 +283,7 @@ static int build_prompt(chat_job *cj, const cJSON *messages, params_error *e) {
         return params_fail(e, 400, "messages", "invalid_type", "'messages' must be an array");
     int n = cJSON_GetArraySize(messages);
     if (n == 0) return params_fail(e, 400, "messages", "invalid_value", "'messages' must not be empty");
-    chat_message *msgs = calloc((size_t)n, sizeof(*msgs));
+    gl_chat_message *msgs = calloc((size_t)n, sizeof(*msgs));
     char **owned = calloc((size_t)n, sizeof(*owned));
     int rc = 0, i = 0;
     if (!msgs || !owned) rc = params_fail(e, 500, "messages", NULL, "out of memory");
@@ -299,7 +299,7 @@ static int build_prompt(chat_job *cj, const cJSON *messages, params_error *e) {
                          a->chat_template_error);
     if (rc == 0) {
         gl_error err = {{0}};
-        text = chat_template_render(a->chat_template, msgs, n, true, &err);
+        text = gl_chat_template_render(a->chat_template, msgs, n, true, &err);
         if (!text) rc = params_fail(e, 400, "messages", "invalid_value", "%s", err.message);
     }
     for (int k = 0; owned && k < n; k++) free(owned[k]);
@@ -375,7 +375,7 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
 
     for (int i = 0; i < j->gen.n_stop; i++) add_stop(cj, j->gen.stop[i]);
     int n_tpl = 0;
-    const char *const *tpl_stops = chat_template_stop_strings(a->chat_template, &n_tpl);
+    const char *const *tpl_stops = gl_chat_template_stop_strings(a->chat_template, &n_tpl);
     for (int i = 0; i < n_tpl; i++) add_stop(cj, tpl_stops[i]);
     j->n_seqs = j->gen.n;
     j->prompt_tokens = cj->n_prompt;

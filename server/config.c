@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat_template.h"
+#include "genloop_chat.h"
 
 #include "params.h"
 
@@ -326,8 +326,8 @@ int config_validate(const config *c, char *err, size_t err_len) {
     }
     if (c->chat_template[0] && strcmp(c->chat_template, "jinja") != 0) {
         int known = 0;
-        for (int i = 0; chat_template_builtin_names[i]; i++)
-            known |= !strcmp(c->chat_template, chat_template_builtin_names[i]);
+        for (int i = 0; gl_chat_template_builtin_names[i]; i++)
+            known |= !strcmp(c->chat_template, gl_chat_template_builtin_names[i]);
         if (!known)
             return fail(err, err_len, "chat_template: unknown format \"%s\"%s (known: jinja, chatml, "
                         "llama2, llama3, mistral, gemma, phi3, zephyr)", c->chat_template, "");

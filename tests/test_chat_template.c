@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat_template.h"
+#include "genloop_chat.h"
 #include "gguf.h"
 #include "testutil.h"
 
@@ -137,19 +137,19 @@ static const char *const FEATURES_EXPECTED =
     "  kept-indenttighttail";
 
 /* The conversation every format renders: system, user, assistant, user. */
-static const chat_message CONV[] = {
+static const gl_chat_message CONV[] = {
     {"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"},
 };
 
-static char *render_src(const char *src, const char *override, const chat_message *m, int n, bool gen, gl_error *err) {
-    chat_template *t = chat_template_new(src, override, "<s>", "</s>", err);
+static char *render_src(const char *src, const char *override, const gl_chat_message *m, int n, bool gen, gl_error *err) {
+    gl_chat_template *t = gl_chat_template_new(src, override, "<s>", "</s>", err);
     if (!t) return NULL;
-    char *out = chat_template_render(t, m, n, gen, err);
-    chat_template_free(t);
+    char *out = gl_chat_template_render(t, m, n, gen, err);
+    gl_chat_template_free(t);
     return out;
 }
 
-static void expect_render(const char *src, const char *override, const chat_message *m, int n, bool gen, const char *want) {
+static void expect_render(const char *src, const char *override, const gl_chat_message *m, int n, bool gen, const char *want) {
     gl_error err = {{0}};
     char *got = render_src(src, override, m, n, gen, &err);
     ck_assert_msg(got != NULL, "render failed: %s", err.message);
@@ -157,7 +157,7 @@ static void expect_render(const char *src, const char *override, const chat_mess
     free(got);
 }
 
-static void expect_error(const char *src, const chat_message *m, int n, const char *fragment) {
+static void expect_error(const char *src, const gl_chat_message *m, int n, const char *fragment) {
     gl_error err = {{0}};
     char *got = render_src(src, "jinja", m, n, true, &err);
     ck_assert_msg(got == NULL, "expected an error containing '%s', got output", fragment);
@@ -198,17 +198,17 @@ START_TEST(builtin_formats) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         expect_render(NULL, cases[i].name, CONV, 4, true, cases[i].want);
         gl_error err;
-        chat_template *t = chat_template_new(NULL, cases[i].name, "<s>", "</s>", &err);
+        gl_chat_template *t = gl_chat_template_new(NULL, cases[i].name, "<s>", "</s>", &err);
         ck_assert_ptr_nonnull(t);
-        ck_assert_str_eq(chat_template_name(t), cases[i].name);
-        ck_assert(!chat_template_is_model_source(t));
+        ck_assert_str_eq(gl_chat_template_name(t), cases[i].name);
+        ck_assert(!gl_chat_template_is_model_source(t));
         int n;
-        const char *const *stops = chat_template_stop_strings(t, &n);
+        const char *const *stops = gl_chat_template_stop_strings(t, &n);
         ck_assert_int_eq(n, 1);
         ck_assert_str_eq(stops[0], cases[i].stop);
-        chat_template_free(t);
+        gl_chat_template_free(t);
     }
-    for (int i = 0; chat_template_builtin_names[i]; i++) ck_assert_ptr_nonnull(chat_template_builtin_names[i]);
+    for (int i = 0; gl_chat_template_builtin_names[i]; i++) ck_assert_ptr_nonnull(gl_chat_template_builtin_names[i]);
 }
 END_TEST
 
@@ -222,11 +222,11 @@ START_TEST(published_templates) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         expect_render(cases[i].src, NULL, CONV, 4, true, cases[i].want);
         gl_error err;
-        chat_template *t = chat_template_new(cases[i].src, NULL, "<s>", "</s>", &err);
+        gl_chat_template *t = gl_chat_template_new(cases[i].src, NULL, "<s>", "</s>", &err);
         ck_assert_ptr_nonnull(t);
-        ck_assert_str_eq(chat_template_name(t), cases[i].family);
-        ck_assert(chat_template_is_model_source(t));
-        chat_template_free(t);
+        ck_assert_str_eq(gl_chat_template_name(t), cases[i].family);
+        ck_assert(gl_chat_template_is_model_source(t));
+        gl_chat_template_free(t);
     }
     /* Mistral v0.1 and Gemma 1 have no system role: without one they work... */
     expect_render(TPL_MISTRAL01, NULL, CONV + 1, 3, true, "<s>[INST] U1 [/INST]A1</s>[INST] U2 [/INST]");
@@ -236,7 +236,7 @@ START_TEST(published_templates) {
     /* ...and with one they refuse, with their own message. */
     expect_error(TPL_GEMMA, CONV, 4, "System role not supported");
     expect_error(TPL_MISTRAL01, CONV, 4, "Conversation roles must alternate");
-    chat_message bad[] = {{"user", "a"}, {"user", "b"}};
+    gl_chat_message bad[] = {{"user", "a"}, {"user", "b"}};
     expect_error(TPL_LLAMA2, bad, 2, "Conversation roles must alternate");
     /* Without add_generation_prompt: phi3 ends with EOS, chatml with the last turn. */
     expect_render(TPL_PHI3, NULL, CONV, 2, false, "<|system|>\nS<|end|>\n<|user|>\nU1<|end|>\n</s>");
@@ -246,7 +246,7 @@ END_TEST
 START_TEST(smollm2_default_system) {
     char want[512];
     snprintf(want, sizeof want, "%s<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", SMOL_DEFAULT_SYSTEM);
-    chat_message hi = {"user", "Hi"};
+    gl_chat_message hi = {"user", "Hi"};
     expect_render(TPL_SMOLLM2, NULL, &hi, 1, true, want);
     /* The built-in chatml has no default system prompt. */
     expect_render(NULL, "chatml", &hi, 1, true, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
@@ -277,7 +277,7 @@ START_TEST(smollm2_gguf) {
     expect_render(src, NULL, CONV, 4, true, WANT_CHATML);
     char want[512];
     snprintf(want, sizeof want, "%s<|im_start|>user\nHi<|im_end|>\n", SMOL_DEFAULT_SYSTEM);
-    chat_message hi = {"user", "Hi"};
+    gl_chat_message hi = {"user", "Hi"};
     expect_render(src, NULL, &hi, 1, false, want);
     free(src);
 }
@@ -288,7 +288,7 @@ START_TEST(jinja_features) {
     expect_render("{% for m in messages %}{{ m.role }}{% else %}none{% endfor %}", NULL, NULL, 0, true, "none");
     expect_render("a  {%- if true %} b {% endif -%}  c\n", NULL, NULL, 0, true, "a b c");
     expect_render("{{ message }}{{ messages[9] is defined }}", NULL, CONV, 4, true, "False");
-    chat_message null_content = {"assistant", NULL};
+    gl_chat_message null_content = {"assistant", NULL};
     expect_render("{{ messages[0].content is none }}", NULL, &null_content, 1, true, "True");
 }
 END_TEST
@@ -296,33 +296,33 @@ END_TEST
 START_TEST(selection) {
     gl_error err;
     /* Unknown override. */
-    ck_assert_ptr_null(chat_template_new(NULL, "nope", "", "", &err));
+    ck_assert_ptr_null(gl_chat_template_new(NULL, "nope", "", "", &err));
     ck_assert(strstr(err.message, "unknown chat template") != NULL);
     /* 'jinja' needs a model template. */
-    ck_assert_ptr_null(chat_template_new(NULL, "jinja", "", "", &err));
+    ck_assert_ptr_null(gl_chat_template_new(NULL, "jinja", "", "", &err));
     /* A template we cannot parse but recognise falls back to the built-in... */
     const char *odd = "{% macro x() %}{% endmacro %}<|start_header_id|>";
-    chat_template *t = chat_template_new(odd, NULL, "<s>", "</s>", &err);
+    gl_chat_template *t = gl_chat_template_new(odd, NULL, "<s>", "</s>", &err);
     ck_assert_ptr_nonnull(t);
-    ck_assert_str_eq(chat_template_name(t), "llama3");
-    ck_assert(!chat_template_is_model_source(t));
-    chat_template_free(t);
+    ck_assert_str_eq(gl_chat_template_name(t), "llama3");
+    ck_assert(!gl_chat_template_is_model_source(t));
+    gl_chat_template_free(t);
     /* ...unless the user insists on it, or it is unrecognisable. */
-    ck_assert_ptr_null(chat_template_new(odd, "jinja", "<s>", "</s>", &err));
+    ck_assert_ptr_null(gl_chat_template_new(odd, "jinja", "<s>", "</s>", &err));
     ck_assert(strstr(err.message, "macro") != NULL);
-    ck_assert_ptr_null(chat_template_new("{% macro x() %}{% endmacro %}", NULL, "<s>", "</s>", &err));
+    ck_assert_ptr_null(gl_chat_template_new("{% macro x() %}{% endmacro %}", NULL, "<s>", "</s>", &err));
     /* An override wins over the model's template. */
-    t = chat_template_new(TPL_SMOLLM2, "zephyr", "<s>", "</s>", &err);
-    ck_assert_str_eq(chat_template_name(t), "zephyr");
-    chat_template_free(t);
+    t = gl_chat_template_new(TPL_SMOLLM2, "zephyr", "<s>", "</s>", &err);
+    ck_assert_str_eq(gl_chat_template_name(t), "zephyr");
+    gl_chat_template_free(t);
     /* Unknown family: name "jinja", stop string = EOS text. */
-    t = chat_template_new("{% for m in messages %}{{ m.content }}\n{% endfor %}", NULL, "<s>", "<eos>", &err);
-    ck_assert_str_eq(chat_template_name(t), "jinja");
+    t = gl_chat_template_new("{% for m in messages %}{{ m.content }}\n{% endfor %}", NULL, "<s>", "<eos>", &err);
+    ck_assert_str_eq(gl_chat_template_name(t), "jinja");
     int n;
-    const char *const *stops = chat_template_stop_strings(t, &n);
+    const char *const *stops = gl_chat_template_stop_strings(t, &n);
     ck_assert_int_eq(n, 1);
     ck_assert_str_eq(stops[0], "<eos>");
-    chat_template_free(t);
+    gl_chat_template_free(t);
 }
 END_TEST
 
@@ -337,7 +337,7 @@ static char *repeat(const char *unit, int times, const char *tail) {
 }
 
 START_TEST(hostile) {
-    chat_message hi = {"user", "hi"};
+    gl_chat_message hi = {"user", "hi"};
     struct { const char *src, *fragment; } cases[] = {
         {"{% if x", "unterminated tag"},
         {"{{ 'abc", "unterminated"},
@@ -406,14 +406,14 @@ START_TEST(hostile) {
     char *content = malloc(big + 1);
     memset(content, 'a', big);
     content[big] = 0;
-    chat_message m = {"user", content};
+    gl_chat_message m = {"user", content};
     gl_error err;
-    chat_template *t = chat_template_new(NULL, "chatml", "", "", &err);
-    char *out = chat_template_render(t, &m, 1, true, &err);
+    gl_chat_template *t = gl_chat_template_new(NULL, "chatml", "", "", &err);
+    char *out = gl_chat_template_render(t, &m, 1, true, &err);
     ck_assert_ptr_nonnull(out);
     ck_assert_uint_eq(strlen(out), big + strlen("<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n"));
     free(out);
-    chat_template_free(t);
+    gl_chat_template_free(t);
     free(content);
 }
 END_TEST
@@ -437,10 +437,10 @@ START_TEST(mutations) {
             if (!n) break;
         }
         gl_error err;
-        chat_template *t = chat_template_new(s, "jinja", "<s>", "</s>", &err);
+        gl_chat_template *t = gl_chat_template_new(s, "jinja", "<s>", "</s>", &err);
         if (t) {
-            free(chat_template_render(t, CONV, 4, iter & 1, &err));
-            chat_template_free(t);
+            free(gl_chat_template_render(t, CONV, 4, iter & 1, &err));
+            gl_chat_template_free(t);
         }
         free(s);
     }

@@ -1,7 +1,7 @@
 /* fuzz_chat_template.c -- the Jinja chat-template interpreter over arbitrary
  * templates and conversations.
  *
- * chat_template.h promises that a hostile template cannot crash or hang the
+ * genloop_chat.h promises that a hostile template cannot crash or hang the
  * process: every limit violation is an error. Input layout: byte 0 picks the
  * override (none, or one of the built-in names) and add_generation_prompt;
  * the rest is split at NUL bytes into the template source, then role /
@@ -13,13 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chat_template.h"
+#include "genloop_chat.h"
 
 #define MAX_MSGS 16
 
-static void render(const chat_template *t, const chat_message *msgs, int n, bool gen) {
+static void render(const gl_chat_template *t, const gl_chat_message *msgs, int n, bool gen) {
     gl_error err = {{0}};
-    char *out = chat_template_render(t, msgs, n, gen, &err);
+    char *out = gl_chat_template_render(t, msgs, n, gen, &err);
     if (!out && !err.message[0]) {
         fprintf(stderr, "fuzz_chat_template: render failed without a message\n");
         abort();
@@ -30,9 +30,9 @@ static void render(const chat_template *t, const chat_message *msgs, int n, bool
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (size < 1) return 0;
     int n_builtin = 0;
-    while (chat_template_builtin_names[n_builtin]) n_builtin++;
+    while (gl_chat_template_builtin_names[n_builtin]) n_builtin++;
     int pick = data[0] % (n_builtin + 2); /* 0: none, 1: "jinja", 2..: built-ins */
-    const char *override = pick == 0 ? NULL : pick == 1 ? "jinja" : chat_template_builtin_names[pick - 2];
+    const char *override = pick == 0 ? NULL : pick == 1 ? "jinja" : gl_chat_template_builtin_names[pick - 2];
     bool gen = data[0] & 0x80;
 
     /* NUL-separated fields, copied so each is NUL-terminated. */
@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fields[n_fields++] = p;
 
     gl_error err = {{0}};
-    chat_template *t = chat_template_new(fields[0], override, "<s>", "</s>", &err);
+    gl_chat_template *t = gl_chat_template_new(fields[0], override, "<s>", "</s>", &err);
     if (!t) {
         if (!err.message[0]) {
             fprintf(stderr, "fuzz_chat_template: new failed without a message\n");
@@ -54,23 +54,23 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         free(buf);
         return 0;
     }
-    (void)chat_template_name(t);
-    (void)chat_template_is_model_source(t);
+    (void)gl_chat_template_name(t);
+    (void)gl_chat_template_is_model_source(t);
     int n_stop = 0;
-    const char *const *stops = chat_template_stop_strings(t, &n_stop);
+    const char *const *stops = gl_chat_template_stop_strings(t, &n_stop);
     for (int i = 0; i < n_stop; i++)
         if (!stops[i]) abort();
 
-    chat_message msgs[MAX_MSGS];
+    gl_chat_message msgs[MAX_MSGS];
     int n = 0;
     for (int i = 1; i + 1 < n_fields; i += 2)
-        msgs[n++] = (chat_message){ fields[i], fields[i + 1][0] == '\x01' ? NULL : fields[i + 1] };
+        msgs[n++] = (gl_chat_message){ fields[i], fields[i + 1][0] == '\x01' ? NULL : fields[i + 1] };
     render(t, msgs, n, gen);
-    static const chat_message plain[] = {
+    static const gl_chat_message plain[] = {
         { "system", "You are helpful." }, { "user", "Hi" }, { "assistant", "Hello!" }, { "user", "Bye" },
     };
     render(t, plain, 4, gen);
-    chat_template_free(t);
+    gl_chat_template_free(t);
     free(buf);
     return 0;
 }

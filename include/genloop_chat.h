@@ -1,4 +1,4 @@
-/* chat_template.h -- turn a conversation into the prompt text a model expects.
+/* genloop_chat.h -- turn a conversation into the prompt text a model expects.
  *
  * Models ship their prompt format as a Jinja template (tokenizer.chat_template
  * in the GGUF). This module interprets the subset of Jinja that chat templates
@@ -23,19 +23,19 @@
  * depth, evaluation steps, memory and output size are all bounded, and every
  * violation is an error. A template is read-only after creation, so several
  * threads may render with it at once. */
-#ifndef GL_CHAT_TEMPLATE_H
-#define GL_CHAT_TEMPLATE_H
+#ifndef GENLOOP_CHAT_H
+#define GENLOOP_CHAT_H
 
 #include <stdbool.h>
 
 #include "genloop.h" /* gl_error */
 
-typedef struct chat_message {
+typedef struct gl_chat_message {
     const char *role;         /* "system", "user", "assistant" (any string passes) */
     const char *content;      /* already flattened to text; NULL renders as none */
-} chat_message;
+} gl_chat_message;
 
-typedef struct chat_template chat_template;
+typedef struct gl_chat_template gl_chat_template;
 
 /* Build a template. override_name (e.g. "llama3", or "jinja" = insist on the
  * model's own source) wins when given; otherwise the model's source is used
@@ -43,29 +43,29 @@ typedef struct chat_template chat_template;
  * when it does not, and "chatml" when there is no source at all. bos / eos
  * are the texts of the BOS / EOS tokens ("" when the model has none; NULL
  * counts as ""). Returns NULL with err set when nothing usable is left. */
-chat_template *chat_template_new(const char *source, const char *override_name,
-                                 const char *bos, const char *eos, gl_error *err);
-void chat_template_free(chat_template *t);
+gl_chat_template *gl_chat_template_new(const char *source, const char *override_name,
+                                       const char *bos, const char *eos, gl_error *err);
+void gl_chat_template_free(gl_chat_template *t);
 
 /* The prompt for n messages, malloc'd and NUL-terminated; with
  * add_generation_prompt the text ends where the assistant's reply begins.
  * Returns NULL with err set when the template rejects the conversation
  * (raise_exception, e.g. "roles must alternate") or a limit is hit. */
-char *chat_template_render(const chat_template *t, const chat_message *msgs, int n,
-                           bool add_generation_prompt, gl_error *err);
+char *gl_chat_template_render(const gl_chat_template *t, const gl_chat_message *msgs, int n,
+                              bool add_generation_prompt, gl_error *err);
 
 /* Format family: "chatml", "llama2", "llama3", "mistral", "gemma", "phi3",
  * "zephyr", or "jinja" for a model template of no known family. */
-const char *chat_template_name(const chat_template *t);
+const char *gl_chat_template_name(const gl_chat_template *t);
 /* True when rendering uses the model's own template text, false when a
  * built-in one stands in for it. */
-bool chat_template_is_model_source(const chat_template *t);
+bool gl_chat_template_is_model_source(const gl_chat_template *t);
 /* Texts that end an assistant turn (e.g. "<|im_end|>"), for use as stop
  * strings on top of the model's end-of-generation tokens; *n receives the
  * count. Valid while t lives. */
-const char *const *chat_template_stop_strings(const chat_template *t, int *n);
+const char *const *gl_chat_template_stop_strings(const gl_chat_template *t, int *n);
 
 /* Names accepted by override_name, NULL-terminated (for --help). */
-extern const char *const chat_template_builtin_names[];
+extern const char *const gl_chat_template_builtin_names[];
 
 #endif

@@ -1,0 +1,110 @@
+/* test_server_params.c -- the server's request-field validation and JSON
+ * writer, linked from the server library with no model and no socket. */
+#include <check.h>
+#include <cjson/cJSON.h>
+#include <string.h>
+
+#include "jbuf.h"
+#include "params.h"
+#include "testutil.h"
+
+static int parse(const char *json, params_generation *g, params_error *e) {
+    cJSON *body = cJSON_Parse(json);
+    ck_assert_ptr_nonnull(body);
+    memset(e, 0, sizeof *e);
+    int rc = params_generation_parse(body, NULL, 4, "max_tokens", 100, g, e);
+    cJSON_Delete(body);
+    return rc;
+}
+
+START_TEST(test_defaults_and_fields) {
+    params_generation g;
+    params_error e;
+    ck_assert_int_eq(parse("{}", &g, &e), 0);
+    ck_assert_int_eq(g.max_tokens, 16);
+    ck_assert_int_eq(g.n, 1);
+    ck_assert_float_eq(g.sampling.temperature, 1.0f);
+    ck_assert(!g.stream);
+    params_generation_free(&g);
+
+    ck_assert_int_eq(parse("{\"temperature\":0,\"max_tokens\":7,\"n\":3,\"stream\":true,"
+                           "\"stream_options\":{\"include_usage\":true},\"stop\":[\"a\",\"bc\"],\"seed\":5}",
+                           &g, &e), 0);
+    ck_assert_float_eq(g.sampling.temperature, 0.0f);
+    ck_assert_int_eq(g.max_tokens, 7);
+    ck_assert_int_eq(g.n, 3);
+    ck_assert(g.stream && g.include_usage);
+    ck_assert_int_eq(g.n_stop, 2);
+    ck_assert_str_eq(g.stop[1], "bc");
+    ck_assert(g.sampling.has_seed);
+    ck_assert_uint_eq(g.sampling.seed, 5);
+    params_generation_free(&g);
+}
+END_TEST
+
+START_TEST(test_errors_name_the_field) {
+    static const struct { const char *json, *param; } cases[] = {
+        {"{\"temperature\":3}", "temperature"},
+        {"{\"max_tokens\":101}", "max_tokens"},
+        {"{\"n\":5}", "n"},
+        {"{\"stream\":1}", "stream"},
+        {"{\"stream_options\":{\"include_usage\":true}}", "stream_options"},
+        {"{\"seed\":1.5}", "seed"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        params_generation g;
+        params_error e;
+        ck_assert_int_eq(parse(cases[i].json, &g, &e), -1);
+        ck_assert_int_eq(e.status, 400);
+        ck_assert_str_eq(e.param, cases[i].param);
+        ck_assert(e.message[0] != '\0');
+        params_generation_free(&g);
+    }
+}
+END_TEST
+
+START_TEST(test_unknown_key) {
+    static const char *const allowed[] = {"model", "prompt", NULL};
+    cJSON *body = cJSON_Parse("{\"model\":\"m\",\"promt\":\"x\"}");
+    params_error e = {0};
+    ck_assert_int_eq(params_check_keys(body, allowed, &e), -1);
+    ck_assert_str_eq(e.param, "promt");
+    cJSON_Delete(body);
+}
+END_TEST
+
+START_TEST(test_utf8_and_nul) {
+    ck_assert(params_utf8_valid("h\xc3\xa9", 3));
+    ck_assert(!params_utf8_valid("\xc0\xaf", 2));     /* overlong */
+    ck_assert(!params_utf8_valid("\xed\xa0\x80", 3)); /* surrogate */
+    ck_assert(params_json_has_nul("\"a\\u0000b\"", 10));
+    ck_assert(!params_json_has_nul("\"a\\\\u0000b\"", 11)); /* an escaped backslash, then text */
+}
+END_TEST
+
+START_TEST(test_jbuf_json) {
+    jbuf b = {0};
+    jbuf_str(&b, "a\"\n\xff", 4);
+    jbuf_raw(&b, ",", 1);
+    jbuf_num(&b, 1.0 / 0.0);
+    ck_assert_str_eq(b.data, "\"a\\\"\\n\xef\xbf\xbd\",null");
+    ck_assert(!b.oom);
+    jbuf_free(&b);
+}
+END_TEST
+
+static Suite *server_params_suite(void) {
+    Suite *s = suite_create("server_params");
+    TCase *tc = tcase_create("core");
+    tcase_add_test(tc, test_defaults_and_fields);
+    tcase_add_test(tc, test_errors_name_the_field);
+    tcase_add_test(tc, test_unknown_key);
+    tcase_add_test(tc, test_utf8_and_nul);
+    tcase_add_test(tc, test_jbuf_json);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    return test_run_suite(server_params_suite()) ? 1 : 0;
+}
