@@ -93,18 +93,8 @@ START_TEST(test_jbuf_json) {
 }
 END_TEST
 
-static Suite *server_params_suite(void) {
-    Suite *s = suite_create("server_params");
-    TCase *tc = tcase_create("core");
-    tcase_add_test(tc, test_defaults_and_fields);
-    tcase_add_test(tc, test_errors_name_the_field);
-    tcase_add_test(tc, test_unknown_key);
-    tcase_add_test(tc, test_utf8_and_nul);
-    tcase_add_test(tc, test_jbuf_json);
-    suite_add_tcase(s, tc);
-    return s;
-}
-
 int main(void) {
-    return test_run_suite(server_params_suite()) ? 1 : 0;
+    const TTest *tests[] = {test_defaults_and_fields, test_errors_name_the_field, test_unknown_key,
+                            test_utf8_and_nul, test_jbuf_json};
+    return test_run_tests("server_params", tests, (int)(sizeof tests / sizeof tests[0])) ? 1 : 0;
 }

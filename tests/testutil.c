@@ -28,6 +28,14 @@ const char *testdata_path(const char *relative) {
     return buf;
 }
 
+int test_run_tests(const char *name, const TTest *const *tests, int n) {
+    Suite *s = suite_create(name);
+    TCase *tc = tcase_create(name);
+    for (int i = 0; i < n; i++) tcase_add_test(tc, tests[i]);
+    suite_add_tcase(s, tc);
+    return test_run_suite(s);
+}
+
 int test_run_suite(Suite *s) {
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

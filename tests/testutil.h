@@ -18,5 +18,8 @@ bool test_in_ci(void);
 /* Run every case of a check suite; the number of failed tests. */
 typedef struct Suite Suite;
 int test_run_suite(Suite *s);
+/* The same for one case of n tests (START_TEST names) in a suite called name. */
+typedef struct TTest TTest;
+int test_run_tests(const char *name, const TTest *const *tests, int n);
 
 #endif
