@@ -71,7 +71,7 @@ void api_init(api_server *a, const config *cfg) {
         N_OF(token_buckets));
 }
 
-void api_note_finished(api_server *a, const worker_event *ev) {
+void api_note_finished(api_server *a, const gl_event *ev) {
     api_metrics *m = &a->m;
     metrics_inc(m->requests_total, gl_finish_reason_str(ev->finish), 1);
     metrics_inc(m->prompt_tokens_total, NULL, ev->n_prompt_tokens);
@@ -146,21 +146,26 @@ static void on_ready(api_server *a) {
     fflush(stdout);
 }
 
-void api_on_worker_event(const worker_event *ev, void *ctx) {
+void api_on_worker_msg(const worker_msg *msg, void *ctx) {
     api_server *a = ctx;
-    if (ev->type == WORKER_READY) { on_ready(a); return; }
-    if (ev->type == WORKER_LOAD_FAILED) {
-        fprintf(stderr, "genloop: cannot load model: %s\n", ev->error);
+    switch (msg->type) {
+    case WORKER_READY:
+        on_ready(a);
+        break;
+    case WORKER_LOAD_FAILED:
+        fprintf(stderr, "genloop: cannot load model: %s\n", msg->ev.error);
         if (a->on_load_failed) a->on_load_failed(a);
-        return;
+        break;
+    case WORKER_STEP:
+        metrics_observe(a->m.batch_size, msg->batch_seqs);
+        metrics_observe(a->m.batch_tokens, msg->batch_tokens);
+        break;
+    case WORKER_EVENT: {
+        api_sink *sink = msg->ev.user;
+        if (sink) sink->on_event(sink, &msg->ev, msg->t_event);
+        break;
     }
-    if (ev->type == WORKER_STEP) {
-        metrics_observe(a->m.batch_size, ev->batch_seqs);
-        metrics_observe(a->m.batch_tokens, ev->batch_tokens);
-        return;
     }
-    api_sink *sink = ev->user;
-    if (sink) sink->on_event(sink, ev);
 }
 
 int api_check_prompt_tokens(const api_server *a, int n, const char *param, params_error *e) {

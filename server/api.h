@@ -19,7 +19,8 @@
 #include "worker.h"
 
 typedef struct api_sink {
-    void (*on_event)(struct api_sink *self, const worker_event *ev);
+    /* An engine event of this request; t_event: when the engine emitted it (worker_now) */
+    void (*on_event)(struct api_sink *self, const gl_event *ev, double t_event);
 } api_sink;
 
 typedef struct api_job {
@@ -64,8 +65,8 @@ void api_init(api_server *a, const config *cfg);
 void api_free(api_server *a);
 const http_route *api_routes(int *n);
 
-/* The worker's event function (ctx = api_server). */
-void api_on_worker_event(const worker_event *ev, void *ctx);
+/* The worker's message function (ctx = api_server). */
+void api_on_worker_msg(const worker_msg *msg, void *ctx);
 /* http_options.admit: CORS headers and preflights, then the API key
  * (everything but open routes, and /metrics when metrics_public, needs
  * `Authorization: Bearer KEY` when a key is set; else 401). */
@@ -97,6 +98,6 @@ void api_cancel_all(api_server *a);
 void api_write_piece(const api_server *a, jbuf *out, int32_t token);
 
 /* Metrics for one finished engine request. */
-void api_note_finished(api_server *a, const worker_event *ev);
+void api_note_finished(api_server *a, const gl_event *ev);
 
 #endif

@@ -84,7 +84,7 @@ static void lp_token(jbuf *b, const api_server *a, int32_t token, float logprob)
     jbuf_puts(b, "]");
 }
 
-static void chat_on_token(job_seq *js, const worker_event *ev) {
+static void chat_on_token(job_seq *js, const gl_event *ev) {
     chat_seq *s = (chat_seq *)js;
     const chat_job *cj = (const chat_job *)js->job;
     if (!cj->logprobs) return;

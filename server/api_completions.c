@@ -52,7 +52,7 @@ static void cmpl_free(job *j) {
 /* ---- logprobs ----------------------------------------------------------------- */
 
 /* One entry; logprob NAN (the first prompt token) gives nulls. */
-static void lp_add(cmpl_seq *s, const worker_event *ev, size_t offset) {
+static void lp_add(cmpl_seq *s, const gl_event *ev, size_t offset) {
     const cmpl_job *cj = (const cmpl_job *)s->base.job;
     const api_server *a = cj->base.api;
     const char *sep = s->n_lp ? "," : "";
@@ -97,7 +97,7 @@ static void lp_write(jbuf *out, cmpl_seq *s) {
     s->n_lp = 0;
 }
 
-static void cmpl_on_prompt_token(job_seq *js, const worker_event *ev) {
+static void cmpl_on_prompt_token(job_seq *js, const gl_event *ev) {
     cmpl_seq *s = (cmpl_seq *)js;
     const cmpl_job *cj = (const cmpl_job *)js->job;
     if (!cj->echo || cj->logprobs < 0) return;
@@ -107,7 +107,7 @@ static void cmpl_on_prompt_token(job_seq *js, const worker_event *ev) {
     s->prompt_offset += len;
 }
 
-static void cmpl_on_token(job_seq *js, const worker_event *ev) {
+static void cmpl_on_token(job_seq *js, const gl_event *ev) {
     if (((cmpl_job *)js->job)->logprobs >= 0) lp_add((cmpl_seq *)js, ev, js->text_bytes);
 }
 

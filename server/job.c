@@ -31,9 +31,10 @@ static void job_destroy(api_job *base) {
 
 static void job_cancel(api_job *base) {
     job *j = (job *)base;
-    for (int i = 0; i < j->n_seqs; i++) {
+    gl_engine *engine = worker_engine(j->api->worker);
+    for (int i = 0; engine && i < j->n_seqs; i++) {
         job_seq *s = job_seq_at(j, i);
-        if (s->state != JOB_SEQ_DONE) worker_cancel(j->api->worker, &s->sink);
+        if (s->state == JOB_SEQ_RUNNING) gl_engine_cancel(engine, s->request_id);
     }
 }
 
@@ -213,46 +214,24 @@ static void job_complete(job *j) {
     if (!j->req) job_release(j);
 }
 
-static void seq_on_event(api_sink *sink, const worker_event *ev) {
+static void seq_on_event(api_sink *sink, const gl_event *ev, double t_event) {
     job_seq *s = (job_seq *)sink;
     job *j = s->job;
     api_server *a = j->api;
     switch (ev->type) {
-    case WORKER_SUBMITTED:
-        s->state = JOB_SEQ_RUNNING;
-        j->n_submitting--;
-        if (j->failed) worker_cancel(a->worker, sink);
-        else if (j->n_submitting == 0 && j->gen.stream) stream_start(j);
-        break;
-    case WORKER_REJECTED:
-        s->state = JOB_SEQ_DONE;
-        j->n_submitting--;
-        j->n_unfinished--;
-        if (!j->failed) {
-            j->failed = 1;
-            if (ev->queue_full)
-                params_fail(&j->err, 503, NULL, "server_busy",
-                            "The server is busy (waiting queue full); retry later");
-            else
-                params_fail(&j->err, 400, j->ops->prompt_param, NULL, "%s",
-                            ev->error ? ev->error : "rejected");
-            job_cancel(&j->base);
-        }
-        if (j->n_unfinished == 0) job_complete(j);
-        break;
-    case WORKER_PROMPT_TOKEN:
+    case GL_EVENT_PROMPT_TOKEN:
         if (j->ops->on_prompt_token) j->ops->on_prompt_token(s, ev);
         break;
-    case WORKER_TOKEN:
-        if (s->t_last_token > 0) metrics_observe(a->m.itl, ev->t_event - s->t_last_token);
-        s->t_last_token = ev->t_event;
+    case GL_EVENT_TOKEN:
+        if (s->t_last_token > 0) metrics_observe(a->m.itl, t_event - s->t_last_token);
+        s->t_last_token = t_event;
         if (j->scoring_only) break;
         if (j->ops->on_token) j->ops->on_token(s, ev);
         job_seq_append(s, ev->text, ev->text_len);
         if (j->gen.stream) stream_flush(s, 0);
         break;
-    case WORKER_FINISHED: {
-        worker_event shown = *ev;
+    case GL_EVENT_FINISHED: {
+        gl_event shown = *ev;
         if (j->scoring_only && ev->finish != GL_FINISH_CANCELLED && ev->finish != GL_FINISH_ERROR) {
             shown.n_generated = 0;
             shown.finish = GL_FINISH_LENGTH;
@@ -273,9 +252,25 @@ static void seq_on_event(api_sink *sink, const worker_event *ev) {
         if (j->n_unfinished == 0) job_complete(j);
         break;
     }
-    default:
-        break;
     }
+}
+
+/* A submit failed: the job fails with the first reason, seqs not yet
+ * submitted are never submitted, and those running are cancelled. */
+static void seq_rejected(job_seq *s, bool queue_full, const char *error) {
+    job *j = s->job;
+    if (!j->failed) {
+        j->failed = 1;
+        if (queue_full)
+            params_fail(&j->err, 503, NULL, "server_busy", "The server is busy (waiting queue full); retry later");
+        else
+            params_fail(&j->err, 400, j->ops->prompt_param, NULL, "%s", error[0] ? error : "rejected");
+    }
+    for (int i = s->index; i < j->n_seqs; i++) {
+        job_seq_at(j, i)->state = JOB_SEQ_DONE;
+        j->n_unfinished--;
+    }
+    job_cancel(&j->base);
 }
 
 /* ---- the handler --------------------------------------------------------------------- */
@@ -311,7 +306,7 @@ void job_handle(http_req *req, api_server *a, const job_ops *ops) {
     j->created = (long)time(NULL);
     snprintf(j->id, sizeof(j->id), "%s-%llx%06llx", ops->id_prefix, (unsigned long long)j->created,
              (unsigned long long)++a->next_id);
-    j->n_submitting = j->n_unfinished = j->n_seqs;
+    j->n_unfinished = j->n_seqs;
     api_job_add(a, &j->base);
     http_req_on_close(req, on_http_close, j);
 
@@ -330,6 +325,16 @@ void job_handle(http_req *req, api_server *a, const job_ops *ops) {
             .user = &s->sink,
         };
         ops->prepare(s, &r);
-        worker_submit(a->worker, &r);
+        bool queue_full = false;
+        gl_error err = {{0}};
+        s->request_id = gl_engine_submit(worker_engine(a->worker), &r, &queue_full, &err);
+        if (s->request_id == 0) {
+            seq_rejected(s, queue_full, err.message);
+            break;
+        }
+        s->state = JOB_SEQ_RUNNING;
     }
+    /* Events come through the loop, so none has arrived yet. */
+    if (j->n_unfinished == 0) job_complete(j);
+    else if (!j->failed && j->gen.stream) stream_start(j);
 }

@@ -18,12 +18,13 @@
 
 #include "api.h"
 
-typedef enum { JOB_SEQ_SUBMITTING, JOB_SEQ_RUNNING, JOB_SEQ_DONE } job_seq_state;
+typedef enum { JOB_SEQ_NEW, JOB_SEQ_RUNNING, JOB_SEQ_DONE } job_seq_state;
 
 typedef struct job_seq {
     api_sink sink;           /* first: the engine request's user pointer */
     struct job *job;
     int index;               /* choice index */
+    uint64_t request_id;     /* the engine's, once submitted */
     job_seq_state state;
     jbuf text;               /* non-stream: the whole text; stream: not yet sent */
     size_t text_bytes;       /* choice text so far, sent or not */
@@ -46,7 +47,6 @@ typedef struct job {
     int prompt_tokens;       /* usage: set by ops->parse */
     bool scoring_only;       /* set by ops->parse: the one generated token is dropped */
     void *seqs;              /* n_seqs of ops->seq_size bytes; see job_seq_at */
-    int n_submitting;        /* seqs without SUBMITTED/REJECTED yet */
     int n_unfinished;        /* seqs not DONE */
     int failed;              /* a submit was rejected: err holds the reply */
     params_error err;
@@ -67,10 +67,10 @@ typedef struct job_ops {
      * rest comes from gen) just before it is submitted. */
     void (*prepare)(job_seq *s, gl_request *r);
     /* Optional: a prompt token was scored (prompt logprobs). */
-    void (*on_prompt_token)(job_seq *s, const worker_event *ev);
+    void (*on_prompt_token)(job_seq *s, const gl_event *ev);
     /* Optional: a token was generated; its text is appended after this, so
      * s->text_bytes is its offset. Not called when scoring_only. */
-    void (*on_token)(job_seq *s, const worker_event *ev);
+    void (*on_token)(job_seq *s, const gl_event *ev);
     /* When the stream opens: may send a first chunk; returns 1 when the
      * seq's pending text goes out now. */
     int (*stream_open)(job_seq *s);

@@ -148,7 +148,7 @@ int serve_main(int argc, char **argv) {
     ep.max_seqs = s->cfg.max_seqs;
     ep.max_waiting = s->cfg.max_waiting;
     ep.n_ctx = s->cfg.n_ctx;
-    s->worker = s->api.worker = worker_start(&s->loop, s->cfg.model, &ep, api_on_worker_event, &s->api);
+    s->worker = s->api.worker = worker_start(&s->loop, s->cfg.model, &ep, api_on_worker_msg, &s->api);
     if (!s->worker) {
         fprintf(stderr, "genloop serve: cannot start the engine thread\n");
         return 1;
