@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "cli.h"
 #include "genloop.h"
 
@@ -201,7 +202,9 @@ int cmd_bench(int argc, char **argv) {
     long n_prompt = 512, n_gen = 128, n_threads = 0, reps = 3, depth = GEN_PROMPT;
     int batches[MAX_BATCHES] = {1, 2, 4, 8, 16}, n_batches = 5;
     bool json = false;
-    int act_bits = 16;
+    gl_engine_params defaults;
+    gl_engine_params_default(&defaults);
+    int act_bits = defaults.activation_bits;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {

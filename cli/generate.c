@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "cli.h"
 #include "genloop.h"
 
@@ -81,7 +82,9 @@ int cmd_generate(int argc, char **argv) {
     int n_stops = 0;
     long max_tokens = 128, n_threads = 0, n_ctx = 0;
     bool ignore_eos = false;
-    int act_bits = 16;
+    gl_engine_params defaults;
+    gl_engine_params_default(&defaults);
+    int act_bits = defaults.activation_bits;
     gl_sampling_params sp;
     gl_sampling_params_default(&sp);
     sp.temperature = 0.8f;

@@ -1,8 +1,5 @@
-/* main.c -- `genloop <command>`: dispatch and the shared argument helpers. */
-#include <errno.h>
-#include <math.h>
+/* main.c -- `genloop <command>`: dispatch to the subcommands. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
@@ -23,66 +20,6 @@ static void usage(FILE *out) {
             "\n"
             "`genloop <command> --help` describes each command's options.\n",
             GL_VERSION);
-}
-
-/* s as a whole decimal integer, nothing before or after it. */
-static bool parse_whole_long(const char *s, long *out) {
-    char *end;
-    errno = 0;
-    *out = strtol(s, &end, 10);
-    return !errno && end != s && !*end;
-}
-
-bool cli_parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
-    long v;
-    if (!parse_whole_long(s, &v) || v < lo || v > hi) {
-        fprintf(stderr, "genloop: invalid value '%s' for %s: expected an integer in [%ld, %ld]\n", s, flag, lo, hi);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-bool cli_parse_u64(const char *flag, const char *s, uint64_t *out) {
-    char *end;
-    errno = 0;
-    unsigned long long v = strtoull(s, &end, 10);
-    if (errno || end == s || *end || s[0] == '-') {
-        fprintf(stderr, "genloop: invalid value '%s' for %s: expected a non-negative integer\n", s, flag);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-bool cli_parse_float(const char *flag, const char *s, double lo, double hi, double *out) {
-    char *end;
-    errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
-        fprintf(stderr, "genloop: invalid value '%s' for %s: expected a number in [%g, %g]\n", s, flag, lo, hi);
-        return false;
-    }
-    *out = v;
-    return true;
-}
-
-bool cli_parse_act_bits(const char *flag, const char *s, int *out) {
-    long v;
-    if (!parse_whole_long(s, &v) || (v != 8 && v != 16)) {
-        fprintf(stderr, "genloop: invalid value '%s' for %s: activation_bits must be 8 or 16\n", s, flag);
-        return false;
-    }
-    *out = (int)v;
-    return true;
-}
-
-const char *cli_value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "genloop: option %s needs a value\n", argv[*i]);
-        return NULL;
-    }
-    return argv[++*i];
 }
 
 int main(int argc, char **argv) {

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cli.h"
 #include "genloop.h"
 
 static void usage(FILE *out) {

@@ -1827,8 +1827,8 @@ static char *dup_or_empty(const char *s) {
     return p;
 }
 
-gl_chat_template *gl_chat_template_new(const char *source, const char *override_name,
-                                       const char *bos, const char *eos, gl_error *err) {
+gl_chat_template *gl_chat_template_create(const char *source, const char *override_name,
+                                          const char *bos, const char *eos, gl_error *err) {
     gl_chat_template *t = calloc(1, sizeof *t);
     if (!t) return gl_error_set(err, "out of memory"), NULL;
     t->bos = dup_or_empty(bos);

@@ -83,6 +83,8 @@ void gl_engine_params_default(gl_engine_params *p) {
     p->activation_bits = 16;
 }
 
+bool gl_activation_bits_valid(int bits) { return bits == 8 || bits == 16; }
+
 const char *gl_finish_reason_str(gl_finish_reason r) {
     switch (r) {
     case GL_FINISH_STOP: return "stop";
@@ -109,7 +111,7 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
         gl_error_set(err, "invalid engine parameters");
         return NULL;
     }
-    if (p.activation_bits != 8 && p.activation_bits != 16) {
+    if (!gl_activation_bits_valid(p.activation_bits)) {
         gl_error_set(err, "activation_bits must be 8 or 16, got %d", p.activation_bits);
         return NULL;
     }
@@ -132,7 +134,7 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
         gl_error_set(err, "KV cache of %d MiB holds no block of %zu bytes", p.kv_cache_mib, block_bytes);
         goto fail;
     }
-    e->kv = kv_new(c->n_layers, c->n_kv_heads, c->head_dim, p.block_size, n_blocks, !p.kv_f32, err);
+    e->kv = kv_create(c->n_layers, c->n_kv_heads, c->head_dim, p.block_size, n_blocks, !p.kv_f32, err);
     if (!e->kv) goto fail;
     /* One sequence must always fit the pool on its own, so preemption can
      * always make progress: the pool caps the context. */
@@ -149,7 +151,7 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     kern_pool_set_act_bits(e->pool, p.activation_bits); /* validated above */
     sched_limits limits = {.max_batch_tokens = p.max_batch_tokens, .max_seqs = p.max_seqs,
                            .max_logits = p.max_seqs + PROMPT_LOGPROB_ROWS};
-    e->rs = model_run_state_new(model, p.max_batch_tokens, limits.max_logits, err);
+    e->rs = model_run_state_create(model, p.max_batch_tokens, limits.max_logits, err);
     if (!e->rs) goto fail;
     int T = p.max_batch_tokens;
     e->kvm = kv_manager_create(e->kv, p.prefix_caching);
@@ -222,8 +224,8 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     if (req->max_tokens > 0 && req->n_prompt + req->max_tokens < limit) limit = req->n_prompt + req->max_tokens;
     gl_seq *s = seq_create(req->prompt, req->n_prompt, limit, e->params.block_size);
     if (!s) goto oom;
-    s->sampler = sampler_new(&req->sampling, n_vocab);
-    s->text = ts_new(req->stop, req->n_stop);
+    s->sampler = sampler_create(&req->sampling, n_vocab);
+    s->text = ts_create(req->stop, req->n_stop);
     if (!s->sampler || !s->text) goto oom;
     for (int i = 0; i < req->n_prompt; i++) sampler_accept(s->sampler, req->prompt[i]);
     s->user = req->user;

@@ -94,7 +94,7 @@ static void touch_pages(uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i += 4096) v[i] = 0;
 }
 
-gl_kv_cache *kv_new(int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks, bool f16, gl_error *err) {
+gl_kv_cache *kv_create(int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks, bool f16, gl_error *err) {
     if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0 || block_size <= 0 || n_blocks <= 0) {
         gl_error_set(err, "KV cache: invalid shape (%d layers, %d heads of %d, %d-token blocks, %d blocks)",
                      n_layers, n_kv_heads, head_dim, block_size, n_blocks);

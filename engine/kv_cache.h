@@ -42,7 +42,7 @@ typedef struct gl_kv_cache {
     int n_buckets;            /* power of two */
 } gl_kv_cache;
 
-gl_kv_cache *kv_new(int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks, bool f16, gl_error *err);
+gl_kv_cache *kv_create(int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks, bool f16, gl_error *err);
 void kv_free(gl_kv_cache *kv);
 /* Bytes one block takes (K and V, all layers): for sizing the pool. */
 size_t kv_block_bytes(int n_layers, int kv_dim, int block_size, bool f16);

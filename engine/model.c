@@ -300,7 +300,7 @@ struct gl_run_state {
     float *rope_cs;           /* [T][rope_dim] each token's cos, sin pairs */
 };
 
-gl_run_state *model_run_state_new(const gl_model *m, int max_tokens, int max_logits, gl_error *err) {
+gl_run_state *model_run_state_create(const gl_model *m, int max_tokens, int max_logits, gl_error *err) {
     const gl_config *c = &m->config;
     gl_run_state *rs = calloc(1, sizeof *rs);
     if (!rs) goto oom;

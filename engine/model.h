@@ -75,7 +75,7 @@ typedef struct gl_run_state gl_run_state;
 
 /* Scratch for batches of up to max_tokens tokens attending to up to max_ctx
  * positions, with up to max_logits logit rows. */
-gl_run_state *model_run_state_new(const gl_model *m, int max_tokens, int max_logits, gl_error *err);
+gl_run_state *model_run_state_create(const gl_model *m, int max_tokens, int max_logits, gl_error *err);
 void model_run_state_free(gl_run_state *rs);
 
 /* logits: n_logits x n_vocab. Returns 0, or -1 with err set. */

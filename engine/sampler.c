@@ -115,7 +115,7 @@ void sampler_free(gl_sampler *s) {
     free(s);
 }
 
-gl_sampler *sampler_new(const gl_sampling_params *params, int n_vocab) {
+gl_sampler *sampler_create(const gl_sampling_params *params, int n_vocab) {
     if (n_vocab <= 0) return NULL;
     gl_sampler *s = calloc(1, sizeof *s);
     if (!s) return NULL;

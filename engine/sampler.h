@@ -5,7 +5,7 @@
  * temperature is 0, else temperature, top-k, top-p, min-p and a draw from the
  * per-sampler RNG. Log-probabilities reported are those of the model's raw
  * distribution (log-softmax of the logits before any processing). All
- * scratch memory is allocated by sampler_new: sampling never allocates. */
+ * scratch memory is allocated by sampler_create: sampling never allocates. */
 #ifndef GL_SAMPLER_H
 #define GL_SAMPLER_H
 
@@ -16,7 +16,7 @@
 typedef struct gl_sampler gl_sampler;
 
 /* Copies params (and the logit bias array). NULL on allocation failure. */
-gl_sampler *sampler_new(const gl_sampling_params *params, int n_vocab);
+gl_sampler *sampler_create(const gl_sampling_params *params, int n_vocab);
 void sampler_free(gl_sampler *s);
 
 /* Record a token in the penalty history (prompt tokens and generated ones). */
@@ -28,7 +28,7 @@ void sampler_reset(gl_sampler *s);
  * biased and penalised logits (NaN read as -inf). Writes the chosen token's
  * raw log-probability to *logprob (may be NULL) and the params.n_logprobs
  * most likely tokens, best first, to top (capacity params.n_logprobs, which
- * sampler_new clamps to n_vocab; top may be NULL). Does not call
+ * sampler_create clamps to n_vocab; top may be NULL). Does not call
  * sampler_accept. */
 int32_t sampler_sample(gl_sampler *s, float *logits, float *logprob, gl_top_logprob *top);
 

@@ -30,7 +30,7 @@ struct ts_stream {
     bool done;             /* a stop matched, ts_finish ran, or memory ran out */
 };
 
-ts_stream *ts_new(const char *const *stops, int n_stops) {
+ts_stream *ts_create(const char *const *stops, int n_stops) {
     ts_stream *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     if (n_stops > 0) {

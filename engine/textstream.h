@@ -14,7 +14,7 @@
 typedef struct ts_stream ts_stream;
 
 /* stops: n_stops strings (copied); empty strings are ignored. */
-ts_stream *ts_new(const char *const *stops, int n_stops);
+ts_stream *ts_create(const char *const *stops, int n_stops);
 void ts_free(ts_stream *s);
 
 /* Append bytes of one token. *out / *out_len receive the text that is now

@@ -6,8 +6,8 @@
  * each step runs one batched forward pass over every scheduled sequence and
  * reports generated text through a callback. The engine knows nothing of HTTP.
  */
-#ifndef GENLOOP_H
-#define GENLOOP_H
+#ifndef GL_GENLOOP_H
+#define GL_GENLOOP_H
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -110,6 +110,9 @@ typedef struct gl_engine_params {
 } gl_engine_params;
 
 void gl_engine_params_default(gl_engine_params *p);
+/* The one rule for activation_bits (8 or 16), for clients that check a
+ * setting before they create an engine. */
+bool gl_activation_bits_valid(int bits);
 
 typedef enum gl_finish_reason {
     GL_FINISH_NONE = 0,

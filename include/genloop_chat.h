@@ -23,8 +23,8 @@
  * depth, evaluation steps, memory and output size are all bounded, and every
  * violation is an error. A template is read-only after creation, so several
  * threads may render with it at once. */
-#ifndef GENLOOP_CHAT_H
-#define GENLOOP_CHAT_H
+#ifndef GL_GENLOOP_CHAT_H
+#define GL_GENLOOP_CHAT_H
 
 #include <stdbool.h>
 
@@ -43,8 +43,8 @@ typedef struct gl_chat_template gl_chat_template;
  * when it does not, and "chatml" when there is no source at all. bos / eos
  * are the texts of the BOS / EOS tokens ("" when the model has none; NULL
  * counts as ""). Returns NULL with err set when nothing usable is left. */
-gl_chat_template *gl_chat_template_new(const char *source, const char *override_name,
-                                       const char *bos, const char *eos, gl_error *err);
+gl_chat_template *gl_chat_template_create(const char *source, const char *override_name,
+                                          const char *bos, const char *eos, gl_error *err);
 void gl_chat_template_free(gl_chat_template *t);
 
 /* The prompt for n messages, malloc'd and NUL-terminated; with

@@ -1,8 +1,8 @@
 /* access.h -- the pieces of access control that need care: the API key
  * comparison (constant time), the Bearer header, and CORS origin matching.
  * The policy itself (which routes are open) is api_admit in api.c. */
-#ifndef ACCESS_H
-#define ACCESS_H
+#ifndef GL_ACCESS_H
+#define GL_ACCESS_H
 
 #include <stddef.h>
 

@@ -1,5 +1,5 @@
 /* api.c -- shared plumbing and the small endpoints (/health, /v1/models,
- * /tokenize, /detokenize, /metrics). */
+ * /tokenize, /detokenize, /metrics); routes.c lists them with the rest. */
 #include "api.h"
 
 #include <libgen.h>
@@ -9,11 +9,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "api_chat.h"
 #include "access.h"
-#include "api_completions.h"
 #include "jbuf.h"
-#include "static.h"
 
 /* ---- metrics ------------------------------------------------------------------ */
 
@@ -89,7 +86,6 @@ void api_free(api_server *a) {
         api_job_remove(a, j);
         j->destroy(j);
     }
-    chat_teardown(a);
     metrics_free(a->registry);
     a->registry = NULL;
 }
@@ -139,7 +135,7 @@ static void on_ready(api_server *a) {
         snprintf(path, sizeof(path), "%s", a->cfg->model);
         snprintf(a->model_id, sizeof(a->model_id), "%s", basename(path));
     }
-    chat_setup(a);
+    if (a->on_model_ready) a->on_model_ready(a);
     fprintf(stderr, "genloop: model %s loaded (%s, n_ctx %d); ready at %s\n", a->model_id,
             info->arch ? info->arch : "?", a->n_ctx, a->url);
     printf("ready: %s\n", a->url);
@@ -320,7 +316,7 @@ cJSON *api_parse_body(api_server *a, http_req *req) {
 
 /* ---- small endpoints --------------------------------------------------------------- */
 
-static void handle_health(http_req *req, void *ctx) {
+void api_handle_health(http_req *req, void *ctx) {
     api_server *a = ctx;
     int ok = a->model && !a->shutting_down;
     const char *body = !a->model ? "{\"status\":\"loading model\"}"
@@ -330,7 +326,7 @@ static void handle_health(http_req *req, void *ctx) {
     http_reply(req, ok ? 200 : 503, "application/json", body, strlen(body));
 }
 
-static void handle_models(http_req *req, void *ctx) {
+void api_handle_models(http_req *req, void *ctx) {
     api_server *a = ctx;
     if (api_reply_if_loading(a, req)) return;
     const gl_model_info *info = gl_model_get_info(a->model);
@@ -352,7 +348,7 @@ static void handle_models(http_req *req, void *ctx) {
     api_reply_json(req, 200, root);
 }
 
-static void handle_tokenize(http_req *req, void *ctx) {
+void api_handle_tokenize(http_req *req, void *ctx) {
     api_server *a = ctx;
     if (api_reply_if_loading(a, req)) return;
     cJSON *body = api_parse_body(a, req);
@@ -398,7 +394,7 @@ static void handle_tokenize(http_req *req, void *ctx) {
     jbuf_free(&out);
 }
 
-static void handle_detokenize(http_req *req, void *ctx) {
+void api_handle_detokenize(http_req *req, void *ctx) {
     api_server *a = ctx;
     if (api_reply_if_loading(a, req)) return;
     cJSON *body = api_parse_body(a, req);
@@ -445,7 +441,7 @@ fail:
     api_reply_error(a, req, &e);
 }
 
-static void handle_metrics(http_req *req, void *ctx) {
+void api_handle_metrics(http_req *req, void *ctx) {
     api_server *a = ctx;
     if (a->model) {
         gl_engine_stats st;
@@ -467,33 +463,4 @@ static void handle_metrics(http_req *req, void *ctx) {
     }
     http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
     free(text);
-}
-
-static const http_route routes[] = {
-    /* open = 1: no API key needed */
-    { "GET", "/health", handle_health, 1 },
-    { "GET", "/v1/models", handle_models, 0 },
-    { "POST", "/v1/completions", completions_handle, 0 },
-    { "POST", "/v1/chat/completions", chat_handle, 0 },
-    /* the web chat UI; public like /health */
-    { "GET", "/", static_handle, 1 },
-    { "GET", "/index.html", static_handle, 1 },
-    { "GET", "/style.css", static_handle, 1 },
-    { "GET", "/app.js", static_handle, 1 },
-    { "HEAD", "/", static_handle, 1 },
-    { "HEAD", "/index.html", static_handle, 1 },
-    { "HEAD", "/style.css", static_handle, 1 },
-    { "HEAD", "/app.js", static_handle, 1 },
-    { "GET", "/markdown.js", static_handle, 1 },
-    { "HEAD", "/markdown.js", static_handle, 1 },
-    { "GET", "/lib/*", static_handle, 1 },   /* Markdown, sanitizer, highlighting, math, fonts */
-    { "HEAD", "/lib/*", static_handle, 1 },
-    { "POST", "/tokenize", handle_tokenize, 0 },
-    { "POST", "/detokenize", handle_detokenize, 0 },
-    { "GET", "/metrics", handle_metrics, 0 },
-};
-
-const http_route *api_routes(int *n) {
-    *n = N_OF(routes);
-    return routes;
 }

@@ -5,8 +5,8 @@
  * A job is an HTTP request with work in the engine. Each engine request's
  * `user` pointer is an api_sink embedded in its job's data; the job itself
  * is listed so shutdown can cancel everything. */
-#ifndef API_H
-#define API_H
+#ifndef GL_API_H
+#define GL_API_H
 
 #include <cjson/cJSON.h>
 
@@ -49,8 +49,9 @@ typedef struct api_server {
     int max_prompt_tokens;   /* tokens per prompt when capped below the context, else INT_MAX */
     char model_id[256];      /* what /v1/models lists */
     char url[300];           /* printed when ready */
-    int shutting_down;
+    bool shutting_down;
     void (*on_load_failed)(struct api_server *a); /* serve.c ends the process */
+    void (*on_model_ready)(struct api_server *a); /* serve.c sets up the endpoints' model state */
     metrics *registry;
     api_metrics m;
     api_job *jobs;
@@ -61,9 +62,16 @@ typedef struct api_server {
 } api_server;
 
 void api_init(api_server *a, const config *cfg);
-/* Frees jobs left after the worker stopped, and the metrics. */
+/* Frees jobs left after the worker stopped, and the metrics (the
+ * endpoints' model state is theirs to free: chat_teardown). */
 void api_free(api_server *a);
-const http_route *api_routes(int *n);
+
+/* The small endpoints (ctx = api_server), listed in routes.c. */
+void api_handle_health(http_req *req, void *ctx);
+void api_handle_models(http_req *req, void *ctx);
+void api_handle_tokenize(http_req *req, void *ctx);
+void api_handle_detokenize(http_req *req, void *ctx);
+void api_handle_metrics(http_req *req, void *ctx);
 
 /* The worker's message function (ctx = api_server). */
 void api_on_worker_msg(const worker_msg *msg, void *ctx);

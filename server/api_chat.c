@@ -41,7 +41,7 @@ void chat_setup(api_server *a) {
     const char *bos = info->bos_id >= 0 ? gl_token_text(a->model, info->bos_id) : "";
     const char *eos = info->eos_id >= 0 ? gl_token_text(a->model, info->eos_id) : "";
     gl_error err = {{0}};
-    a->chat_template = gl_chat_template_new(info->chat_template, name, bos, eos, &err);
+    a->chat_template = gl_chat_template_create(info->chat_template, name, bos, eos, &err);
     if (!a->chat_template) {
         snprintf(a->chat_template_error, sizeof(a->chat_template_error), "%s", err.message);
         fprintf(stderr, "genloop: WARNING: the chat template cannot be used: %s; "
@@ -116,7 +116,7 @@ static void lp_write(jbuf *out, chat_seq *s) {
 
 /* One chat.completion.chunk with one choice; delta is a JSON object text
  * or NULL for the pending content. */
-static void send_delta(job_seq *s, const char *delta, int final, int with_timings) {
+static void send_delta(job_seq *s, const char *delta, bool final, bool with_timings) {
     jbuf *b = job_chunk_begin(s->job);
     jbuf_printf(b, "{\"index\":%d,\"delta\":", s->index);
     if (delta) {
@@ -137,7 +137,7 @@ static void send_delta(job_seq *s, const char *delta, int final, int with_timing
 
 /* Sends a seq's pending content, and once it is done the closing chunk
  * (empty delta, finish_reason; any logprobs still pending ride on it). */
-static void chat_stream_flush(job_seq *s, int with_timings) {
+static void chat_stream_flush(job_seq *s, bool with_timings) {
     if (s->text.len > 0) send_delta(s, NULL, 0, 0);
     if (s->state == JOB_SEQ_DONE) send_delta(s, "{}", 1, with_timings);
 }

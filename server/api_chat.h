@@ -11,8 +11,8 @@
  * min_p, repetition_penalty, ignore_eos. Tools, functions, other response formats,
  * audio, modalities and non-text content parts are a 400 naming the field,
  * as is anything unknown. Responses carry `timings` besides `usage`. */
-#ifndef API_CHAT_H
-#define API_CHAT_H
+#ifndef GL_API_CHAT_H
+#define GL_API_CHAT_H
 
 #include "http.h"
 

@@ -113,7 +113,7 @@ static void cmpl_on_token(job_seq *js, const gl_event *ev) {
 
 /* ---- response pieces ------------------------------------------------------------ */
 
-static void write_choice(jbuf *b, job_seq *s, int final) {
+static void write_choice(jbuf *b, job_seq *s, bool final) {
     jbuf_puts(b, "{\"text\":");
     jbuf_str(b, s->text.data ? s->text.data : "", s->text.len);
     jbuf_printf(b, ",\"index\":%d,\"logprobs\":", s->index);
@@ -133,8 +133,8 @@ static int cmpl_stream_open(job_seq *s) {
 
 /* One chunk with the pending text/logprobs (and the finish_reason once
  * done); chunks without text are skipped except the final one. */
-static void cmpl_stream_flush(job_seq *s, int with_timings) {
-    int final = s->state == JOB_SEQ_DONE;
+static void cmpl_stream_flush(job_seq *s, bool with_timings) {
+    bool final = s->state == JOB_SEQ_DONE;
     if (!final && s->text.len == 0) return;
     write_choice(job_chunk_begin(s->job), s, final);
     job_chunk_end(s->job, with_timings);

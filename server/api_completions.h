@@ -6,8 +6,8 @@
  * logit_bias, seed, user, suffix (null only); extensions top_k, min_p,
  * repetition_penalty, ignore_eos. Anything else is a 400 naming the field. Responses
  * carry a `timings` object besides `usage`. */
-#ifndef API_COMPLETIONS_H
-#define API_COMPLETIONS_H
+#ifndef GL_API_COMPLETIONS_H
+#define GL_API_COMPLETIONS_H
 
 #include "http.h"
 

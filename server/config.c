@@ -226,12 +226,12 @@ static int flag_matches(const char *flag, const char *name) {
 }
 
 int config_parse_args(config *c, int argc, char **argv, const char **config_path,
-                      int *help, int *print, char *err, size_t err_len) {
+                      bool *help, bool *print, char *err, size_t err_len) {
     int list_seen[N_SETTINGS] = {0}; /* the first --cors-origin replaces the file's list */
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
-        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) { *help = 1; continue; }
-        if (!strcmp(arg, "--print-config")) { *print = 1; continue; }
+        if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) { *help = true; continue; }
+        if (!strcmp(arg, "--print-config")) { *print = true; continue; }
         const char *value = NULL;
         char name[64] = "";
         /* --name=value, --name value, -x value */
@@ -302,7 +302,7 @@ static int origin_valid(const char *o, size_t n) {
 int config_validate(const config *c, char *err, size_t err_len) {
     if (!c->model[0]) return fail(err, err_len, "no model given (-m FILE)%s%s", "", "");
     if (!c->host[0]) return fail(err, err_len, "empty host%s%s", "", "");
-    if (c->activation_bits != 8 && c->activation_bits != 16) {
+    if (!gl_activation_bits_valid(c->activation_bits)) {
         char got[32];
         snprintf(got, sizeof(got), "%d", c->activation_bits);
         return fail(err, err_len, "activation_bits: must be 8 or 16, got %s", got, NULL);

@@ -5,9 +5,10 @@
  * and --print-config's output. Later sources override earlier ones; a list
  * setting (cors_origin) given several times on the command line collects
  * every value, replacing the file's. */
-#ifndef CONFIG_H
-#define CONFIG_H
+#ifndef GL_CONFIG_H
+#define GL_CONFIG_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 typedef struct config {
@@ -50,7 +51,7 @@ int config_load_file(config *c, const char *path, char *err, size_t err_len);
  * --config is seen (callers load it first, then re-apply flags), *help and
  * *print when asked. Returns 0, or -1 with a message in err. */
 int config_parse_args(config *c, int argc, char **argv, const char **config_path,
-                      int *help, int *print, char *err, size_t err_len);
+                      bool *help, bool *print, char *err, size_t err_len);
 /* Range checks on the merged result. Returns 0, or -1 with a message. */
 int config_validate(const config *c, char *err, size_t err_len);
 /* When api_key_file is set, reads the key from it into api_key (surrounding

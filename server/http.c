@@ -29,22 +29,22 @@ struct http_req {
     const http_route *route; /* NULL: answered with an error */
     char *body;
     size_t body_len, body_cap;
-    int body_too_large;
-    int dispatched;          /* handler called */
+    bool body_too_large;
+    bool dispatched;         /* handler called */
     int status;              /* of the response made, 0 = none yet */
     struct MHD_Response *response; /* made, not yet queued */
     header *headers;
 
-    int streaming, stream_ended;
+    bool streaming, stream_ended;
     char *out;               /* stream bytes not yet taken by MHD */
     size_t out_len, out_pos, out_cap;
 
-    int suspended;
-    int client_gone;         /* seen by the socket watch, or server shutdown */
+    bool suspended;
+    bool client_gone;        /* seen by the socket watch, or server shutdown */
     uv_poll_t watch;         /* the socket while suspended */
-    int watch_inited, watch_only_hup;
+    bool watch_inited, watch_only_hup;
 
-    void (*on_close)(void *data, int aborted);
+    void (*on_close)(void *data, bool aborted);
     void *close_data;
     char note[320];
     uint64_t t_start_ns;
@@ -57,11 +57,11 @@ struct http_server {
     uv_poll_t epoll_watch;
     uv_timer_t timer;
     uv_check_t check;        /* runs MHD after resumes, once per loop turn */
-    int run_pending;
+    bool run_pending;
     int port;
-    int listening;
+    bool listening;
     int n_closing;           /* uv handles whose close callbacks are due */
-    int freeing;             /* http_free ran: free s when n_closing drops to 0 */
+    bool freeing;            /* http_free ran: free s when n_closing drops to 0 */
     http_req *reqs;          /* open requests */
     int n_reqs;
     uint64_t next_seq;
@@ -73,7 +73,7 @@ static void on_timer(uv_timer_t *t);
 
 static void run_mhd(http_server *s) {
     if (!s->daemon) return;
-    s->run_pending = 0;
+    s->run_pending = false;
     MHD_run(s->daemon);
     MHD_UNSIGNED_LONG_LONG ms;
     if (MHD_get_timeout(s->daemon, &ms) == MHD_YES)
@@ -96,7 +96,7 @@ static void watch_cb(uv_poll_t *p, int status, int events);
 static void suspend(http_req *r) {
     if (r->suspended) return;
     MHD_suspend_connection(r->conn);
-    r->suspended = 1;
+    r->suspended = true;
     if (r->client_gone) return;
     const union MHD_ConnectionInfo *info =
         MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
@@ -104,7 +104,7 @@ static void suspend(http_req *r) {
     if (!r->watch_inited) {
         if (uv_poll_init_socket(r->srv->loop, &r->watch, info->connect_fd) != 0) return;
         r->watch.data = r;
-        r->watch_inited = 1;
+        r->watch_inited = true;
     }
     uv_poll_start(&r->watch, r->watch_only_hup ? UV_DISCONNECT : UV_READABLE | UV_DISCONNECT,
                   watch_cb);
@@ -113,29 +113,29 @@ static void suspend(http_req *r) {
 static void resume(http_req *r) {
     if (!r->suspended) return;
     if (r->watch_inited) uv_poll_stop(&r->watch);
-    r->suspended = 0;
+    r->suspended = false;
     MHD_resume_connection(r->conn);
-    r->srv->run_pending = 1;
+    r->srv->run_pending = true;
 }
 
 /* The socket of a suspended request became readable or hung up: find out
  * whether the peer closed it (pipelined bytes are left for MHD). */
 static void watch_cb(uv_poll_t *p, int status, int events) {
     http_req *r = p->data;
-    int gone = status < 0 || (events & UV_DISCONNECT);
+    bool gone = status < 0 || (events & UV_DISCONNECT);
     if (!gone && (events & UV_READABLE)) {
         char byte;
         ssize_t n = recv(r->watch.io_watcher.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
-            gone = 1;
+            gone = true;
         else if (n > 0) {
-            r->watch_only_hup = 1;
+            r->watch_only_hup = true;
             uv_poll_start(&r->watch, UV_DISCONNECT, watch_cb);
         }
     }
     if (!gone) return;
     /* Resume so MHD closes the connection; the close callback cancels work. */
-    r->client_gone = 1;
+    r->client_gone = true;
     resume(r);
 }
 
@@ -198,7 +198,7 @@ void http_stream_start(http_req *r, int status, const char *content_type) {
     apply_headers(r, resp);
     r->response = resp;
     r->status = status;
-    r->streaming = 1;
+    r->streaming = true;
     /* The kernel's send buffer is part of what a slow reader holds: Linux
      * grows it up to tcp_wmem's max (MiBs), so pin it near our own bound. */
     size_t limit = r->srv->opt.max_stream_buffer;
@@ -215,7 +215,7 @@ void http_stream_start(http_req *r, int status, const char *content_type) {
  * MHD see it closed; on_close then cancels the work. */
 static void drop_slow_client(http_req *r, size_t unsent) {
     http_req_log(r, "%sdropped: slow client, %zu bytes unsent", r->note[0] ? " " : "", unsent);
-    r->client_gone = 1;
+    r->client_gone = true;
     int fd = conn_fd(r);
     if (fd >= 0) {
         struct linger lg = { 1, 0 };
@@ -223,7 +223,7 @@ static void drop_slow_client(http_req *r, size_t unsent) {
         shutdown(fd, SHUT_RDWR);
     }
     resume(r);
-    r->srv->run_pending = 1;
+    r->srv->run_pending = true;
 }
 
 void http_stream_write(http_req *r, const char *data, size_t len) {
@@ -244,7 +244,7 @@ void http_stream_write(http_req *r, const char *data, size_t len) {
         size_t cap = r->out_cap ? r->out_cap : 4096;
         while (cap < r->out_len + len) cap *= 2;
         char *p = realloc(r->out, cap);
-        if (!p) { r->client_gone = 1; resume(r); return; }
+        if (!p) { r->client_gone = true; resume(r); return; }
         r->out = p;
         r->out_cap = cap;
     }
@@ -255,7 +255,7 @@ void http_stream_write(http_req *r, const char *data, size_t len) {
 
 void http_stream_end(http_req *r) {
     if (!r->streaming) return;
-    r->stream_ended = 1;
+    r->stream_ended = true;
     resume(r);
 }
 
@@ -278,7 +278,7 @@ void http_req_log(http_req *r, const char *fmt, ...) {
     va_end(ap);
 }
 
-void http_req_on_close(http_req *r, void (*fn)(void *, int), void *data) {
+void http_req_on_close(http_req *r, void (*fn)(void *, bool), void *data) {
     r->on_close = fn;
     r->close_data = data;
 }
@@ -353,7 +353,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
         if (!r->status && cl && strtoull(cl, NULL, 10) > s->opt.max_body_bytes) {
-            r->body_too_large = 1;
+            r->body_too_large = true;
             error_reply(r, 413, "Request body too large");
         }
         if (!r->status) return MHD_YES; /* wait for the body */
@@ -363,7 +363,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         if (!r->status && !r->body_too_large) {
             size_t need = r->body_len + *upload_size;
             if (need > s->opt.max_body_bytes) {
-                r->body_too_large = 1;
+                r->body_too_large = true;
                 free(r->body);
                 r->body = NULL;
                 r->body_len = r->body_cap = 0;
@@ -385,7 +385,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         return MHD_YES;
     }
     if (!r->dispatched && !r->status) {
-        r->dispatched = 1;
+        r->dispatched = true;
         if (r->body_too_large)
             error_reply(r, 413, "Request body too large");
         else
@@ -434,7 +434,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     http_req *r = *con_cls;
     if (!r) return;
     *con_cls = NULL;
-    int aborted = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || r->client_gone;
+    bool aborted = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || r->client_gone;
     double ms = (double)(uv_hrtime() - r->t_start_ns) / 1e6;
     fprintf(stderr, "http #%llu %s %s %d%s %.1fms%s%s\n", (unsigned long long)r->seq, r->method,
             r->path, r->status, aborted ? " (aborted)" : "", ms, r->note[0] ? " " : "", r->note);
@@ -457,7 +457,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe) {
     http_server *s = cls;
-    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) s->run_pending = 1;
+    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) s->run_pending = true;
 }
 
 /* ---- server ----------------------------------------------------------------- */
@@ -511,7 +511,7 @@ http_server *http_start(uv_loop_t *loop, const http_options *opt, char *err, siz
     uv_check_init(loop, &s->check);
     s->check.data = s;
     uv_check_start(&s->check, on_check);
-    s->listening = 1;
+    s->listening = true;
     run_mhd(s);
     return s;
 }
@@ -521,7 +521,7 @@ int http_active(const http_server *s) { return s->n_reqs; }
 
 void http_stop_accepting(http_server *s) {
     if (!s->listening) return;
-    s->listening = 0;
+    s->listening = false;
     MHD_socket fd = MHD_quiesce_daemon(s->daemon);
     if (fd != MHD_INVALID_SOCKET) close(fd);
 }
@@ -533,14 +533,14 @@ void http_free(http_server *s) {
     http_stop_accepting(s);
     /* Cut whatever is still open, let MHD close those connections, then stop. */
     for (http_req *r = s->reqs; r; r = r->next) {
-        r->client_gone = 1;
+        r->client_gone = true;
         resume(r);
     }
     for (int i = 0; i < 4 && s->n_reqs > 0; i++) run_mhd(s);
     uv_poll_stop(&s->epoll_watch);
     MHD_stop_daemon(s->daemon);
     s->daemon = NULL;
-    s->freeing = 1;
+    s->freeing = true;
     s->n_closing += 3;
     uv_close((uv_handle_t *)&s->epoll_watch, on_server_handle_closed);
     uv_close((uv_handle_t *)&s->timer, on_server_handle_closed);

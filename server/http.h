@@ -7,10 +7,11 @@
  * keeps the http_req and replies/streams later from the loop thread; meanwhile
  * the connection is suspended and the socket is watched for the client going
  * away. All functions are loop-thread only. */
-#ifndef HTTP_H
-#define HTTP_H
+#ifndef GL_HTTP_H
+#define GL_HTTP_H
 
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <uv.h>
@@ -24,7 +25,7 @@ typedef struct http_route {
     const char *method;      /* "GET", "HEAD" or "POST" */
     const char *path;        /* exact match, query string excluded; a trailing star matches any rest */
     http_handler_fn handler;
-    int open;                /* for admit: served without credentials (health, web UI) */
+    bool open;               /* for admit: served without credentials (health, web UI) */
 } http_route;
 
 typedef struct http_options {
@@ -72,7 +73,7 @@ void http_req_log(http_req *r, const char *fmt, ...) __attribute__((format(print
 /* fn(data, aborted) runs once when the request is over: aborted = the
  * client went away or the server cut it before the reply was complete.
  * After it, r is gone. */
-void http_req_on_close(http_req *r, void (*fn)(void *data, int aborted), void *data);
+void http_req_on_close(http_req *r, void (*fn)(void *data, bool aborted), void *data);
 
 /* ---- replying (once per request) -------------------------------------------- */
 void http_add_header(http_req *r, const char *name, const char *value);

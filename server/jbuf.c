@@ -20,7 +20,7 @@ static int reserve(jbuf *b, size_t extra) {
     size_t cap = b->cap ? b->cap : 256;
     while (cap < b->len + extra + 1) cap *= 2;
     char *p = realloc(b->data, cap);
-    if (!p) { b->oom = 1; return -1; }
+    if (!p) { b->oom = true; return -1; }
     b->data = p;
     b->cap = cap;
     return 0;

@@ -1,14 +1,15 @@
 /* jbuf.h -- a growable text buffer with JSON writers, for responses and
  * SSE chunks built without a DOM (no allocation once it has grown). */
-#ifndef JBUF_H
-#define JBUF_H
+#ifndef GL_JBUF_H
+#define GL_JBUF_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 typedef struct jbuf {
     char *data;              /* NUL-terminated when non-NULL */
     size_t len, cap;
-    int oom;                 /* an append failed; contents are truncated */
+    bool oom;                /* an append failed; contents are truncated */
 } jbuf;
 
 void jbuf_free(jbuf *b);

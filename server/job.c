@@ -43,7 +43,7 @@ static void job_release(job *j) {
     job_destroy(&j->base);
 }
 
-static void on_http_close(void *data, int aborted) {
+static void on_http_close(void *data, bool aborted) {
     job *j = data;
     j->req = NULL;
     if (j->n_unfinished > 0)
@@ -61,7 +61,7 @@ static void write_head(jbuf *b, const job *j, const char *object) {
     jbuf_str(b, j->api->model_id, strlen(j->api->model_id));
 }
 
-void job_write_finish(jbuf *b, const job_seq *s, int final) {
+void job_write_finish(jbuf *b, const job_seq *s, bool final) {
     jbuf_puts(b, ",\"finish_reason\":");
     if (!final) { jbuf_puts(b, "null"); return; }
     const char *r = gl_finish_reason_str(s->finish);
@@ -124,7 +124,7 @@ jbuf *job_chunk_begin(job *j) {
     return b;
 }
 
-void job_chunk_end(job *j, int with_timings) {
+void job_chunk_end(job *j, bool with_timings) {
     jbuf *b = &j->chunk;
     jbuf_puts(b, "]");
     if (j->gen.include_usage) jbuf_puts(b, ",\"usage\":null");
@@ -137,15 +137,15 @@ void job_chunk_end(job *j, int with_timings) {
     send_chunk(j);
 }
 
-static void stream_flush(job_seq *s, int with_timings) {
+static void stream_flush(job_seq *s, bool with_timings) {
     job *j = s->job;
     if (!j->stream_started || s->final_sent) return;
     j->ops->stream_flush(s, with_timings);
-    if (s->state == JOB_SEQ_DONE) s->final_sent = 1;
+    if (s->state == JOB_SEQ_DONE) s->final_sent = true;
 }
 
 static void stream_start(job *j) {
-    j->stream_started = 1;
+    j->stream_started = true;
     if (j->req) http_stream_start(j->req, 200, "text/event-stream");
     for (int i = 0; i < j->n_seqs; i++) {
         job_seq *s = job_seq_at(j, i);
@@ -244,7 +244,7 @@ static void seq_on_event(api_sink *sink, const gl_event *ev, double t_event) {
         s->t_first = ev->t_first_token;
         s->t_total = ev->t_total;
         if (ev->finish == GL_FINISH_ERROR && !j->failed && !j->stream_started) {
-            j->failed = 1;
+            j->failed = true;
             params_fail(&j->err, 500, NULL, "engine_error", "%s", ev->error ? ev->error : "engine error");
         }
         j->n_unfinished--;
@@ -260,7 +260,7 @@ static void seq_on_event(api_sink *sink, const gl_event *ev, double t_event) {
 static void seq_rejected(job_seq *s, bool queue_full, const char *error) {
     job *j = s->job;
     if (!j->failed) {
-        j->failed = 1;
+        j->failed = true;
         if (queue_full)
             params_fail(&j->err, 503, NULL, "server_busy", "The server is busy (waiting queue full); retry later");
         else

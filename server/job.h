@@ -11,8 +11,8 @@
  * A job outlives its HTTP request when the client leaves early: its seqs
  * are cancelled and it frees itself once the connection is closed and every
  * seq has finished. The endpoint's structs start with a job and a job_seq. */
-#ifndef JOB_H
-#define JOB_H
+#ifndef GL_JOB_H
+#define GL_JOB_H
 
 #include <cjson/cJSON.h>
 
@@ -28,7 +28,7 @@ typedef struct job_seq {
     job_seq_state state;
     jbuf text;               /* non-stream: the whole text; stream: not yet sent */
     size_t text_bytes;       /* choice text so far, sent or not */
-    int final_sent;          /* stream: the chunk with finish_reason went out */
+    bool final_sent;         /* stream: the chunk with finish_reason went out */
     int n_generated;
     gl_finish_reason finish;
     double t_first, t_total; /* seconds since submit */
@@ -48,9 +48,9 @@ typedef struct job {
     bool scoring_only;       /* set by ops->parse: the one generated token is dropped */
     void *seqs;              /* n_seqs of ops->seq_size bytes; see job_seq_at */
     int n_unfinished;        /* seqs not DONE */
-    int failed;              /* a submit was rejected: err holds the reply */
+    bool failed;             /* a submit was rejected: err holds the reply */
     params_error err;
-    int stream_started;
+    bool stream_started;
     jbuf chunk;              /* scratch for one SSE chunk */
 } job;
 
@@ -76,7 +76,7 @@ typedef struct job_ops {
     int (*stream_open)(job_seq *s);
     /* Sends a seq's pending text as chunks (job_chunk_begin/end), and the
      * chunk with finish_reason once it is done, with_timings on that one. */
-    void (*stream_flush)(job_seq *s, int with_timings);
+    void (*stream_flush)(job_seq *s, bool with_timings);
     /* One choice of the whole (non-stream) response. */
     void (*write_choice)(jbuf *b, job_seq *s);
     /* Optional: frees the endpoint's fields of the job and its seqs. */
@@ -94,9 +94,9 @@ void job_seq_append(job_seq *s, const char *text, size_t len);
  * and returns it for the endpoint's choice; end closes the object (with
  * usage null and, if asked, timings) and sends it. */
 jbuf *job_chunk_begin(job *j);
-void job_chunk_end(job *j, int with_timings);
+void job_chunk_end(job *j, bool with_timings);
 
 /* A finish_reason, or null while the choice is still going. */
-void job_write_finish(jbuf *b, const job_seq *s, int final);
+void job_write_finish(jbuf *b, const job_seq *s, bool final);
 
 #endif

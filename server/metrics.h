@@ -3,8 +3,8 @@
  * Families are created once at startup and updated from one thread (the
  * server's loop thread); the registry does no locking. A counter may carry
  * one label (e.g. finish_reason); each distinct value becomes a series. */
-#ifndef METRICS_H
-#define METRICS_H
+#ifndef GL_METRICS_H
+#define GL_METRICS_H
 
 #include <stddef.h>
 

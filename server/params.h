@@ -3,8 +3,8 @@
  *
  * Every check fails with a filled params_error naming the field; a JSON
  * null means "not given" (OpenAI clients send nulls for unset fields). */
-#ifndef PARAMS_H
-#define PARAMS_H
+#ifndef GL_PARAMS_H
+#define GL_PARAMS_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>

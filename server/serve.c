@@ -14,8 +14,10 @@
 #include <uv.h>
 
 #include "api.h"
+#include "api_chat.h"
 #include "config.h"
 #include "http.h"
+#include "routes.h"
 #include "worker.h"
 
 #define SHUTDOWN_GRACE_MS 5000
@@ -30,7 +32,7 @@ typedef struct serve_state {
     uv_timer_t shutdown_timer;
     uint64_t shutdown_deadline;
     int exit_code;
-    int stopping;
+    bool stopping;
 } serve_state;
 
 static void finish_shutdown(serve_state *s) {
@@ -39,6 +41,7 @@ static void finish_shutdown(serve_state *s) {
     s->http = NULL;
     worker_stop(s->worker);      /* joins the engine thread */
     s->worker = NULL;
+    chat_teardown(&s->api);
     api_free(&s->api);           /* jobs whose engine events will never come */
     uv_close((uv_handle_t *)&s->sigint, NULL);
     uv_close((uv_handle_t *)&s->sigterm, NULL);
@@ -53,9 +56,9 @@ static void on_shutdown_tick(uv_timer_t *t) {
 
 static void begin_shutdown(serve_state *s, int exit_code) {
     if (s->stopping) return;
-    s->stopping = 1;
+    s->stopping = true;
     s->exit_code = exit_code;
-    s->api.shutting_down = 1;
+    s->api.shutting_down = true;
     fprintf(stderr, "genloop: shutting down\n");
     http_stop_accepting(s->http);
     api_cancel_all(&s->api);
@@ -83,7 +86,7 @@ int serve_main(int argc, char **argv) {
     memset(s, 0, sizeof(*s));
     char err[1200];
     const char *config_path = NULL;
-    int help = 0, print = 0;
+    bool help = false, print = false;
     config_default(&s->cfg);
     config defaults = s->cfg;
     /* Flags are applied twice: first to find --config, then over the file. */
@@ -110,6 +113,7 @@ int serve_main(int argc, char **argv) {
     uv_loop_init(&s->loop);
     api_init(&s->api, &s->cfg);
     s->api.on_load_failed = on_load_failed;
+    s->api.on_model_ready = chat_setup;
 
     http_options opt = {
         .host = s->cfg.host,
@@ -122,7 +126,7 @@ int serve_main(int argc, char **argv) {
         .error = api_http_error,
         .ctx = &s->api,
     };
-    opt.routes = api_routes(&opt.n_routes);
+    opt.routes = routes_all(&opt.n_routes);
     s->http = http_start(&s->loop, &opt, err, sizeof(err));
     if (!s->http) {
         fprintf(stderr, "genloop serve: %s\n", err);

@@ -1,6 +1,6 @@
 /* serve.h -- `genloop serve`: the HTTP server process. */
-#ifndef SERVE_H
-#define SERVE_H
+#ifndef GL_SERVE_H
+#define GL_SERVE_H
 
 /* argv[0] is "serve". Returns the process exit code: 0 after a clean
  * shutdown (SIGINT/SIGTERM), 1 on bad flags or a model that fails to load. */

@@ -2,8 +2,8 @@
  *
  * Public (no API key) and available while the model loads, so the page can
  * show that the server is loading. */
-#ifndef STATIC_H
-#define STATIC_H
+#ifndef GL_STATIC_H
+#define GL_STATIC_H
 
 #include "http.h"
 

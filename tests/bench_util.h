@@ -1,7 +1,7 @@
 /* bench_util.h -- what the benchmark programs (not tests) share: a clock
  * and the median of repeated timings. */
-#ifndef GENLOOP_BENCH_UTIL_H
-#define GENLOOP_BENCH_UTIL_H
+#ifndef GL_BENCH_UTIL_H
+#define GL_BENCH_UTIL_H
 
 #include <stdlib.h>
 #include <time.h>

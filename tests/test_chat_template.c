@@ -142,7 +142,7 @@ static const gl_chat_message CONV[] = {
 };
 
 static char *render_src(const char *src, const char *override, const gl_chat_message *m, int n, bool gen, gl_error *err) {
-    gl_chat_template *t = gl_chat_template_new(src, override, "<s>", "</s>", err);
+    gl_chat_template *t = gl_chat_template_create(src, override, "<s>", "</s>", err);
     if (!t) return NULL;
     char *out = gl_chat_template_render(t, m, n, gen, err);
     gl_chat_template_free(t);
@@ -198,7 +198,7 @@ START_TEST(builtin_formats) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         expect_render(NULL, cases[i].name, CONV, 4, true, cases[i].want);
         gl_error err;
-        gl_chat_template *t = gl_chat_template_new(NULL, cases[i].name, "<s>", "</s>", &err);
+        gl_chat_template *t = gl_chat_template_create(NULL, cases[i].name, "<s>", "</s>", &err);
         ck_assert_ptr_nonnull(t);
         ck_assert_str_eq(gl_chat_template_name(t), cases[i].name);
         ck_assert(!gl_chat_template_is_model_source(t));
@@ -222,7 +222,7 @@ START_TEST(published_templates) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         expect_render(cases[i].src, NULL, CONV, 4, true, cases[i].want);
         gl_error err;
-        gl_chat_template *t = gl_chat_template_new(cases[i].src, NULL, "<s>", "</s>", &err);
+        gl_chat_template *t = gl_chat_template_create(cases[i].src, NULL, "<s>", "</s>", &err);
         ck_assert_ptr_nonnull(t);
         ck_assert_str_eq(gl_chat_template_name(t), cases[i].family);
         ck_assert(gl_chat_template_is_model_source(t));
@@ -296,27 +296,27 @@ END_TEST
 START_TEST(selection) {
     gl_error err;
     /* Unknown override. */
-    ck_assert_ptr_null(gl_chat_template_new(NULL, "nope", "", "", &err));
+    ck_assert_ptr_null(gl_chat_template_create(NULL, "nope", "", "", &err));
     ck_assert(strstr(err.message, "unknown chat template") != NULL);
     /* 'jinja' needs a model template. */
-    ck_assert_ptr_null(gl_chat_template_new(NULL, "jinja", "", "", &err));
+    ck_assert_ptr_null(gl_chat_template_create(NULL, "jinja", "", "", &err));
     /* A template we cannot parse but recognise falls back to the built-in... */
     const char *odd = "{% macro x() %}{% endmacro %}<|start_header_id|>";
-    gl_chat_template *t = gl_chat_template_new(odd, NULL, "<s>", "</s>", &err);
+    gl_chat_template *t = gl_chat_template_create(odd, NULL, "<s>", "</s>", &err);
     ck_assert_ptr_nonnull(t);
     ck_assert_str_eq(gl_chat_template_name(t), "llama3");
     ck_assert(!gl_chat_template_is_model_source(t));
     gl_chat_template_free(t);
     /* ...unless the user insists on it, or it is unrecognisable. */
-    ck_assert_ptr_null(gl_chat_template_new(odd, "jinja", "<s>", "</s>", &err));
+    ck_assert_ptr_null(gl_chat_template_create(odd, "jinja", "<s>", "</s>", &err));
     ck_assert(strstr(err.message, "macro") != NULL);
-    ck_assert_ptr_null(gl_chat_template_new("{% macro x() %}{% endmacro %}", NULL, "<s>", "</s>", &err));
+    ck_assert_ptr_null(gl_chat_template_create("{% macro x() %}{% endmacro %}", NULL, "<s>", "</s>", &err));
     /* An override wins over the model's template. */
-    t = gl_chat_template_new(TPL_SMOLLM2, "zephyr", "<s>", "</s>", &err);
+    t = gl_chat_template_create(TPL_SMOLLM2, "zephyr", "<s>", "</s>", &err);
     ck_assert_str_eq(gl_chat_template_name(t), "zephyr");
     gl_chat_template_free(t);
     /* Unknown family: name "jinja", stop string = EOS text. */
-    t = gl_chat_template_new("{% for m in messages %}{{ m.content }}\n{% endfor %}", NULL, "<s>", "<eos>", &err);
+    t = gl_chat_template_create("{% for m in messages %}{{ m.content }}\n{% endfor %}", NULL, "<s>", "<eos>", &err);
     ck_assert_str_eq(gl_chat_template_name(t), "jinja");
     int n;
     const char *const *stops = gl_chat_template_stop_strings(t, &n);
@@ -408,7 +408,7 @@ START_TEST(hostile) {
     content[big] = 0;
     gl_chat_message m = {"user", content};
     gl_error err;
-    gl_chat_template *t = gl_chat_template_new(NULL, "chatml", "", "", &err);
+    gl_chat_template *t = gl_chat_template_create(NULL, "chatml", "", "", &err);
     char *out = gl_chat_template_render(t, &m, 1, true, &err);
     ck_assert_ptr_nonnull(out);
     ck_assert_uint_eq(strlen(out), big + strlen("<|im_start|>user\n<|im_end|>\n<|im_start|>assistant\n"));
@@ -437,7 +437,7 @@ START_TEST(mutations) {
             if (!n) break;
         }
         gl_error err;
-        gl_chat_template *t = gl_chat_template_new(s, "jinja", "<s>", "</s>", &err);
+        gl_chat_template *t = gl_chat_template_create(s, "jinja", "<s>", "</s>", &err);
         if (t) {
             free(gl_chat_template_render(t, CONV, 4, iter & 1, &err));
             gl_chat_template_free(t);

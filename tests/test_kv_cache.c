@@ -8,7 +8,7 @@
 
 START_TEST(alloc_share_release) {
     gl_error err;
-    gl_kv_cache *kv = kv_new(2, 2, 4, 4, 3, true, &err);
+    gl_kv_cache *kv = kv_create(2, 2, 4, 4, 3, true, &err);
     ck_assert_ptr_nonnull(kv);
     int a = kv_alloc_block(kv), b = kv_alloc_block(kv), c = kv_alloc_block(kv);
     ck_assert(a >= 0 && b >= 0 && c >= 0 && a != b && b != c && a != c);
@@ -30,7 +30,7 @@ END_TEST
 START_TEST(store_round_trip) {
     gl_error err;
     for (int f16 = 0; f16 < 2; f16++) {
-        gl_kv_cache *kv = kv_new(3, 2, 4, 4, 5, f16, &err);
+        gl_kv_cache *kv = kv_create(3, 2, 4, 4, 5, f16, &err);
         float k[8], v[8];
         for (int i = 0; i < 8; i++) k[i] = 0.25f * (float)i, v[i] = -0.5f * (float)i;
         kv_store(kv, 2, 4, 3, k, v);
@@ -49,15 +49,15 @@ END_TEST
 
 START_TEST(invalid_shapes) {
     gl_error err;
-    ck_assert_ptr_null(kv_new(0, 2, 4, 4, 5, true, &err));
-    ck_assert_ptr_null(kv_new(2, 2, 4, 4, 0, true, &err));
-    ck_assert_ptr_null(kv_new(2, 2, 0, 4, 5, true, &err));
+    ck_assert_ptr_null(kv_create(0, 2, 4, 4, 5, true, &err));
+    ck_assert_ptr_null(kv_create(2, 2, 4, 4, 0, true, &err));
+    ck_assert_ptr_null(kv_create(2, 2, 0, 4, 5, true, &err));
 }
 END_TEST
 
 START_TEST(prefix_cache_lookup_evict_collision) {
     gl_error err;
-    gl_kv_cache *kv = kv_new(1, 1, 4, 4, 3, false, &err);
+    gl_kv_cache *kv = kv_create(1, 1, 4, 4, 3, false, &err);
     int32_t t1[4] = {1, 2, 3, 4}, t2[4] = {5, 6, 7, 8}, t3[4] = {1, 2, 3, 5};
     uint64_t h1 = kv_hash_block(0, t1, 4), h2 = kv_hash_block(h1, t2, 4);
     ck_assert(h1 != kv_hash_block(0, t3, 4));

@@ -31,7 +31,7 @@ static int32_t sample_copy(gl_sampler *s, const float *logits, int n, float *log
 static void histogram(const gl_sampling_params *p, const float *logits, int n, int n_draws, int *counts) {
     static float buf[4096];
     ck_assert_int_le(n, 4096);
-    gl_sampler *s = sampler_new(p, n);
+    gl_sampler *s = sampler_create(p, n);
     ck_assert_ptr_nonnull(s);
     memset(counts, 0, (size_t)n * sizeof *counts);
     for (int i = 0; i < n_draws; i++) {
@@ -137,7 +137,7 @@ END_TEST
 START_TEST(test_greedy_argmax_and_ties) {
     gl_sampling_params p = params_default();
     p.temperature = 0;
-    gl_sampler *s = sampler_new(&p, 5);
+    gl_sampler *s = sampler_create(&p, 5);
     ck_assert_int_eq(sample_copy(s, (float[]){1, 5, 3, -2, 4.9f}, 5, NULL, NULL), 1);
     ck_assert_int_eq(sample_copy(s, (float[]){1, 5, 5, 2, 5}, 5, NULL, NULL), 1);  /* ties: lowest id */
     ck_assert_int_eq(sample_copy(s, (float[]){-3, -1, -2, -1, -7}, 5, NULL, NULL), 1);
@@ -145,7 +145,7 @@ START_TEST(test_greedy_argmax_and_ties) {
     sampler_free(s);
 
     p.temperature = 1e-7f; /* below the greedy threshold */
-    s = sampler_new(&p, 5);
+    s = sampler_create(&p, 5);
     for (int i = 0; i < 100; i++) ck_assert_int_eq(sample_copy(s, (float[]){1, 2, 3, 2.99f, 0}, 5, NULL, NULL), 2);
     sampler_free(s);
 }
@@ -163,7 +163,7 @@ START_TEST(test_top_k_1_is_greedy) {
             p.temperature = temps[k];
             p.top_k = 1;
             p.top_p = 0.9f;
-            gl_sampler *s = sampler_new(&p, 1000);
+            gl_sampler *s = sampler_create(&p, 1000);
             for (int i = 0; i < 5; i++) ck_assert_int_eq(sample_copy(s, logits, 1000, NULL, NULL), want);
             sampler_free(s);
         }
@@ -180,7 +180,7 @@ START_TEST(test_top_p_tiny_keeps_max) {
         gl_sampling_params p = params_default();
         p.top_p = ps[k];
         p.temperature = 3.0f;
-        gl_sampler *s = sampler_new(&p, 100);
+        gl_sampler *s = sampler_create(&p, 100);
         for (int i = 0; i < 500; i++) ck_assert_int_eq(sample_copy(s, logits, 100, NULL, NULL), want);
         sampler_free(s);
     }
@@ -189,7 +189,7 @@ START_TEST(test_top_p_tiny_keeps_max) {
     for (int i = 0; i < 100; i++) flat[i] = 0.5f;
     gl_sampling_params p = params_default();
     p.top_p = 0.001f;
-    gl_sampler *s = sampler_new(&p, 100);
+    gl_sampler *s = sampler_create(&p, 100);
     for (int i = 0; i < 50; i++) ck_assert_int_eq(sample_copy(s, flat, 100, NULL, NULL), 0);
     sampler_free(s);
 }
@@ -245,9 +245,9 @@ START_TEST(test_seeded_reproducible) {
     random_logits(logits, 50, 1);
     gl_sampling_params p = params_default();
     p.seed = 42;
-    gl_sampler *a = sampler_new(&p, 50), *b = sampler_new(&p, 50);
+    gl_sampler *a = sampler_create(&p, 50), *b = sampler_create(&p, 50);
     p.seed = 43;
-    gl_sampler *c = sampler_new(&p, 50);
+    gl_sampler *c = sampler_create(&p, 50);
     int n_diff = 0;
     for (int i = 0; i < 1000; i++) {
         int32_t ta = sample_copy(a, logits, 50, NULL, NULL);
@@ -261,8 +261,8 @@ START_TEST(test_seeded_reproducible) {
 
     /* unseeded samplers created back to back still differ */
     p.has_seed = false;
-    a = sampler_new(&p, 50);
-    b = sampler_new(&p, 50);
+    a = sampler_create(&p, 50);
+    b = sampler_create(&p, 50);
     n_diff = 0;
     for (int i = 0; i < 200; i++)
         n_diff += sample_copy(a, logits, 50, NULL, NULL) != sample_copy(b, logits, 50, NULL, NULL);
@@ -365,7 +365,7 @@ START_TEST(test_nucleus_membership) {
         if (fabs(cum - w[n_in - 1] - p.top_p * z) < 1e-4 * z || fabs(cum - p.top_p * z) < 1e-4 * z)
             continue; /* too close to call in float */
         float worst_in = logits[order[n_in - 1]];
-        gl_sampler *s = sampler_new(&p, N);
+        gl_sampler *s = sampler_create(&p, N);
         for (int i = 0; i < 30; i++) {
             memcpy(work, logits, sizeof work);
             int32_t t = sampler_sample(s, work, NULL, NULL);
@@ -432,7 +432,7 @@ START_TEST(test_large_vocab_sets) {
 
     gl_sampling_params p = params_default();
     p.top_k = 40;
-    gl_sampler *s = sampler_new(&p, N);
+    gl_sampler *s = sampler_create(&p, N);
     for (int i = 0; i < 50; i++) {
         memcpy(work, logits, N * sizeof *work);
         int32_t t = sampler_sample(s, work, NULL, NULL);
@@ -447,7 +447,7 @@ START_TEST(test_large_vocab_sets) {
     while (cum < 0.5 * z) cum += exp((double)logits[order[n_nucleus++]] - logits[order[0]]);
     p = params_default();
     p.top_p = 0.5f;
-    s = sampler_new(&p, N);
+    s = sampler_create(&p, N);
     for (int i = 0; i < 50; i++) {
         memcpy(work, logits, N * sizeof *work);
         int32_t t = sampler_sample(s, work, NULL, NULL);
@@ -477,7 +477,7 @@ START_TEST(test_logit_bias_bans_and_forces) {
     p.logit_bias = force;
     p.n_logit_bias = 1;
     p.n_logprobs = 2;
-    gl_sampler *s = sampler_new(&p, 10);
+    gl_sampler *s = sampler_create(&p, 10);
     force[0].token = 2; /* the sampler keeps its own copy */
     for (int i = 0; i < 500; i++) {
         float lp;
@@ -491,7 +491,7 @@ START_TEST(test_logit_bias_bans_and_forces) {
 
     p.temperature = 0;
     force[0].token = 9;
-    s = sampler_new(&p, 10);
+    s = sampler_create(&p, 10);
     ck_assert_int_eq(sample_copy(s, logits, 10, NULL, NULL), 9);
     sampler_free(s);
 }
@@ -509,7 +509,7 @@ START_TEST(test_penalties) {
 
     gl_sampling_params p = params_default();
     p.repetition_penalty = 2.0f;
-    gl_sampler *s = sampler_new(&p, 5);
+    gl_sampler *s = sampler_create(&p, 5);
     sampler_accept(s, 0);
     sampler_accept(s, 1);
     sampler_accept(s, 1);
@@ -526,7 +526,7 @@ START_TEST(test_penalties) {
     p = params_default();
     p.presence_penalty = 0.5f;
     p.frequency_penalty = 0.25f;
-    s = sampler_new(&p, 5);
+    s = sampler_create(&p, 5);
     for (int i = 0; i < 3; i++) sampler_accept(s, 2);
     sampler_accept(s, 3);
     sampler_accept(s, 77); /* out of range: ignored */
@@ -542,7 +542,7 @@ START_TEST(test_penalties) {
     p.repetition_penalty = 1.5f;
     p.presence_penalty = 0.1f;
     p.frequency_penalty = 0.2f;
-    s = sampler_new(&p, 5);
+    s = sampler_create(&p, 5);
     sampler_accept(s, 0);
     sampler_accept(s, 0);
     processed(s, logits, 5, out);
@@ -557,7 +557,7 @@ START_TEST(test_penalty_window) {
     gl_sampling_params p = params_default();
     p.frequency_penalty = 1.0f;
     p.penalty_last_n = 3;
-    gl_sampler *s = sampler_new(&p, 5);
+    gl_sampler *s = sampler_create(&p, 5);
     const int32_t seq[] = {0, 0, 1, 2, 2, 3};
     for (int i = 0; i < 6; i++) sampler_accept(s, seq[i]);
     processed(s, logits, 5, out); /* window: 2 2 3 */
@@ -574,7 +574,7 @@ START_TEST(test_penalty_window) {
     sampler_free(s);
 
     p.penalty_last_n = -1; /* everything */
-    s = sampler_new(&p, 5);
+    s = sampler_create(&p, 5);
     for (int i = 0; i < 6; i++) sampler_accept(s, seq[i]);
     processed(s, logits, 5, out);
     ck_assert_float_eq(out[0], -1.0f);
@@ -585,7 +585,7 @@ START_TEST(test_penalty_window) {
     sampler_free(s);
 
     p.penalty_last_n = 0; /* off */
-    s = sampler_new(&p, 5);
+    s = sampler_create(&p, 5);
     for (int i = 0; i < 6; i++) sampler_accept(s, seq[i]);
     processed(s, logits, 5, out);
     for (int i = 0; i < 5; i++) ck_assert_float_eq(out[i], 1.0f);
@@ -629,7 +629,7 @@ START_TEST(test_logprobs) {
     gl_logit_bias bias[] = {{order[7], 3.0f}};
     p.logit_bias = bias;
     p.n_logit_bias = 1;
-    gl_sampler *s = sampler_new(&p, N);
+    gl_sampler *s = sampler_create(&p, N);
     sampler_accept(s, order[0]);
     for (int i = 0; i < 200; i++) {
         float lp;
@@ -646,7 +646,7 @@ START_TEST(test_logprobs) {
     /* more alternatives asked for than the vocabulary has */
     p = params_default();
     p.n_logprobs = 20;
-    s = sampler_new(&p, 3);
+    s = sampler_create(&p, 3);
     gl_top_logprob top3[3];
     float lp;
     sample_copy(s, (float[]){0, 0, 0}, 3, &lp, top3);
@@ -676,7 +676,7 @@ START_TEST(test_nan_and_inf) {
         p.n_logprobs = 3;
         p.top_p = k == 2 ? 0.9f : 1.0f;
         p.min_p = k == 2 ? 0.1f : 0.0f;
-        gl_sampler *s = sampler_new(&p, 4);
+        gl_sampler *s = sampler_create(&p, 4);
         int counts[4] = {0};
         for (int i = 0; i < 300; i++) {
             int32_t t = sample_copy(s, rows[0], 4, &lp, top);

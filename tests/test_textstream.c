@@ -46,7 +46,7 @@ static void run_split(const char *const *stops, int n_stops, const char *text, s
                       const size_t *cuts, int n_cuts, collected *c) {
     memset(c, 0, sizeof *c);
     c->stop_push = -1;
-    ts_stream *s = ts_new(stops, n_stops);
+    ts_stream *s = ts_create(stops, n_stops);
     ck_assert_ptr_nonnull(s);
     size_t from = 0;
     for (int i = 0; i <= n_cuts; i++) {
@@ -121,7 +121,7 @@ START_TEST(test_multibyte_split_everywhere) {
             }
         }
         /* byte by byte: nothing comes out until the character is whole */
-        ts_stream *s = ts_new(NULL, 0);
+        ts_stream *s = ts_create(NULL, 0);
         size_t n = strlen(chars[k]);
         for (size_t i = 0; i + 1 < n; i++) {
             const char *out;
@@ -141,7 +141,7 @@ END_TEST
 
 START_TEST(test_stop_spanning_three_pushes) {
     const char *stops[] = {"STOP"};
-    ts_stream *s = ts_new(stops, 1);
+    ts_stream *s = ts_create(stops, 1);
     ck_assert_str_eq(push(s, "abc ST", NULL), "abc ");
     ck_assert_str_eq(push(s, "O", NULL), "");
     bool stopped;
@@ -154,13 +154,13 @@ START_TEST(test_stop_spanning_three_pushes) {
     ts_free(s);
 
     /* text before the stop inside the completing push is released */
-    s = ts_new(stops, 1);
+    s = ts_create(stops, 1);
     ck_assert_str_eq(push(s, "x S", NULL), "x ");
     ck_assert_str_eq(push(s, "T", NULL), "");
     ck_assert_str_eq(push(s, "OPtail", &stopped), "");
     ck_assert(stopped);
     ts_free(s);
-    s = ts_new(stops, 1);
+    s = ts_create(stops, 1);
     ck_assert_str_eq(push(s, "one two STOP three", &stopped), "one two ");
     ck_assert(stopped);
     ts_free(s);
@@ -170,13 +170,13 @@ END_TEST
 START_TEST(test_stop_at_start) {
     const char *stops[] = {"STOP", "\n\n"};
     bool stopped;
-    ts_stream *s = ts_new(stops, 2);
+    ts_stream *s = ts_create(stops, 2);
     ck_assert_str_eq(push(s, "STOPxyz", &stopped), "");
     ck_assert(stopped);
     ck_assert_uint_eq(ts_released(s), 0);
     ts_free(s);
 
-    s = ts_new(stops, 2);
+    s = ts_create(stops, 2);
     ck_assert_str_eq(push(s, "\n", NULL), "");
     ck_assert_str_eq(push(s, "\n", &stopped), "");
     ck_assert(stopped);
@@ -189,7 +189,7 @@ START_TEST(test_earliest_stop_wins) {
     bool stopped;
     /* "a" is held for "abcd"; in the next push "bc" completes at 1 and
      * "abcd" at 0: the earlier start wins */
-    ts_stream *s = ts_new(stops, 2);
+    ts_stream *s = ts_create(stops, 2);
     ck_assert_str_eq(push(s, "xa", NULL), "x");
     ck_assert_str_eq(push(s, "bcd", &stopped), "");
     ck_assert(stopped);
@@ -197,13 +197,13 @@ START_TEST(test_earliest_stop_wins) {
     ts_free(s);
 
     /* both inside one push */
-    s = ts_new(stops, 2);
+    s = ts_create(stops, 2);
     ck_assert_str_eq(push(s, "xxabcdyy", &stopped), "xx");
     ck_assert(stopped);
     ts_free(s);
 
     /* when "bc" completes a push earlier, it stops there */
-    s = ts_new(stops, 2);
+    s = ts_create(stops, 2);
     ck_assert_str_eq(push(s, "xa", NULL), "x");
     ck_assert_str_eq(push(s, "bc", &stopped), "a");
     ck_assert(stopped);
@@ -211,7 +211,7 @@ START_TEST(test_earliest_stop_wins) {
 
     /* order in the list does not matter */
     const char *reversed[] = {"abcd", "bc"};
-    s = ts_new(reversed, 2);
+    s = ts_create(reversed, 2);
     ck_assert_str_eq(push(s, "zabcd", &stopped), "z");
     ck_assert(stopped);
     ts_free(s);
@@ -220,7 +220,7 @@ END_TEST
 
 START_TEST(test_partial_stop_released) {
     const char *stops[] = {"Hello"};
-    ts_stream *s = ts_new(stops, 1);
+    ts_stream *s = ts_create(stops, 1);
     ck_assert_str_eq(push(s, "Hel", NULL), "");
     ck_assert_str_eq(push(s, "p", NULL), "Help");
     ck_assert_str_eq(push(s, " HelHel", NULL), " Hel"); /* only the last "Hel" can still start it */
@@ -231,7 +231,7 @@ START_TEST(test_partial_stop_released) {
 
     /* a stop that overlaps itself */
     const char *stops2[] = {"aab"};
-    s = ts_new(stops2, 1);
+    s = ts_create(stops2, 1);
     ck_assert_str_eq(push(s, "a", NULL), "");
     ck_assert_str_eq(push(s, "a", NULL), "");
     ck_assert_str_eq(push(s, "a", NULL), "a");
@@ -244,20 +244,20 @@ END_TEST
 
 START_TEST(test_finish_releases_held) {
     const char *stops[] = {"Hello", "</s>"};
-    ts_stream *s = ts_new(stops, 2);
+    ts_stream *s = ts_create(stops, 2);
     ck_assert_str_eq(push(s, "say Hel", NULL), "say ");
     ck_assert_str_eq(finish(s), "Hel");
     ck_assert_uint_eq(ts_released(s), 7);
     ts_free(s);
 
     /* a partial character at the end becomes U+FFFD */
-    s = ts_new(stops, 2);
+    s = ts_create(stops, 2);
     ck_assert_str_eq(push(s, "a\xE4\xB8", NULL), "a");
     ck_assert_str_eq(finish(s), FFFD);
     ts_free(s);
 
     /* both at once: held stop prefix, then a partial character */
-    s = ts_new(stops, 2);
+    s = ts_create(stops, 2);
     ck_assert_str_eq(push(s, "x</\xF0\x9F", NULL), "x");
     ck_assert_str_eq(finish(s), "</" FFFD);
     ts_free(s);
@@ -280,12 +280,12 @@ START_TEST(test_invalid_utf8) {
         {"\xC3\xA9\xC3", "\xC3\xA9"},                   /* the tail waits */
     };
     for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
-        ts_stream *s = ts_new(NULL, 0);
+        ts_stream *s = ts_create(NULL, 0);
         ck_assert_msg(strcmp(push(s, cases[k].in, NULL), cases[k].want) == 0, "case %zu", k);
         ts_free(s);
     }
     /* never stalls: a stream of garbage comes out as it goes */
-    ts_stream *s = ts_new(NULL, 0);
+    ts_stream *s = ts_create(NULL, 0);
     for (int i = 0; i < 100; i++) ck_assert_str_eq(push(s, "\xFF", NULL), FFFD);
     ck_assert_str_eq(push(s, "\xE4", NULL), "");
     ck_assert_str_eq(push(s, "\xB8", NULL), "");
@@ -296,7 +296,7 @@ END_TEST
 
 START_TEST(test_no_stops_pass_through) {
     const char *stops[] = {"", NULL}; /* empty and missing stops are ignored */
-    ts_stream *s = ts_new(stops, 2);
+    ts_stream *s = ts_create(stops, 2);
     ck_assert_str_eq(push(s, "Hello", NULL), "Hello");
     ck_assert_str_eq(push(s, ", ", NULL), ", ");
     ck_assert_str_eq(push(s, "", NULL), "");
@@ -306,7 +306,7 @@ START_TEST(test_no_stops_pass_through) {
     ts_free(s);
 
     /* bytes 0 pass through too; a piece far larger than the buffer */
-    s = ts_new(NULL, 0);
+    s = ts_create(NULL, 0);
     const char *out;
     size_t n;
     ck_assert(!ts_push(s, "a\0b", 3, &out, &n));
@@ -335,7 +335,7 @@ START_TEST(test_multibyte_stop) {
         }
     }
     bool stopped;
-    ts_stream *s = ts_new(stops, 2);
+    ts_stream *s = ts_create(stops, 2);
     ck_assert_str_eq(push(s, "\xF0\x9F\xA6\x99\xF0\x9F", NULL), ""); /* could start "🦙!" */
     ck_assert_str_eq(push(s, "\xA6\x99", NULL), "\xF0\x9F\xA6\x99");
     ck_assert_str_eq(push(s, "?", NULL), "\xF0\x9F\xA6\x99?");

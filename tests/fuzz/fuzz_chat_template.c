@@ -45,7 +45,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         fields[n_fields++] = p;
 
     gl_error err = {{0}};
-    gl_chat_template *t = gl_chat_template_new(fields[0], override, "<s>", "</s>", &err);
+    gl_chat_template *t = gl_chat_template_create(fields[0], override, "<s>", "</s>", &err);
     if (!t) {
         if (!err.message[0]) {
             fprintf(stderr, "fuzz_chat_template: new failed without a message\n");

@@ -1,0 +1,69 @@
+/* args.c -- strict parsing of command-line values, shared by the subcommands. */
+#include "args.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "genloop.h"
+
+/* s as a whole decimal integer, nothing before or after it. */
+static bool parse_whole_long(const char *s, long *out) {
+    char *end;
+    errno = 0;
+    *out = strtol(s, &end, 10);
+    return !errno && end != s && !*end;
+}
+
+bool cli_parse_int(const char *flag, const char *s, long lo, long hi, long *out) {
+    long v;
+    if (!parse_whole_long(s, &v) || v < lo || v > hi) {
+        fprintf(stderr, "genloop: invalid value '%s' for %s: expected an integer in [%ld, %ld]\n", s, flag, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_u64(const char *flag, const char *s, uint64_t *out) {
+    char *end;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno || end == s || *end || s[0] == '-') {
+        fprintf(stderr, "genloop: invalid value '%s' for %s: expected a non-negative integer\n", s, flag);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_float(const char *flag, const char *s, double lo, double hi, double *out) {
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end || !isfinite(v) || v < lo || v > hi) {
+        fprintf(stderr, "genloop: invalid value '%s' for %s: expected a number in [%g, %g]\n", s, flag, lo, hi);
+        return false;
+    }
+    *out = v;
+    return true;
+}
+
+bool cli_parse_act_bits(const char *flag, const char *s, int *out) {
+    long v;
+    if (!parse_whole_long(s, &v) || v != (int)v || !gl_activation_bits_valid((int)v)) {
+        fprintf(stderr, "genloop: invalid value '%s' for %s: activation_bits must be 8 or 16\n", s, flag);
+        return false;
+    }
+    *out = (int)v;
+    return true;
+}
+
+const char *cli_value(int argc, char **argv, int *i) {
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "genloop: option %s needs a value\n", argv[*i]);
+        return NULL;
+    }
+    return argv[++*i];
+}

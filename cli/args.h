@@ -1,0 +1,18 @@
+/* args.h -- strict parsing of command-line values, shared by the subcommands. */
+#ifndef GL_CLI_ARGS_H
+#define GL_CLI_ARGS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Parse a whole string as a number in [lo, hi]; on failure print
+ * "genloop: invalid value 'x' for --flag: ..." and return false. */
+bool cli_parse_int(const char *flag, const char *s, long lo, long hi, long *out);
+bool cli_parse_u64(const char *flag, const char *s, uint64_t *out);
+bool cli_parse_float(const char *flag, const char *s, double lo, double hi, double *out);
+/* --activation-bits: 8 or 16; otherwise print the error and return false. */
+bool cli_parse_act_bits(const char *flag, const char *s, int *out);
+/* The value after argv[*i] (advancing *i), or NULL after printing an error. */
+const char *cli_value(int argc, char **argv, int *i);
+
+#endif

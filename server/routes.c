@@ -1,0 +1,37 @@
+/* routes.c -- the route table: every endpoint, and whether it is open
+ * (no API key needed). */
+#include "routes.h"
+
+#include "api.h"
+#include "api_chat.h"
+#include "api_completions.h"
+#include "static.h"
+
+static const http_route routes[] = {
+    /* open: no API key needed */
+    { "GET", "/health", api_handle_health, true },
+    { "GET", "/v1/models", api_handle_models, false },
+    { "POST", "/v1/completions", completions_handle, false },
+    { "POST", "/v1/chat/completions", chat_handle, false },
+    /* the web chat UI; public like /health */
+    { "GET", "/", static_handle, true },
+    { "GET", "/index.html", static_handle, true },
+    { "GET", "/style.css", static_handle, true },
+    { "GET", "/app.js", static_handle, true },
+    { "HEAD", "/", static_handle, true },
+    { "HEAD", "/index.html", static_handle, true },
+    { "HEAD", "/style.css", static_handle, true },
+    { "HEAD", "/app.js", static_handle, true },
+    { "GET", "/markdown.js", static_handle, true },
+    { "HEAD", "/markdown.js", static_handle, true },
+    { "GET", "/lib/*", static_handle, true },   /* Markdown, sanitizer, highlighting, math, fonts */
+    { "HEAD", "/lib/*", static_handle, true },
+    { "POST", "/tokenize", api_handle_tokenize, false },
+    { "POST", "/detokenize", api_handle_detokenize, false },
+    { "GET", "/metrics", api_handle_metrics, false },
+};
+
+const http_route *routes_all(int *n) {
+    *n = (int)(sizeof routes / sizeof routes[0]);
+    return routes;
+}
