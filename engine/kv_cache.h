@@ -1,9 +1,10 @@
 /* kv_cache.h -- the paged KV cache: one pool of fixed-size blocks shared by
- * every sequence, and the block manager that hands them out.
+ * every sequence. Sequences take and give back blocks through
+ * kv_manager.h, which sits on top of this pool.
  *
  * A block holds K and V of block_size consecutive positions of one sequence
- * for every layer. A sequence owns a block table (block ids in position
- * order); attention reads through it. Blocks are reference-counted so several
+ * for every layer. A sequence has a block table (block ids in position
+ * order, kept by kv_manager.c); attention reads through it. Blocks are reference-counted so several
  * sequences can share the blocks of a common prompt prefix.
  *
  * Prefix caching: a full block is identified by the hash of (its parent
