@@ -445,8 +445,9 @@ static void update_from_output(gl_engine *e, const sched_plan *plan, gl_event_fn
         if (r->prompt_logprobs >= 0 && r->num_computed_tokens < r->n_prompt) emit_prompt_logprobs(e, en, fn, ctx);
         r->num_computed_tokens += en->n_tokens;
         kv_publish_full_blocks(e->kvm, &r->kv, r->num_computed_tokens);
-        /* HOOK prefill progress: a prompt chunk of r has just been computed
-         * (num_computed_tokens of n_prompt); progress events go here. */
+        /* HOOK prefill progress: when this entry was a prompt chunk
+         * (num_computed_tokens - n_tokens < n_prompt), it has just been
+         * computed; progress events (num_computed_tokens of n_prompt) go here. */
         if (en->sample_row < 0) continue; /* mid-prompt chunk */
         float *row = e->logits + (size_t)en->sample_row * (size_t)n_vocab;
         /* HOOK logits constraint: a per-sequence constraint (grammar mask)
