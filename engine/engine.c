@@ -243,12 +243,12 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
         seq_free(NULL, s);
         return 0;
     }
-    s->id = e->next_id++;
+    uint64_t id = s->id = e->next_id++;
     queue_push(&e->incoming, s);
     e->n_queued++;
     pthread_cond_signal(&e->cond);
     pthread_mutex_unlock(&e->mutex);
-    return s->id;
+    return id; /* s may be finished and freed by the engine thread already */
 oom:
     seq_free(NULL, s);
     gl_error_set(err, "out of memory");
