@@ -186,8 +186,11 @@ INLINE int block32_bytes(const int type) {
     return type == GL_TYPE_Q4_0 ? 18 : type == GL_TYPE_Q4_1 ? 20 : type == GL_TYPE_Q5_0 ? 22 : type == GL_TYPE_Q5_1 ? 24 : 34;
 }
 
-INLINE void tile_q32(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
-                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+/* x8: the activations are a *_COARSE kind (simd.h): no residual dots, and
+ * the coarse dot takes the coarse step (256 units) in its scale. */
+INLINE void tile_q32_any(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
+                         const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out,
+                         size_t out_stride) {
     const size_t ahead = prefetch_distance(NR, row_bytes);
     const int bb = block32_bytes(type);
     const bool has_min = type != GL_TYPE_Q8_0;
@@ -229,7 +232,18 @@ INLINE void tile_q32(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
             const kq8_32 *a = (const kq8_32 *)(act + (size_t)t * act_stride) + b;
-            __m256i s = load256(a->q), s2 = load256(a->q2);
+            __m256i s = load256(a->q);
+            if (x8) {
+                const float unit = a->d * 256.0f;
+#pragma GCC unroll 8
+                for (int r = 0; r < NR; r++) {
+                    __m256i dot = dot_u8s8(u[r], type == GL_TYPE_Q8_0 ? _mm256_sign_epi8(s, wq[r]) : s);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw[r] * unit), acc[r][t]);
+                    if (has_min) accm[r][t] = fmaf(mw[r], a->s, accm[r][t]);
+                }
+                continue;
+            }
+            __m256i s2 = load256(a->q2);
 #pragma GCC unroll 8
             for (int r = 0; r < NR; r++) {
                 /* 256 * dot(q) + dot(q2) fits int32: |dot| <= 128 * 127 * 32. */
@@ -246,6 +260,16 @@ INLINE void tile_q32(const int type, const uint8_t *w, size_t row_bytes, int64_t
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = hsum_ps(acc[r][t]) + accm[r][t];
+}
+
+INLINE void tile_q32(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_q32_any(type, false, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride);
+}
+
+INLINE void tile_q32_x8(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                        size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_q32_any(type, true, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride);
 }
 
 #if SIMD_AVX512
@@ -833,8 +857,10 @@ INLINE void k4_scales(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
     }
 }
 
-INLINE void tile_q45_k(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
-                       size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+/* x8 as tile_q32_any's. */
+INLINE void tile_q45_k_any(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
+                           const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out,
+                           size_t out_stride) {
     const size_t ahead = prefetch_distance(NR, row_bytes);
     const bool five = type == GL_TYPE_Q5_K;
     const int bb = five ? 176 : 144;
@@ -881,14 +907,18 @@ INLINE void tile_q45_k(const int type, const uint8_t *w, size_t row_bytes, int64
             for (int t = 0; t < NT; t++) {
                 const kq8_256 *a = (const kq8_256 *)(act + (size_t)t * act_stride) + b;
                 __m256i a_lo = load256(a->q + 64 * k), a_hi = load256(a->q + 64 * k + 32);
-                __m256i b_lo = load256(a->q2 + 64 * k), b_hi = load256(a->q2 + 64 * k + 32);
 #pragma GCC unroll 8
                 for (int r = 0; r < NR; r++) {
                     __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo[r], a_lo), sc_lo[r]),
                                                  _mm256_madd_epi16(_mm256_maddubs_epi16(hi[r], a_hi), sc_hi[r]));
+                    isum[r][t] = _mm256_add_epi32(isum[r][t], p);
+                }
+                if (x8) continue;
+                __m256i b_lo = load256(a->q2 + 64 * k), b_hi = load256(a->q2 + 64 * k + 32);
+#pragma GCC unroll 8
+                for (int r = 0; r < NR; r++) {
                     __m256i p2 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo[r], b_lo), sc_lo[r]),
                                                   _mm256_madd_epi16(_mm256_maddubs_epi16(hi[r], b_hi), sc_hi[r]));
-                    isum[r][t] = _mm256_add_epi32(isum[r][t], p);
                     isum2[r][t] = _mm256_add_epi32(isum2[r][t], p2);
                 }
             }
@@ -915,7 +945,7 @@ INLINE void tile_q45_k(const int type, const uint8_t *w, size_t row_bytes, int64
                                                        _mm256_mullo_epi32(bs_hi, mins_hi[r])));
                 float dd = d[r] * a->d;
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(dd * 256.0f), acc[r][t]);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum2[r][t]), _mm256_set1_ps(dd), acc[r][t]);
+                if (!x8) acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum2[r][t]), _mm256_set1_ps(dd), acc[r][t]);
                 accm[r][t] = fmaf(-dmin[r] * a->d, (float)msum, accm[r][t]);
             }
         }
@@ -926,9 +956,19 @@ INLINE void tile_q45_k(const int type, const uint8_t *w, size_t row_bytes, int64
         for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = hsum_ps(acc[r][t]) + accm[r][t];
 }
 
-/* Q6_K: value = d * scale_s * (q - 32), q = 4 low bits from ql, 2 high from qh. */
-INLINE void tile_q6_k(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
-                      size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+INLINE void tile_q45_k(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                       size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_q45_k_any(type, false, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride);
+}
+
+INLINE void tile_q45_k_x8(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                          size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_q45_k_any(type, true, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride);
+}
+
+/* Q6_K: value = d * scale_s * (q - 32), q = 4 low bits from ql, 2 high from qh. x8 as tile_q32_any's. */
+INLINE void tile_q6_k_any(const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                          size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     const size_t ahead = prefetch_distance(NR, row_bytes);
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     __m256 acc[4][TT];
@@ -969,12 +1009,15 @@ INLINE void tile_q6_k(const int type, const uint8_t *w, size_t row_bytes, int64_
 #pragma GCC unroll 8
                 for (int t = 0; t < NT; t++) {
                     const kq8_256 *a = (const kq8_256 *)(act + (size_t)t * act_stride) + b;
-                    __m256i s = load256(a->q + 128 * h + 32 * c), s2 = load256(a->q2 + 128 * h + 32 * c);
+                    __m256i s = load256(a->q + 128 * h + 32 * c);
 #pragma GCC unroll 8
-                    for (int r = 0; r < NR; r++) {
+                    for (int r = 0; r < NR; r++)
                         isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], s), scv[r]));
+                    if (x8) continue;
+                    __m256i s2 = load256(a->q2 + 128 * h + 32 * c);
+#pragma GCC unroll 8
+                    for (int r = 0; r < NR; r++)
                         isum2[r][t] = _mm256_add_epi32(isum2[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], s2), scv[r]));
-                    }
                 }
             }
         __m256i sc_lo[4], sc_hi[4];
@@ -997,7 +1040,7 @@ INLINE void tile_q6_k(const int type, const uint8_t *w, size_t row_bytes, int64_
                                                        _mm256_mullo_epi32(bs_hi, sc_hi[r])));
                 float dd = d[r] * a->d;
                 acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(dd * 256.0f), acc[r][t]);
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum2[r][t]), _mm256_set1_ps(dd), acc[r][t]);
+                if (!x8) acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum2[r][t]), _mm256_set1_ps(dd), acc[r][t]);
                 accm[r][t] = fmaf(dd, -32.0f * (float)corr, accm[r][t]);
             }
         }
@@ -1006,7 +1049,16 @@ INLINE void tile_q6_k(const int type, const uint8_t *w, size_t row_bytes, int64_
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = hsum_ps(acc[r][t]) + accm[r][t];
-    (void)type;
+}
+
+INLINE void tile_q6_k(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                      size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_q6_k_any(false, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride);
+}
+
+INLINE void tile_q6_k_x8(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                         size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_q6_k_any(true, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride);
 }
 
 /* ---- float weights against float activations ------------------------------------ */
@@ -1229,6 +1281,18 @@ DEFINE_ROWS(rows_q5_1, tile_q32, GL_TYPE_Q5_1)
 DEFINE_ROWS(rows_q4_k, tile_q45_k, GL_TYPE_Q4_K)
 DEFINE_ROWS(rows_q5_k, tile_q45_k, GL_TYPE_Q5_K)
 DEFINE_ROWS(rows_q6_k, tile_q6_k, GL_TYPE_Q6_K)
+#if !SIMD_AVX512
+/* Against 8-bit activations (the *_COARSE kinds). AVX2 only: kernels.c
+ * gives these to every x86 implementation that has none of its own. */
+DEFINE_ROWS(rows_x8_q4_0, tile_q32_x8, GL_TYPE_Q4_0)
+DEFINE_ROWS(rows_x8_q4_1, tile_q32_x8, GL_TYPE_Q4_1)
+DEFINE_ROWS(rows_x8_q5_0, tile_q32_x8, GL_TYPE_Q5_0)
+DEFINE_ROWS(rows_x8_q5_1, tile_q32_x8, GL_TYPE_Q5_1)
+DEFINE_ROWS(rows_x8_q8_0, tile_q32_x8, GL_TYPE_Q8_0)
+DEFINE_ROWS(rows_x8_q4_k, tile_q45_k_x8, GL_TYPE_Q4_K)
+DEFINE_ROWS(rows_x8_q5_k, tile_q45_k_x8, GL_TYPE_Q5_K)
+DEFINE_ROWS(rows_x8_q6_k, tile_q6_k_x8, GL_TYPE_Q6_K)
+#endif
 DEFINE_ROWS(rows_f32, tile_float, GL_TYPE_F32)
 DEFINE_ROWS(rows_f16, tile_float, GL_TYPE_F16)
 DEFINE_ROWS(rows_bf16, tile_float, GL_TYPE_BF16)
@@ -1527,6 +1591,13 @@ static const kern_impl FN(impl) = {
         [GL_TYPE_Q5_1] = FN(rows_q5_1), [GL_TYPE_Q8_0] = FN(rows_q8_0), [GL_TYPE_Q4_K] = FN(rows_q4_k),
         [GL_TYPE_Q5_K] = FN(rows_q5_k), [GL_TYPE_Q6_K] = FN(rows_q6_k),
     },
+#if !SIMD_AVX512
+    .rows_x8 = {
+        [GL_TYPE_Q4_0] = FN(rows_x8_q4_0), [GL_TYPE_Q4_1] = FN(rows_x8_q4_1), [GL_TYPE_Q5_0] = FN(rows_x8_q5_0),
+        [GL_TYPE_Q5_1] = FN(rows_x8_q5_1), [GL_TYPE_Q8_0] = FN(rows_x8_q8_0), [GL_TYPE_Q4_K] = FN(rows_x8_q4_k),
+        [GL_TYPE_Q5_K] = FN(rows_x8_q5_k), [GL_TYPE_Q6_K] = FN(rows_x8_q6_k),
+    },
+#endif
 #if SIMD_AVX512
     .packed_rows = {
         [GL_TYPE_Q4_0] = FN(packed_rows_q4_0), [GL_TYPE_Q4_1] = FN(packed_rows_q4_1),
