@@ -926,8 +926,7 @@ int kern_attention(kern_pool *p, const kern_attn *a) {
     int group = a->n_heads / a->n_kv_heads;
     /* Tiles of up to 8 tokens; whole groups share each K/V conversion and
      * interleave their heads' dependency chains, so they run as units even
-     * when there are barely more units than threads (one decode token,
-     * 32/4 heads at 270 positions, two threads: 40 -> 21-29 us). Single heads
+     * when there are barely more units than threads. Single heads
      * (the same arithmetic per head) only when there would be fewer units
      * than threads or a group has too many heads for one call. */
     int group_tile = group <= KERN_ATTEND_MAX_ROWS ? KERN_ATTEND_MAX_ROWS / group : 0;

@@ -1,6 +1,6 @@
 /* simd.h -- the private contract between kernels.c and its per-instruction-
  * set implementations (kernels_avx2.c, kernels_avx512.c, both built from
- * simd_body.h). Not part of the engine's API; tests include it to compare
+ * simd_body.h and simd_impl.h, the second with simd_avx512.h). Not part of the engine's API; tests include it to compare
  * every implementation with the scalar reference.
  *
  * Quantized weights are multiplied with activations quantized once per
@@ -92,9 +92,7 @@ typedef struct kq8_chunk {
  * the packed pairs gives a row's weights in those lanes, vpdpbusd dots two
  * blocks at once (twice at 16 bits: the coarse part's sum shifted up 8 bits,
  * then the residual's added, exactly 256 q + q2), and the lanes' sums go
- * straight into the row's float accumulators with no pass of their own.
- * (1536 x 576 Q4_1, one token, one core, in cache, alternated: 16-bit
- * 34-37 -> 24 us, 8-bit 30 -> 21 us; SmolLM2 decode +6%.) */
+ * straight into the row's float accumulators with no pass of their own. */
 typedef struct kq8_tail {
     int8_t q[2][64];          /* [v][4L + e]: element e0 + e of block j, by kq_tail_lane; 0 in empty lanes */
     float d[2][16];           /* unit of lane L's block (x ~ d * q), 0 in empty lanes */

@@ -304,6 +304,26 @@ END_TEST
 
 /* ---- kern_matmul through the pool ------------------------------------------------- */
 
+/* A matrix of random weights of type (kern_unpack and free data after). */
+static gl_tensor random_tensor(uint32_t type, int64_t n_rows, int64_t n_cols, uint8_t **data) {
+    size_t row_bytes = gl_type_row_bytes(type, n_cols);
+    *data = malloc((size_t)n_rows * row_bytes);
+    fill_weights(type, *data, n_rows, n_cols);
+    return (gl_tensor){.type = type, .n_cols = n_cols, .n_rows = n_rows, .data = *data,
+                       .n_bytes = (uint64_t)n_rows * row_bytes};
+}
+
+/* The largest |a - b| over n, and the largest |ref|. */
+static float max_diff(const float *ref, const float *b, size_t n, float *maxref) {
+    float diff = 0;
+    *maxref = 0;
+    for (size_t i = 0; i < n; i++) {
+        *maxref = fabsf(ref[i]) > *maxref ? fabsf(ref[i]) : *maxref;
+        diff = fabsf(ref[i] - b[i]) > diff ? fabsf(ref[i] - b[i]) : diff;
+    }
+    return diff;
+}
+
 static void matmul_bits(const char *backend, int n_threads, int act_bits, const gl_tensor *w, const float *x,
                         int n_tok, float *out) {
     kern_pool *p = kern_pool_new(n_threads);
@@ -325,11 +345,8 @@ START_TEST(matmul_is_batch_and_thread_invariant) {
         uint32_t type = (uint32_t[]){GL_TYPE_Q4_1, GL_TYPE_Q8_0, GL_TYPE_Q6_K, GL_TYPE_F16}[ti];
         int64_t n_rows = 301, n_cols = 512;
         int n_tok = 19;
-        size_t row_bytes = gl_type_row_bytes(type, n_cols);
-        uint8_t *data = malloc((size_t)n_rows * row_bytes);
-        fill_weights(type, data, n_rows, n_cols);
-        gl_tensor w = {.type = type, .n_cols = n_cols, .n_rows = n_rows, .data = data,
-                       .n_bytes = (uint64_t)n_rows * row_bytes};
+        uint8_t *data;
+        gl_tensor w = random_tensor(type, n_rows, n_cols, &data);
         ck_assert_int_eq(kern_pack(&w), 0); /* as the model loader does */
         float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
         fill_acts(x, (int64_t)n_tok * n_cols);
@@ -351,11 +368,7 @@ START_TEST(matmul_is_batch_and_thread_invariant) {
         }
         /* Fast vs scalar path: within the activation-rounding tolerance. */
         matmul_with("auto", 2, &w, x, n_tok, all);
-        float maxref = 0, maxdiff = 0;
-        for (size_t i = 0; i < (size_t)n_tok * (size_t)n_rows; i++) {
-            maxref = fabsf(ref[i]) > maxref ? fabsf(ref[i]) : maxref;
-            maxdiff = fabsf(ref[i] - all[i]) > maxdiff ? fabsf(ref[i] - all[i]) : maxdiff;
-        }
+        float maxref, maxdiff = max_diff(ref, all, (size_t)n_tok * (size_t)n_rows, &maxref);
         ck_assert_msg(maxdiff <= 1e-4f * maxref, "%s: fast vs scalar max diff %g of %g", gl_type_get(type)->name,
                       maxdiff, maxref);
         kern_unpack(&w);
@@ -375,11 +388,8 @@ START_TEST(matmul_x8_is_batch_and_thread_invariant) {
             uint32_t type = types[ti];
             int64_t n_rows = 203, n_cols = gl_type_get(type)->block_size == 256 ? 768 : ti % 2 ? 896 : 640;
             int n_tok = 11;
-            size_t row_bytes = gl_type_row_bytes(type, n_cols);
-            uint8_t *data = malloc((size_t)n_rows * row_bytes);
-            fill_weights(type, data, n_rows, n_cols);
-            gl_tensor w = {.type = type, .n_cols = n_cols, .n_rows = n_rows, .data = data,
-                           .n_bytes = (uint64_t)n_rows * row_bytes};
+            uint8_t *data;
+            gl_tensor w = random_tensor(type, n_rows, n_cols, &data);
             if (pack) ck_assert_int_eq(kern_pack(&w), 0);
             float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
             fill_acts(x, (int64_t)n_tok * n_cols);
@@ -393,11 +403,7 @@ START_TEST(matmul_x8_is_batch_and_thread_invariant) {
                 ck_assert_msg(!memcmp(one, all + (size_t)t * (size_t)n_rows, (size_t)n_rows * sizeof *one),
                               "%s 8-bit: token %d alone differs from the batch", gl_type_get(type)->name, t);
             }
-            float maxref = 0, maxdiff = 0;
-            for (size_t i = 0; i < (size_t)n_tok * (size_t)n_rows; i++) {
-                maxref = fabsf(ref[i]) > maxref ? fabsf(ref[i]) : maxref;
-                maxdiff = fabsf(ref[i] - all[i]) > maxdiff ? fabsf(ref[i] - all[i]) : maxdiff;
-            }
+            float maxref, maxdiff = max_diff(ref, all, (size_t)n_tok * (size_t)n_rows, &maxref);
             ck_assert_msg(maxdiff <= 2e-2f * maxref, "%s 8-bit: fast vs scalar max diff %g of %g",
                           gl_type_get(type)->name, maxdiff, maxref);
             kern_unpack(&w);
