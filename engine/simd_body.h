@@ -329,16 +329,13 @@ INLINE void tile_q45_k(const int kind, const uint8_t *w, size_t row_bytes, int64
             for (int t = 0; t < NT; t++) {
                 const kq8_256 *a = (const kq8_256 *)(act + (size_t)t * act_stride) + b;
                 __m256i a_lo = load256(a->q + 64 * k), a_hi = load256(a->q + 64 * k + 32);
+                __m256i b_lo = x8 ? a_lo : load256(a->q2 + 64 * k), b_hi = x8 ? a_hi : load256(a->q2 + 64 * k + 32);
 #pragma GCC unroll 8
                 for (int r = 0; r < NR; r++) {
                     __m256i p = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo[r], a_lo), sc_lo[r]),
                                                  _mm256_madd_epi16(_mm256_maddubs_epi16(hi[r], a_hi), sc_hi[r]));
                     isum[r][t] = _mm256_add_epi32(isum[r][t], p);
-                }
-                if (x8) continue;
-                __m256i b_lo = load256(a->q2 + 64 * k), b_hi = load256(a->q2 + 64 * k + 32);
-#pragma GCC unroll 8
-                for (int r = 0; r < NR; r++) {
+                    if (x8) continue;
                     __m256i p2 = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo[r], b_lo), sc_lo[r]),
                                                   _mm256_madd_epi16(_mm256_maddubs_epi16(hi[r], b_hi), sc_hi[r]));
                     isum2[r][t] = _mm256_add_epi32(isum2[r][t], p2);
@@ -423,15 +420,13 @@ INLINE void tile_q6_k(const int kind, const uint8_t *w, size_t row_bytes, int64_
 #pragma GCC unroll 8
                 for (int t = 0; t < NT; t++) {
                     const kq8_256 *a = (const kq8_256 *)(act + (size_t)t * act_stride) + b;
-                    __m256i s = load256(a->q + 128 * h + 32 * c);
+                    __m256i s = load256(a->q + 128 * h + 32 * c), s2 = x8 ? s : load256(a->q2 + 128 * h + 32 * c);
 #pragma GCC unroll 8
-                    for (int r = 0; r < NR; r++)
+                    for (int r = 0; r < NR; r++) {
                         isum[r][t] = _mm256_add_epi32(isum[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], s), scv[r]));
-                    if (x8) continue;
-                    __m256i s2 = load256(a->q2 + 128 * h + 32 * c);
-#pragma GCC unroll 8
-                    for (int r = 0; r < NR; r++)
+                        if (x8) continue;
                         isum2[r][t] = _mm256_add_epi32(isum2[r][t], _mm256_madd_epi16(_mm256_maddubs_epi16(u[r], s2), scv[r]));
+                    }
                 }
             }
         __m256i sc_lo[4], sc_hi[4];

@@ -419,6 +419,8 @@ START_TEST(matmul_n_matches_single_matmuls) {
         {GL_TYPE_Q4_0, GL_TYPE_Q4_0, GL_TYPE_Q4_0},
         {GL_TYPE_Q4_1, GL_TYPE_Q6_K, GL_TYPE_Q4_1},
         {GL_TYPE_Q8_0, GL_TYPE_Q4_0, GL_TYPE_F16},
+        {GL_TYPE_Q5_0, GL_TYPE_Q5_0, GL_TYPE_Q8_0},
+        {GL_TYPE_Q5_0, GL_TYPE_Q4_K, GL_TYPE_Q5_0},
     };
     static const int64_t rows[3] = {37, 8, 130};
     const int64_t n_cols = 768;
@@ -427,15 +429,19 @@ START_TEST(matmul_n_matches_single_matmuls) {
     fill_acts(x, n_tok * n_cols);
     kern_pool *p = kern_pool_new(2);
     ck_assert_int_eq(kern_pool_reserve(p, (size_t)n_cols), 0);
-    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+    for (size_t k = 0; k < 2 * sizeof types / sizeof types[0]; k++) {
+        /* each case at 16-bit activations, then at 8 */
+        const size_t n_cases = sizeof types / sizeof types[0];
+        ck_assert_int_eq(kern_pool_set_act_bits(p, k < n_cases ? 16 : 8), 0);
+        const uint32_t *type = types[k % n_cases];
         gl_tensor w[3];
         uint8_t *data[3];
         float *together[3], *apart[3];
         for (int i = 0; i < 3; i++) {
-            size_t row_bytes = gl_type_row_bytes(types[k][i], n_cols);
+            size_t row_bytes = gl_type_row_bytes(type[i], n_cols);
             data[i] = malloc((size_t)rows[i] * row_bytes);
-            fill_weights(types[k][i], data[i], rows[i], n_cols);
-            w[i] = (gl_tensor){.type = types[k][i], .n_cols = n_cols, .n_rows = rows[i], .data = data[i],
+            fill_weights(type[i], data[i], rows[i], n_cols);
+            w[i] = (gl_tensor){.type = type[i], .n_cols = n_cols, .n_rows = rows[i], .data = data[i],
                                .n_bytes = (uint64_t)rows[i] * row_bytes};
             ck_assert_int_eq(kern_pack(&w[i]), 0);
             together[i] = malloc((size_t)n_tok * rows[i] * sizeof(float));
