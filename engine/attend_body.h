@@ -1,6 +1,6 @@
 /* attend_body.h -- one token's attention over the paged KV cache, written
  * once and compiled per implementation: kernels.c (the scalar reference) and
- * simd_body.h (each instruction set) define ATTEND_NAME and four vector
+ * simd_impl.h (each instruction set) define ATTEND_NAME and four vector
  * helpers, then include this file:
  *   ATTEND_ROW(src, dst, n, f16)   n cache values (F16 or F32) to floats
  *   ATTEND_AXPY(y, a, x, n)        y += a * x
@@ -110,13 +110,10 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
             for (int r = r0; r < nr; r++) n[r] = pos[r] + 1 - p0 < bs ? pos[r] + 1 - p0 : bs;
             const uint8_t *k = k0 + (size_t)table[p0 / bs] * block_bytes, *v = v0 + (size_t)table[p0 / bs] * block_bytes;
             /* The next block is anywhere in the pool, so no hardware prefetcher
-             * guesses it: ask for it while this one runs (SmolLM2, 16 sequences
-             * decoding: attention 21% -> 15% of a step). Into L2, not L1: the
-             * 64 lines of a block held L1's few miss buffers, and the requests
-             * past them were as good as dropped (one thread, SmolLM2's heads at
-             * 2048 positions over 30 layers from memory: 8.5-9.5 ms a step as
-             * into L1, the same as none, 4.3-6.2 ms into L2; two or three
-             * blocks ahead were no better than one). */
+             * guesses it: ask for it while this one runs. Into L2, not L1: the
+             * 64 lines of a block hold L1's few miss buffers, and the requests
+             * past them are as good as dropped (into L1 was no better than no
+             * prefetch; two or three blocks ahead no better than one). */
             if (p0 + bs <= last) {
                 const uint8_t *kn = k0 + (size_t)table[p0 / bs + 1] * block_bytes;
                 const uint8_t *vn = v0 + (size_t)table[p0 / bs + 1] * block_bytes;

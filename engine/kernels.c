@@ -354,6 +354,28 @@ void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n) {
     }
 }
 
+void kern_quantize_32_coarse(const kern_impl *impl, const float *x, kq8_32 *y, int64_t n) {
+    impl->quantize_32(x, y, n);
+    for (int64_t b = 0; b < n / 32; b++) {
+        int sum = 0;
+        for (int i = 0; i < 32; i++) sum += y[b].q[i];
+        memset(y[b].q2, 0, sizeof y[b].q2);
+        y[b].s = y[b].d * (float)(256 * sum);
+    }
+}
+
+void kern_quantize_256_coarse(const kern_impl *impl, const float *x, kq8_256 *y, int64_t n) {
+    impl->quantize_256(x, y, n);
+    for (int64_t b = 0; b < n / 256; b++) {
+        for (int j = 0; j < 16; j++) {
+            int sum = 0;
+            for (int i = 0; i < 16; i++) sum += y[b].q[16 * j + i];
+            y[b].bsums[j] = 256 * sum;
+        }
+        memset(y[b].q2, 0, sizeof y[b].q2);
+    }
+}
+
 /* A short tail's m blocks (tmp) into lanes (simd.h): the coarse parts into
  * q, the residuals into q2 when there is room for them, each lane's unit
  * (the block's d times unit_scale) into d. */
@@ -566,10 +588,10 @@ kern_act_kind kern_act_kind_of(uint32_t type) {
 }
 
 static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
-    if (kind == KERN_ACT_Q8_32) return (size_t)(n_cols / 32) * sizeof(kq8_32);
+    if (kind == KERN_ACT_Q8_32 || kind == KERN_ACT_Q8_32_COARSE) return (size_t)(n_cols / 32) * sizeof(kq8_32);
     if (kind == KERN_ACT_Q16_X16) return (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk);
     if (kind == KERN_ACT_Q16_K) return (size_t)(n_cols / 256) * sizeof(kq16_k);
-    if (kind == KERN_ACT_Q8_256) return (size_t)(n_cols / 256) * sizeof(kq8_256);
+    if (kind == KERN_ACT_Q8_256 || kind == KERN_ACT_Q8_256_COARSE) return (size_t)(n_cols / 256) * sizeof(kq8_256);
     if (kind == KERN_ACT_Q8_X8) return kq8_x8_row_bytes(n_cols);
     return (size_t)n_cols * sizeof(float);
 }
@@ -588,7 +610,7 @@ int kern_pool_reserve_tokens(kern_pool *p, int max_tokens, int64_t max_cols) {
     /* The largest activation form, for the widest row rounded up to whole chunks. */
     int64_t cols = (max_cols + 511) / 512 * 512;
     size_t row = 0;
-    for (int kind = KERN_ACT_Q8_32; kind <= KERN_ACT_Q8_X8; kind++) {
+    for (int kind = KERN_ACT_Q8_32; kind < KERN_ACT_COUNT; kind++) {
         size_t b = act_row_bytes((kern_act_kind)kind, cols);
         row = b > row ? b : row;
     }
@@ -642,6 +664,10 @@ static void quantize_rows(matmul_job *job) {
             kern_quantize_k16(job->impl, x, (kq16_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_X8) {
             kern_quantize_x8(job->impl, x, dst, n);
+        } else if (job->act_kind == KERN_ACT_Q8_32_COARSE) {
+            kern_quantize_32_coarse(job->impl, x, (kq8_32 *)dst, n);
+        } else if (job->act_kind == KERN_ACT_Q8_256_COARSE) {
+            kern_quantize_256_coarse(job->impl, x, (kq8_256 *)dst, n);
         } else {
             job->impl->quantize_256(x, (kq8_256 *)dst, n);
         }
@@ -692,11 +718,21 @@ static void matmul_worker(void *arg, int ith, int nth) {
     (void)nth;
 }
 
+/* The rows function of a type against 8-bit activations as the file has the
+ * weights. Only the AVX2 implementation has these: it runs on every x86
+ * host with a kern_impl, and the quantized rows it reads are the same bits
+ * whichever implementation's quantize_32 / quantize_256 made them. */
+static kern_rows_fn rows_x8_of(const kern_impl *impl, uint32_t type) {
+    if (impl->rows_x8[type]) return impl->rows_x8[type];
+    const kern_impl *avx2 = kern_impl_avx2();
+    return avx2 ? avx2->rows_x8[type] : NULL;
+}
+
 /* How w is multiplied under impl: its rows function, weights and activation form. */
 static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int act_bits, matmul_part *part) {
     part->w = w;
     part->row_bytes = gl_type_row_bytes(w->type, w->n_cols);
-    part->rows = impl && w->type < 40 ? impl->rows[w->type] : NULL;
+    part->rows = impl && w->type < GL_TYPE_COUNT ? impl->rows[w->type] : NULL;
     part->weights = w->data;
     if (part->rows && w->packed && act_bits == 8 && impl->packed_rows_x8[w->type]) {
         part->rows = impl->packed_rows_x8[w->type];
@@ -707,6 +743,11 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
         part->rows = impl->packed_rows[w->type];
         part->weights = w->packed;
         return kern_packed_act_kind(w->type);
+    }
+    kern_rows_fn x8 = part->rows && act_bits == 8 ? rows_x8_of(impl, w->type) : NULL;
+    if (x8) {
+        part->rows = x8;
+        return kern_act_kind_of(w->type) == KERN_ACT_Q8_32 ? KERN_ACT_Q8_32_COARSE : KERN_ACT_Q8_256_COARSE;
     }
     return kern_act_kind_of(w->type);
 }
@@ -885,8 +926,7 @@ int kern_attention(kern_pool *p, const kern_attn *a) {
     int group = a->n_heads / a->n_kv_heads;
     /* Tiles of up to 8 tokens; whole groups share each K/V conversion and
      * interleave their heads' dependency chains, so they run as units even
-     * when there are barely more units than threads (one decode token,
-     * 32/4 heads at 270 positions, two threads: 40 -> 21-29 us). Single heads
+     * when there are barely more units than threads. Single heads
      * (the same arithmetic per head) only when there would be fewer units
      * than threads or a group has too many heads for one call. */
     int group_tile = group <= KERN_ATTEND_MAX_ROWS ? KERN_ATTEND_MAX_ROWS / group : 0;

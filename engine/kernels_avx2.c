@@ -21,6 +21,7 @@
 #define SIMD_AVX512 0
 #define TT 4
 #include "simd_body.h"
+#include "simd_impl.h"
 #ifdef __clang__
 #pragma clang attribute pop
 #endif

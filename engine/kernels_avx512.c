@@ -1,8 +1,9 @@
 /* kernels_avx512.c -- the kernels of simd_body.h with AVX-512 VNNI (Ice Lake,
  * Zen 4 and later): vpdpbusd for the integer dots on weights as the file has
- * them, the packed tiles (vpdpwssd, one block per 32-bit lane) for Q4_0,
- * Q4_1, Q8_0, Q4_K, Q5_K and Q6_K, and for Q4_0, Q4_1 and Q8_0 against 8-bit
- * activations (vpdpbusd), 32 vector registers for wider token tiles. */
+ * them, 32 vector registers for wider token tiles, and those of
+ * simd_avx512.h: the packed tiles (vpdpwssd, one block per 32-bit lane) for
+ * Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K, and for Q4_0, Q4_1 and Q8_0 against
+ * 8-bit activations (vpdpbusd). */
 #include "simd.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(GENLOOP_NO_AVX512)
@@ -25,6 +26,8 @@
 #define SIMD_AVX512 1
 #define TT 8
 #include "simd_body.h"
+#include "simd_avx512.h"
+#include "simd_impl.h"
 #ifdef __clang__
 #pragma clang attribute pop
 #endif

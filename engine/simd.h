@@ -1,6 +1,6 @@
 /* simd.h -- the private contract between kernels.c and its per-instruction-
  * set implementations (kernels_avx2.c, kernels_avx512.c, both built from
- * simd_body.h). Not part of the engine's API; tests include it to compare
+ * simd_body.h and simd_impl.h, the second with simd_avx512.h). Not part of the engine's API; tests include it to compare
  * every implementation with the scalar reference.
  *
  * Quantized weights are multiplied with activations quantized once per
@@ -13,7 +13,9 @@
  * legacy types, blocks of 256 with sums of 16 (kq8_256) the K-quants. The
  * integer sums are exact; the activation rounding is the only error. A pool
  * may ask for 8 bits instead (kern_pool_set_act_bits): packed Q4_0, Q4_1
- * and Q8_0 then take the coarse part alone (kq8_chunk below). */
+ * and Q8_0 then take the coarse part alone (kq8_chunk below), and weights
+ * with no packed tiles take kq8_32 / kq8_256 rows whose residuals are zero
+ * (the *_COARSE kinds) through rows_x8, which skip the residual's dots. */
 #ifndef GL_SIMD_H
 #define GL_SIMD_H
 
@@ -22,6 +24,7 @@
 #include <stdint.h>
 
 #include "kernels.h"
+#include "quant.h"
 
 typedef struct kq8_32 {
     float d;                  /* unit: x ~ d * (256 * q + q2) */
@@ -89,9 +92,7 @@ typedef struct kq8_chunk {
  * the packed pairs gives a row's weights in those lanes, vpdpbusd dots two
  * blocks at once (twice at 16 bits: the coarse part's sum shifted up 8 bits,
  * then the residual's added, exactly 256 q + q2), and the lanes' sums go
- * straight into the row's float accumulators with no pass of their own.
- * (1536 x 576 Q4_1, one token, one core, in cache, alternated: 16-bit
- * 34-37 -> 24 us, 8-bit 30 -> 21 us; SmolLM2 decode +6%.) */
+ * straight into the row's float accumulators with no pass of their own. */
 typedef struct kq8_tail {
     int8_t q[2][64];          /* [v][4L + e]: element e0 + e of block j, by kq_tail_lane; 0 in empty lanes */
     float d[2][16];           /* unit of lane L's block (x ~ d * q), 0 in empty lanes */
@@ -142,7 +143,10 @@ typedef struct kq16_k {
 
 /* What a weight type multiplies with: float rows or one of the 8-bit forms. */
 typedef enum kern_act_kind {
-    KERN_ACT_F32, KERN_ACT_Q8_32, KERN_ACT_Q8_256, KERN_ACT_Q16_X16, KERN_ACT_Q16_K, KERN_ACT_Q8_X8
+    KERN_ACT_F32, KERN_ACT_Q8_32, KERN_ACT_Q8_256, KERN_ACT_Q16_X16, KERN_ACT_Q16_K, KERN_ACT_Q8_X8,
+    KERN_ACT_Q8_32_COARSE,    /* kq8_32 with q2 = 0 and s of the coarse part: 8-bit activations */
+    KERN_ACT_Q8_256_COARSE,   /* kq8_256 likewise, bsums of 256 q alone */
+    KERN_ACT_COUNT
 } kern_act_kind;
 
 /* out[t * out_stride + r] = row r of w . activation row t, for r < n_rows and
@@ -179,9 +183,10 @@ typedef struct kern_impl {
     const char *name;                                  /* "avx2", "avx512" */
     void (*quantize_32)(const float *x, kq8_32 *y, int64_t n);   /* n % 32 == 0 */
     void (*quantize_256)(const float *x, kq8_256 *y, int64_t n); /* n % 256 == 0 */
-    kern_rows_fn rows[40];                             /* by gl_type; NULL = scalar path */
-    kern_rows_fn packed_rows[40];                      /* by gl_type, for kern_pack'ed weights; NULL = none */
-    kern_rows_fn packed_rows_x8[40];                   /* the same against 8-bit activations (kq8_chunk) */
+    kern_rows_fn rows[GL_TYPE_COUNT];                  /* by gl_type; NULL = scalar path */
+    kern_rows_fn rows_x8[GL_TYPE_COUNT];               /* the same against the *_COARSE kinds; NULL = none */
+    kern_rows_fn packed_rows[GL_TYPE_COUNT];           /* by gl_type, for kern_pack'ed weights; NULL = none */
+    kern_rows_fn packed_rows_x8[GL_TYPE_COUNT];        /* the same against 8-bit activations (kq8_chunk) */
     kern_attend_fn attend;
     void (*swiglu)(float *gate, const float *up, int n); /* gate = silu(gate) * up */
     void (*to_f16)(const float *x, uint16_t *y, int n);   /* IEEE half, round to nearest even */
@@ -207,6 +212,10 @@ const kern_impl *kern_impl_avx512(void);
 void kern_quantize_32_ref(const float *x, kq8_32 *y, int64_t n);
 void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n);
 
+/* 8-bit activation rows (the *_COARSE kinds): quantize_32 / quantize_256,
+ * then the residuals dropped (kernels.c). */
+void kern_quantize_32_coarse(const kern_impl *impl, const float *x, kq8_32 *y, int64_t n);
+void kern_quantize_256_coarse(const kern_impl *impl, const float *x, kq8_256 *y, int64_t n);
 /* Activation rows for packed weights, from quantize_32 (kernels.c). */
 void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int64_t n);
 void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t n); /* n % 256 == 0 */

@@ -1,9 +1,12 @@
 /* bench_matmul.c -- one matrix multiply shape, timed in isolation (a
  * benchmark, not a test): random weights of TYPE, ROWS x COLS, against
  * N_TOK tokens, on THREADS threads; prints the median time, the multiply-adds
- * per second and the weight bytes per second.
+ * per second and the weight bytes per second, and on one thread the median
+ * CPU time of the call too (steadier than the wall clock on a loaded host).
+ * BENCH_ACT_BITS=8 asks for 8-bit activations.
  *
- *   bench_matmul TYPE ROWS COLS N_TOK THREADS [REPS]     TYPE: q4_0 q4_1 q8_0 q4_k q5_k q6_k
+ *   bench_matmul TYPE ROWS COLS N_TOK THREADS [REPS]
+ *   TYPE: q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k f16 bf16
  *
  * The weights are kern_pack'ed unless BENCH_UNPACKED is set. */
 #include <stdio.h>
@@ -20,9 +23,10 @@ int main(int argc, char **argv) {
         return 2;
     }
     static const struct { const char *name; uint32_t type; int scale_at[2]; } types[] = {
-        {"q4_0", GL_TYPE_Q4_0, {0, -1}}, {"q4_1", GL_TYPE_Q4_1, {0, 2}}, {"q8_0", GL_TYPE_Q8_0, {0, -1}},
-        {"q4_k", GL_TYPE_Q4_K, {0, 2}},  {"q5_k", GL_TYPE_Q5_K, {0, 2}},
-        {"q6_k", GL_TYPE_Q6_K, {208, -1}},
+        {"q4_0", GL_TYPE_Q4_0, {0, -1}}, {"q4_1", GL_TYPE_Q4_1, {0, 2}}, {"q5_0", GL_TYPE_Q5_0, {0, -1}},
+        {"q5_1", GL_TYPE_Q5_1, {0, 2}},  {"q8_0", GL_TYPE_Q8_0, {0, -1}}, {"q4_k", GL_TYPE_Q4_K, {0, 2}},
+        {"q5_k", GL_TYPE_Q5_K, {0, 2}},  {"q6_k", GL_TYPE_Q6_K, {208, -1}}, {"f16", GL_TYPE_F16, {-1, -1}},
+        {"bf16", GL_TYPE_BF16, {-1, -1}},
     };
     int ti = -1;
     for (int i = 0; i < (int)(sizeof types / sizeof types[0]); i++)
@@ -37,6 +41,12 @@ int main(int argc, char **argv) {
     float *x = malloc(sizeof(float) * (size_t)cols * n_tok), *out = malloc(sizeof(float) * (size_t)rows * n_tok);
     srand(1);
     for (size_t i = 0; i < n_bytes; i++) w[i] = (uint8_t)rand();
+    /* Float weights: random values in [-0.5, 0.5), never NaN or infinite. */
+    for (size_t i = 0; block_bytes == 2 && i < n_bytes / 2; i++) {
+        float f = (float)rand() / RAND_MAX - 0.5f;
+        uint16_t h = type == GL_TYPE_F16 ? gl_fp32_to_fp16(f) : gl_fp32_to_bf16(f);
+        memcpy(w + 2 * i, &h, 2);
+    }
     /* Finite, modest F16 scales (0x2c00 = 1/16) so the sums stay ordinary. */
     for (size_t b = 0; b < n_bytes / block_bytes; b++)
         for (int k = 0; k < 2; k++)
@@ -50,19 +60,25 @@ int main(int argc, char **argv) {
     kern_pool *p = kern_pool_new(threads);
     if (p && getenv("BENCH_ACT_BITS")) kern_pool_set_act_bits(p, atoi(getenv("BENCH_ACT_BITS")));
     if (!p || kern_pool_reserve(p, (size_t)cols) || kern_pool_reserve_tokens(p, n_tok, cols)) return 1;
-    double *ts = malloc(sizeof(double) * reps);
+    double *ts = malloc(sizeof(double) * reps), *cpu = malloc(sizeof(double) * reps);
     kern_matmul(p, &t, x, n_tok, out);
     for (int r = 0; r < reps; r++) {
+        struct timespec c0, c1;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
         double t0 = bench_now();
         kern_matmul(p, &t, x, n_tok, out);
         ts[r] = bench_now() - t0;
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+        cpu[r] = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9;
     }
-    double med = bench_median(ts, reps);
-    printf("%s %s %lldx%lld tok %d thr %d: %.3f ms  %.1f GMAC/s  %.1f GB/s weights\n", kern_backend(), argv[1],
+    double med = bench_median(ts, reps), med_cpu = bench_median(cpu, reps);
+    printf("%s %s %lldx%lld tok %d thr %d: %.3f ms  %.1f GMAC/s  %.1f GB/s weights", kern_backend(), argv[1],
            (long long)rows, (long long)cols, n_tok, threads, med * 1e3, rows * cols * (double)n_tok / med * 1e-9,
            n_bytes / med * 1e-9);
+    if (threads == 1) printf("  (cpu %.3f ms, %.1f GMAC/s)", med_cpu * 1e3, rows * cols * (double)n_tok / med_cpu * 1e-9);
+    printf("\n");
     kern_pool_free(p);
     kern_unpack(&t);
-    free(ts); free(w); free(x); free(out);
+    free(ts); free(cpu); free(w); free(x); free(out);
     return 0;
 }

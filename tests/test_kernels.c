@@ -85,13 +85,15 @@ static void act_as_seen(kern_act_kind kind, const float *x, int64_t n, float *se
     if (kind == KERN_ACT_F32) {
         memcpy(seen, x, (size_t)n * sizeof *x);
         for (int64_t i = 0; i < n; i++) half_step[i] = 0;
-    } else if (kind == KERN_ACT_Q8_32 || kind == KERN_ACT_Q16_X16 || kind == KERN_ACT_Q16_K || kind == KERN_ACT_Q8_X8) {
+    } else if (kind == KERN_ACT_Q8_32 || kind == KERN_ACT_Q16_X16 || kind == KERN_ACT_Q16_K || kind == KERN_ACT_Q8_X8 ||
+               kind == KERN_ACT_Q8_32_COARSE) {
         /* the 16-bit forms hold the same 32-element blocks, rearranged; the
          * 8-bit one their coarse parts, but for a last chunk of < 16 blocks */
         kq8_32 *q = malloc((size_t)(n / 32) * sizeof *q);
         kern_quantize_32_ref(x, q, n);
         for (int64_t i = 0; i < n; i++) {
-            bool coarse = kind == KERN_ACT_Q8_X8 && (i < n / 512 * 512 || n % 512 / 32 <= KQ_SHORT_TAIL);
+            bool coarse = kind == KERN_ACT_Q8_32_COARSE ||
+                          (kind == KERN_ACT_Q8_X8 && (i < n / 512 * 512 || n % 512 / 32 <= KQ_SHORT_TAIL));
             seen[i] = q[i / 32].d * (256 * q[i / 32].q[i % 32] + (coarse ? 0 : q[i / 32].q2[i % 32]));
             half_step[i] = q[i / 32].d * (coarse ? 128 : 1); /* q2 may clip to 127 at a half step of q */
         }
@@ -99,20 +101,22 @@ static void act_as_seen(kern_act_kind kind, const float *x, int64_t n, float *se
     } else {
         kq8_256 *q = malloc((size_t)(n / 256) * sizeof *q);
         kern_quantize_256_ref(x, q, n);
+        bool coarse = kind == KERN_ACT_Q8_256_COARSE;
         for (int64_t i = 0; i < n; i++) {
-            seen[i] = q[i / 256].d * (256 * q[i / 256].q[i % 256] + q[i / 256].q2[i % 256]);
-            half_step[i] = q[i / 256].d;
+            seen[i] = q[i / 256].d * (256 * q[i / 256].q[i % 256] + (coarse ? 0 : q[i / 256].q2[i % 256]));
+            half_step[i] = q[i / 256].d * (coarse ? 128 : 1);
         }
         free(q);
     }
 }
 
 /* How a test runs a weight type: as the file has it, packed, or packed
- * against 8-bit activations. */
-typedef enum { PLAIN, PACKED, PACKED_X8 } rows_form;
-static const char *const form_name[] = {"", " packed", " packed x8"};
+ * against 8-bit activations, or as the file has it against 8-bit ones. */
+typedef enum { PLAIN, PACKED, PACKED_X8, PLAIN_X8 } rows_form;
+static const char *const form_name[] = {"", " packed", " packed x8", " x8"};
 
 static kern_act_kind act_kind_for(uint32_t type, rows_form form) {
+    if (form == PLAIN_X8) return kern_act_kind_of(type) == KERN_ACT_Q8_32 ? KERN_ACT_Q8_32_COARSE : KERN_ACT_Q8_256_COARSE;
     return form == PACKED_X8 ? KERN_ACT_Q8_X8 : form == PACKED ? kern_packed_act_kind(type) : kern_act_kind_of(type);
 }
 
@@ -123,8 +127,8 @@ static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, con
                      float *out) {
     kern_act_kind kind = act_kind_for(type, form);
     size_t row_bytes = gl_type_row_bytes(type, n_cols);
-    size_t stride = kind == KERN_ACT_Q8_32      ? (size_t)(n_cols / 32) * sizeof(kq8_32)
-                    : kind == KERN_ACT_Q8_256   ? (size_t)(n_cols / 256) * sizeof(kq8_256)
+    size_t stride = kind == KERN_ACT_Q8_32 || kind == KERN_ACT_Q8_32_COARSE ? (size_t)(n_cols / 32) * sizeof(kq8_32)
+                    : kind == KERN_ACT_Q8_256 || kind == KERN_ACT_Q8_256_COARSE ? (size_t)(n_cols / 256) * sizeof(kq8_256)
                     : kind == KERN_ACT_Q16_X16 ? (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk)
                     : kind == KERN_ACT_Q16_K   ? (size_t)(n_cols / 256) * sizeof(kq16_k)
                     : kind == KERN_ACT_Q8_X8   ? kq8_x8_row_bytes(n_cols)
@@ -134,13 +138,18 @@ static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, con
         const float *xt = x + (size_t)t * (size_t)n_cols;
         if (kind == KERN_ACT_Q8_32) {
             impl->quantize_32(xt, (kq8_32 *)(act + t * stride), n_cols);
-        } else if (kind == KERN_ACT_Q16_X16) kern_quantize_x16(impl, xt, (kq16_chunk *)(act + t * stride), n_cols);
+        } else if (kind == KERN_ACT_Q8_32_COARSE) kern_quantize_32_coarse(impl, xt, (kq8_32 *)(act + t * stride), n_cols);
+        else if (kind == KERN_ACT_Q8_256_COARSE) kern_quantize_256_coarse(impl, xt, (kq8_256 *)(act + t * stride), n_cols);
+        else if (kind == KERN_ACT_Q16_X16) kern_quantize_x16(impl, xt, (kq16_chunk *)(act + t * stride), n_cols);
         else if (kind == KERN_ACT_Q16_K) kern_quantize_k16(impl, xt, (kq16_k *)(act + t * stride), n_cols);
         else if (kind == KERN_ACT_Q8_X8) kern_quantize_x8(impl, xt, act + t * stride, n_cols);
         else if (kind == KERN_ACT_Q8_256) impl->quantize_256(xt, (kq8_256 *)(act + t * stride), n_cols);
         else memcpy(act + t * stride, xt, stride);
     }
-    kern_rows_fn fn = form == PACKED_X8 ? impl->packed_rows_x8[type] : form == PACKED ? impl->packed_rows[type] : impl->rows[type];
+    kern_rows_fn fn = form == PACKED_X8 ? impl->packed_rows_x8[type]
+                      : form == PACKED  ? impl->packed_rows[type]
+                      : form == PLAIN_X8 ? impl->rows_x8[type]
+                                         : impl->rows[type];
     fn((packed ? packed : w) + (size_t)r0 * row_bytes, row_bytes, r1 - r0, n_cols, act + (size_t)t0 * stride, stride,
        t1 - t0, out + (size_t)t0 * (size_t)n_rows + r0, (size_t)n_rows);
     free(act);
@@ -185,7 +194,7 @@ END_TEST
 /* Packed forms go through kern_pack and the implementation's packed rows. */
 static void check_type_as(const kern_impl *impl, uint32_t type, int64_t n_rows, int64_t n_cols, int n_tok,
                           rows_form form) {
-    const bool packed = form != PLAIN;
+    const bool packed = form == PACKED || form == PACKED_X8;
     const gl_type_traits *tt = gl_type_get(type);
     size_t row_bytes = gl_type_row_bytes(type, n_cols);
     uint8_t *w = malloc((size_t)n_rows * row_bytes);
@@ -249,6 +258,7 @@ static void check_type(const kern_impl *impl, uint32_t type, int64_t n_rows, int
     check_type_as(impl, type, n_rows, n_cols, n_tok, PLAIN);
     if (impl->packed_rows[type]) check_type_as(impl, type, n_rows, n_cols, n_tok, PACKED);
     if (impl->packed_rows_x8[type]) check_type_as(impl, type, n_rows, n_cols, n_tok, PACKED_X8);
+    if (impl->rows_x8[type]) check_type_as(impl, type, n_rows, n_cols, n_tok, PLAIN_X8);
 }
 
 START_TEST(quant_kernels_match_reference) {
@@ -294,9 +304,31 @@ END_TEST
 
 /* ---- kern_matmul through the pool ------------------------------------------------- */
 
-static void matmul_with(const char *backend, int n_threads, const gl_tensor *w, const float *x, int n_tok, float *out) {
+/* A matrix of random weights of type (kern_unpack and free data after). */
+static gl_tensor random_tensor(uint32_t type, int64_t n_rows, int64_t n_cols, uint8_t **data) {
+    size_t row_bytes = gl_type_row_bytes(type, n_cols);
+    *data = malloc((size_t)n_rows * row_bytes);
+    fill_weights(type, *data, n_rows, n_cols);
+    return (gl_tensor){.type = type, .n_cols = n_cols, .n_rows = n_rows, .data = *data,
+                       .n_bytes = (uint64_t)n_rows * row_bytes};
+}
+
+/* The largest |a - b| over n, and the largest |ref|. */
+static float max_diff(const float *ref, const float *b, size_t n, float *maxref) {
+    float diff = 0;
+    *maxref = 0;
+    for (size_t i = 0; i < n; i++) {
+        *maxref = fabsf(ref[i]) > *maxref ? fabsf(ref[i]) : *maxref;
+        diff = fabsf(ref[i] - b[i]) > diff ? fabsf(ref[i] - b[i]) : diff;
+    }
+    return diff;
+}
+
+static void matmul_bits(const char *backend, int n_threads, int act_bits, const gl_tensor *w, const float *x,
+                        int n_tok, float *out) {
     kern_pool *p = kern_pool_new(n_threads);
     ck_assert_ptr_nonnull(p);
+    ck_assert_int_eq(kern_pool_set_act_bits(p, act_bits), 0);
     ck_assert_int_eq(kern_pool_reserve(p, (size_t)w->n_cols), 0);
     ck_assert_int_eq(kern_set_backend(backend), 0);
     kern_matmul(p, w, x, n_tok, out);
@@ -304,16 +336,17 @@ static void matmul_with(const char *backend, int n_threads, const gl_tensor *w, 
     kern_pool_free(p);
 }
 
+static void matmul_with(const char *backend, int n_threads, const gl_tensor *w, const float *x, int n_tok, float *out) {
+    matmul_bits(backend, n_threads, 16, w, x, n_tok, out);
+}
+
 START_TEST(matmul_is_batch_and_thread_invariant) {
     for (size_t ti = 0; ti < 4; ti++) {
         uint32_t type = (uint32_t[]){GL_TYPE_Q4_1, GL_TYPE_Q8_0, GL_TYPE_Q6_K, GL_TYPE_F16}[ti];
         int64_t n_rows = 301, n_cols = 512;
         int n_tok = 19;
-        size_t row_bytes = gl_type_row_bytes(type, n_cols);
-        uint8_t *data = malloc((size_t)n_rows * row_bytes);
-        fill_weights(type, data, n_rows, n_cols);
-        gl_tensor w = {.type = type, .n_cols = n_cols, .n_rows = n_rows, .data = data,
-                       .n_bytes = (uint64_t)n_rows * row_bytes};
+        uint8_t *data;
+        gl_tensor w = random_tensor(type, n_rows, n_cols, &data);
         ck_assert_int_eq(kern_pack(&w), 0); /* as the model loader does */
         float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
         fill_acts(x, (int64_t)n_tok * n_cols);
@@ -335,16 +368,47 @@ START_TEST(matmul_is_batch_and_thread_invariant) {
         }
         /* Fast vs scalar path: within the activation-rounding tolerance. */
         matmul_with("auto", 2, &w, x, n_tok, all);
-        float maxref = 0, maxdiff = 0;
-        for (size_t i = 0; i < (size_t)n_tok * (size_t)n_rows; i++) {
-            maxref = fabsf(ref[i]) > maxref ? fabsf(ref[i]) : maxref;
-            maxdiff = fabsf(ref[i] - all[i]) > maxdiff ? fabsf(ref[i] - all[i]) : maxdiff;
-        }
+        float maxref, maxdiff = max_diff(ref, all, (size_t)n_tok * (size_t)n_rows, &maxref);
         ck_assert_msg(maxdiff <= 1e-4f * maxref, "%s: fast vs scalar max diff %g of %g", gl_type_get(type)->name,
                       maxdiff, maxref);
         kern_unpack(&w);
         free(data), free(x), free(all), free(one), free(ref);
     }
+}
+END_TEST
+
+/* 8-bit activations through the pool, packed or not: a token alone gives
+ * the batch's bits on one or two threads, and the result stays within the
+ * coarse rounding of the scalar path's. Row lengths of 20 and 28 blocks are
+ * Gemma 3's and Qwen2.5's. */
+START_TEST(matmul_x8_is_batch_and_thread_invariant) {
+    static const uint32_t types[] = {GL_TYPE_Q5_0, GL_TYPE_Q5_1, GL_TYPE_Q4_0, GL_TYPE_Q8_0, GL_TYPE_Q4_K, GL_TYPE_Q6_K};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (int pack = 0; pack < 2; pack++) {
+            uint32_t type = types[ti];
+            int64_t n_rows = 203, n_cols = gl_type_get(type)->block_size == 256 ? 768 : ti % 2 ? 896 : 640;
+            int n_tok = 11;
+            uint8_t *data;
+            gl_tensor w = random_tensor(type, n_rows, n_cols, &data);
+            if (pack) ck_assert_int_eq(kern_pack(&w), 0);
+            float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
+            fill_acts(x, (int64_t)n_tok * n_cols);
+            x[5] = 0.5f;
+            float *all = malloc((size_t)n_tok * (size_t)n_rows * sizeof *all), *one = malloc((size_t)n_rows * sizeof *one);
+            float *ref = malloc((size_t)n_tok * (size_t)n_rows * sizeof *ref);
+            matmul_bits("scalar", 1, 8, &w, x, n_tok, ref);
+            matmul_bits("auto", 2, 8, &w, x, n_tok, all);
+            for (int t = 0; t < n_tok; t++) {
+                matmul_bits("auto", 1 + t % 2, 8, &w, x + (size_t)t * (size_t)n_cols, 1, one);
+                ck_assert_msg(!memcmp(one, all + (size_t)t * (size_t)n_rows, (size_t)n_rows * sizeof *one),
+                              "%s 8-bit: token %d alone differs from the batch", gl_type_get(type)->name, t);
+            }
+            float maxref, maxdiff = max_diff(ref, all, (size_t)n_tok * (size_t)n_rows, &maxref);
+            ck_assert_msg(maxdiff <= 2e-2f * maxref, "%s 8-bit: fast vs scalar max diff %g of %g",
+                          gl_type_get(type)->name, maxdiff, maxref);
+            kern_unpack(&w);
+            free(data), free(x), free(all), free(one), free(ref);
+        }
 }
 END_TEST
 
@@ -355,6 +419,8 @@ START_TEST(matmul_n_matches_single_matmuls) {
         {GL_TYPE_Q4_0, GL_TYPE_Q4_0, GL_TYPE_Q4_0},
         {GL_TYPE_Q4_1, GL_TYPE_Q6_K, GL_TYPE_Q4_1},
         {GL_TYPE_Q8_0, GL_TYPE_Q4_0, GL_TYPE_F16},
+        {GL_TYPE_Q5_0, GL_TYPE_Q5_0, GL_TYPE_Q8_0},
+        {GL_TYPE_Q5_0, GL_TYPE_Q4_K, GL_TYPE_Q5_0},
     };
     static const int64_t rows[3] = {37, 8, 130};
     const int64_t n_cols = 768;
@@ -363,15 +429,19 @@ START_TEST(matmul_n_matches_single_matmuls) {
     fill_acts(x, n_tok * n_cols);
     kern_pool *p = kern_pool_new(2);
     ck_assert_int_eq(kern_pool_reserve(p, (size_t)n_cols), 0);
-    for (size_t k = 0; k < sizeof types / sizeof types[0]; k++) {
+    for (size_t k = 0; k < 2 * sizeof types / sizeof types[0]; k++) {
+        /* each case at 16-bit activations, then at 8 */
+        const size_t n_cases = sizeof types / sizeof types[0];
+        ck_assert_int_eq(kern_pool_set_act_bits(p, k < n_cases ? 16 : 8), 0);
+        const uint32_t *type = types[k % n_cases];
         gl_tensor w[3];
         uint8_t *data[3];
         float *together[3], *apart[3];
         for (int i = 0; i < 3; i++) {
-            size_t row_bytes = gl_type_row_bytes(types[k][i], n_cols);
+            size_t row_bytes = gl_type_row_bytes(type[i], n_cols);
             data[i] = malloc((size_t)rows[i] * row_bytes);
-            fill_weights(types[k][i], data[i], rows[i], n_cols);
-            w[i] = (gl_tensor){.type = types[k][i], .n_cols = n_cols, .n_rows = rows[i], .data = data[i],
+            fill_weights(type[i], data[i], rows[i], n_cols);
+            w[i] = (gl_tensor){.type = type[i], .n_cols = n_cols, .n_rows = rows[i], .data = data[i],
                                .n_bytes = (uint64_t)rows[i] * row_bytes};
             ck_assert_int_eq(kern_pack(&w[i]), 0);
             together[i] = malloc((size_t)n_tok * rows[i] * sizeof(float));
@@ -596,6 +666,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, quant_kernels_match_reference);
     tcase_add_test(tc, float_kernels_match_reference);
     tcase_add_test(tc, matmul_is_batch_and_thread_invariant);
+    tcase_add_test(tc, matmul_x8_is_batch_and_thread_invariant);
     tcase_add_test(tc, matmul_n_matches_single_matmuls);
     tcase_add_test(tc, swiglu_matches_reference);
     tcase_add_test(tc, to_f16_matches_reference);

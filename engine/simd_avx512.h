@@ -1,0 +1,840 @@
+/* simd_avx512.h -- the AVX-512 VNNI kernels, included only by
+ * kernels_avx512.c after simd_body.h (whose helpers, tiles and row macros
+ * they use) and before simd_impl.h: the packed tiles (kern_pack, layouts in
+ * simd.h) with one block or sub-block per 32-bit lane of a 512-bit register,
+ * against 16-bit activations or, for Q4_0, Q4_1 and Q8_0, 8-bit ones; their
+ * rows functions; and attention's block tiles.
+ *
+ * The static functions it defines, as a profile names them:
+ *   packed_rows_{q4_0,q4_1,q8_0}_avx512, packed_rows_x8_{q4_0,q4_1,q8_0}_avx512
+ *   (each with a *_whole_avx512 helper for the token tiles after the panels),
+ *   packed_rows_{q4_k,q5_k,q6_k}_avx512, attend_scores_avx512,
+ *   attend_softmax_avx512, attend_pv_avx512. */
+#if !SIMD_AVX512
+#error "simd_avx512.h is for kernels_avx512.c"
+#endif
+/* ---- packed Q4_0, Q4_1 and Q8_0 against kq16_chunk (layout in simd.h) ------------
+ * Lane j of every vector belongs to block j of the chunk, so vpdpwssd
+ * accumulates each block's exact integer dot in its own lane; per chunk and
+ * output the 16 dots become floats once and take their scales in one
+ * multiply-add: acc += dot * (dw * da), then acc += mw * s for the weight
+ * offset (Q4_0: -8 dw, Q8_0: none, Q4_1: its minimum). One output's float
+ * operations run in chunk order with the same instructions whatever the tile. */
+
+/* Group g of a chunk of m blocks as 32 words: 2 bytes per block. */
+INLINE __m512i group_bytes(const uint8_t *p, int m, bool sign) {
+    if (m == 16) return sign ? _mm512_cvtepi8_epi16(load256(p)) : _mm512_cvtepu8_epi16(load256(p));
+    __mmask32 k = (__mmask32)((1u << (2 * m)) - 1);
+    __m256i v = _mm256_maskz_loadu_epi8(k, p);
+    return sign ? _mm512_cvtepi8_epi16(v) : _mm512_cvtepu8_epi16(v);
+}
+
+/* Integer sums are exact in any order, so a tile with few outputs gives
+ * each output two accumulators (dot and dot2, added at the end): half as
+ * long a chain of dependent multiply-adds, which is what limits the small
+ * tiles of one or two tokens. */
+#define SPLIT_DOTS(NR, NT) ((NR) * (NT) <= 4)
+
+/* dot[r][t] += u0[r] . x[t][v0] + u1[r] . x[t][v1] (the second into dot2
+ * when split), x[t] the activation vectors of token t, 64 bytes each: 32
+ * words of kq16_chunk, whose pairs of 16-bit products vpdpwssd sums into
+ * each 32-bit lane, or (bytes) 64 signed bytes of kq8_chunk against
+ * unsigned weight bytes, four products to a lane by vpdpbusd. */
+INLINE void dot_pairs(const int NR, const int NT, __m512i dot[4][4], __m512i dot2[4][4], const __m512i u0[4],
+                      const __m512i u1[4], const uint8_t *const x[4], int v0, int v1, const bool bytes) {
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        __m512i xl = _mm512_loadu_si512(x[t] + 64 * v0), xh = _mm512_loadu_si512(x[t] + 64 * v1);
+        /* In registers, not folded into each row's multiply-add as a memory
+         * operand: a core may load only one 512-bit vector per cycle, so
+         * loading them NR times is a bound. */
+        if (NR > 1) __asm__("" : "+v"(xl), "+v"(xh));
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m512i *d2 = SPLIT_DOTS(NR, NT) ? &dot2[r][t] : &dot[r][t];
+            if (bytes) {
+                dot[r][t] = _mm512_dpbusd_epi32(dot[r][t], u0[r], xl);
+                *d2 = _mm512_dpbusd_epi32(*d2, u1[r], xh);
+            } else {
+                dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u0[r], xl);
+                *d2 = _mm512_dpwssd_epi32(*d2, u1[r], xh);
+            }
+        }
+    }
+}
+
+/* dot += dot2 where dot_pairs split them. */
+INLINE void join_dots(const int NR, const int NT, __m512i dot[4][4], const __m512i dot2[4][4]) {
+    if (!SPLIT_DOTS(NR, NT)) return;
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) dot[r][t] = _mm512_add_epi32(dot[r][t], dot2[r][t]);
+}
+
+INLINE __m512 chunk_f16(const uint8_t *p, int m) {
+    __m256i h = m == 16 ? load256(p) : _mm256_maskz_loadu_epi16((__mmask16)((1u << m) - 1), p);
+    return _mm512_cvtph_ps(h);
+}
+
+/* The weight offsets mw of a chunk's m blocks, from their scales dw: Q4_1's
+ * minimums (stored after the scales), Q4_0's -8 dw, and for Q8_0, whose
+ * bytes vpdpbusd takes offset by +128 (unsigned), -128 dw; the 16-bit
+ * chunks take Q8_0's bytes signed and use none. */
+INLINE __m512 chunk_offsets(const int type, const uint8_t *chunk, int m, __m512 dw) {
+    if (type == GL_TYPE_Q4_1) return chunk_f16(chunk + 2 * m, m);
+    return _mm512_mul_ps(dw, _mm512_set1_ps(type == GL_TYPE_Q8_0 ? -128.0f : -8.0f));
+}
+
+/* The sums of a, b, c and d in lanes 0, 4, 8 and 12, each by the tree
+ * _mm512_reduce_add_ps uses (lane i + lane i + 8, then + 4, + 2, + 1), with
+ * the shuffles shared: about a third of the instructions of four reduces,
+ * and bit for bit their results (checked on 400k random sums). */
+INLINE __m512 sum4_ps(__m512 a, __m512 b, __m512 c, __m512 d) {
+    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                              _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+    __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                             _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+    t = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));
+    return _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
+/* A tile may cover one panel of a long row (see packed_chunk_panels): state
+ * then holds its accumulators between panels, 64 floats per row, 16 per
+ * token, loaded at the start (X16_LOAD) and stored instead of summed at the
+ * end (X16_STORE). Each lane sees the same operations in the same order as
+ * in one pass over the row, so panels never change a result. */
+#define X16_LOAD 1
+#define X16_STORE 2
+
+/* A tile's start: its accumulators from state (X16_LOAD) or zero. */
+INLINE void start_outputs(const int NR, const int NT, __m512 acc[4][4], const float *state, int mode) {
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++)
+            acc[r][t] = mode & X16_LOAD ? _mm512_load_ps(state + 64 * r + 16 * t) : _mm512_setzero_ps();
+}
+
+/* A tile's end: its accumulators into state (X16_STORE), or each output's
+ * sum into out, four outputs at a time, each by the same tree whatever
+ * shares it. */
+INLINE void finish_outputs(const int NR, const int NT, __m512 acc[4][4], float *out, size_t out_stride, float *state,
+                           int mode) {
+    if (mode & X16_STORE) {
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) _mm512_store_ps(state + 64 * r + 16 * t, acc[r][t]);
+        return;
+    }
+    __m512 v[16];
+    float sums[16];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) v[r * NT + t] = acc[r][t];
+#pragma GCC unroll 4
+    for (int i = 0; i < NR * NT; i += 4) {
+#pragma GCC unroll 3
+        for (int j = NR * NT - i; j < 4; j++) v[i + j] = _mm512_setzero_ps();
+        _mm512_storeu_ps(sums, sum4_ps(v[i], v[i + 1], v[i + 2], v[i + 3]));
+#pragma GCC unroll 4
+        for (int j = 0; j < 4; j++)
+            if (i + j < NR * NT) out[(size_t)((i + j) % NT) * out_stride + (size_t)((i + j) / NT)] = sums[4 * j];
+    }
+}
+
+/* The word permutes and block lanes of a short tail of m blocks, from
+ * kq_tail_lane: [q8][m][v] picks, for each lane, the two packed pairs
+ * (words) of its block that carry its four elements -- low and high nibbles
+ * of the same words for Q4, out of the tail's 8 m words; for Q8_0 words of
+ * its 16 m, through a permute of two vectors. Built once at load. */
+static uint16_t tail_words[2][KQ_SHORT_TAIL + 1][2][32];
+static int32_t tail_blocks[KQ_SHORT_TAIL + 1][2][16];
+
+__attribute__((constructor)) static void tail_tables(void) {
+    for (int m = 1; m <= KQ_SHORT_TAIL; m++)
+        for (int v = 0; v < 2; v++)
+            for (int lane = 0; lane < 16; lane++) {
+                int j = 0, e0 = 0;
+                bool used = kq_tail_lane(m, v, lane, &j, &e0);
+                tail_blocks[m][v][lane] = j;
+                for (int q8 = 0; q8 < 2; q8++) {
+                    /* elements 2g, 2g + 1 of block j are pair m g + j; Q4 keeps 16 + e in e's high nibble */
+                    int g = (q8 ? e0 : e0 % 16) / 2;
+                    tail_words[q8][m][v][2 * lane] = (uint16_t)(used ? m * g + j : 0);
+                    tail_words[q8][m][v][2 * lane + 1] = (uint16_t)(used ? m * (g + 1) + j : 0);
+                }
+            }
+}
+
+INLINE __mmask64 first_bytes(int n) { return n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n > 0 ? n : 0)) - 1; }
+
+/* acc[r][t] += the rows' short tail (m <= KQ_SHORT_TAIL blocks, row r's at
+ * w + r row_bytes) against the tokens' kq16_tail (x16) or kq8_tail (token
+ * t's at act + t act_stride): per lane the block's scales times its dot,
+ * then each block's offset term once, in lane j. Q8_0's bytes take +128 here
+ * at 16 bits too, and -128 dw s back. */
+INLINE void add_short_tail(const int type, const bool x16, const int NR, const int NT, const uint8_t *w, size_t row_bytes,
+                       const uint8_t *act, size_t act_stride, int m, size_t ahead, __m512 acc[4][4]) {
+    const uint8_t *chunk[4], *tail[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        chunk[r] = w + (size_t)r * row_bytes;
+        prefetch_ahead(chunk[r], m * block32_bytes(type), ahead, NT);
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) tail[t] = act + (size_t)t * act_stride;
+    const bool q8 = type == GL_TYPE_Q8_0;
+    const int hdr = (type == GL_TYPE_Q4_1 ? 4 : 2) * m, n_vec = (m + 1) / 2;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+    __m512i u[4][2];
+    __m512 dw_lanes[4][2], mw[4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        const __m512 dw = chunk_f16(chunk[r], m);
+        mw[r] = chunk_offsets(type, chunk[r], m, dw);
+        const uint8_t *quants = chunk[r] + hdr;
+        const int n_bytes = (q8 ? 32 : 16) * m;
+        const __m512i lo = _mm512_maskz_loadu_epi8(first_bytes(n_bytes), quants);
+        const __m512i hi = q8 ? _mm512_maskz_loadu_epi8(first_bytes(n_bytes - 64), quants + 64) : lo;
+        u[r][1] = _mm512_setzero_si512(); /* unused for m <= 2; set so no lane is ever undefined */
+        dw_lanes[r][1] = _mm512_setzero_ps();
+#pragma GCC unroll 2
+        for (int v = 0; v == 0 || v < n_vec; v++) {
+            const __m512i words = _mm512_loadu_si512(tail_words[q8][m][v]);
+            if (q8) {
+                u[r][v] = _mm512_xor_si512(_mm512_permutex2var_epi16(lo, words, hi), flip);
+            } else {
+                __m512i p = _mm512_permutexvar_epi16(words, lo);
+                u[r][v] = _mm512_and_si512(_mm512_mask_srli_epi16(p, (__mmask32)0xffff0000u, p, 4), m4);
+            }
+            dw_lanes[r][v] = _mm512_permutexvar_ps(_mm512_loadu_si512(tail_blocks[m][v]), dw);
+        }
+    }
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        const kq8_tail *a8 = (const kq8_tail *)tail[t];
+        const kq16_tail *a16 = (const kq16_tail *)tail[t];
+#pragma GCC unroll 2
+        for (int v = 0; v == 0 || v < n_vec; v++) {
+            const __m512i x = _mm512_loadu_si512(x16 ? a16->q[v] : a8->q[v]);
+            const __m512i x2 = x16 ? _mm512_loadu_si512(a16->q2[v]) : x;
+            const __m512 da = _mm512_loadu_ps(x16 ? a16->d[v] : a8->d[v]);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i idot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[r][v], x);
+                if (x16) idot = _mm512_dpbusd_epi32(_mm512_slli_epi32(idot, 8), u[r][v], x2);
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(dw_lanes[r][v], da), acc[r][t]);
+            }
+        }
+        const __m512 s = _mm512_loadu_ps(x16 ? a16->s : a8->s);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) acc[r][t] = _mm512_fmadd_ps(mw[r], s, acc[r][t]);
+    }
+}
+
+INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                           size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
+                           float *state, int mode) {
+    const size_t ahead = prefetch_distance(NR, row_bytes);
+    const int bb = block32_bytes(type);
+    const int hdr = type == GL_TYPE_Q4_1 ? 4 : 2;
+    const bool q8 = type == GL_TYPE_Q8_0;
+    const int nb = (int)(n_cols / 32);
+    const __m512i m4 = _mm512_set1_epi16(0x0f);
+    __m512 acc[4][4];
+    start_outputs(NR, NT, acc, state, mode);
+    const int short_tail = nb % 16 <= KQ_SHORT_TAIL ? nb % 16 : 0;
+    const int half_tail = nb % 16 > KQ_SHORT_TAIL && nb % 16 <= KQ16_HALF_TAIL ? nb % 16 : 0;
+    for (int c0 = 0; c0 < nb - short_tail - half_tail; c0 += 16) {
+        const int m = nb - c0 < 16 ? nb - c0 : 16;
+        const uint8_t *chunk[4];
+        const kq16_chunk *a[4];
+        __m512i dot[4][4], dot2[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb;
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
+        }
+        const uint8_t *x[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
+            x[t] = (const uint8_t *)&a[t]->q[0][0];
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb, ahead, NT);
+        if (q8) {
+            for (int g = 0; g < 16; g += 2) {
+                __m512i u0[4], u1[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) {
+                    u0[r] = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, true);
+                    u1[r] = group_bytes(chunk[r] + hdr * m + 2 * m * (g + 1), m, true);
+                }
+                dot_pairs(NR, NT, dot, dot2, u0, u1, x, g, g + 1, false);
+            }
+        } else {
+            for (int g = 0; g < 8; g++) {
+                __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) {
+                    __m512i v = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, false);
+                    lo[r] = _mm512_and_si512(v, m4);
+                    hi[r] = _mm512_srli_epi16(v, 4);
+                }
+                dot_pairs(NR, NT, dot, dot2, lo, hi, x, g, g + 8, false);
+            }
+        }
+        join_dots(NR, NT, dot, dot2);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m512 dw = chunk_f16(chunk[r], m), mw = chunk_offsets(type, chunk[r], m, dw);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), sc, acc[r][t]);
+                if (!q8) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
+            }
+        }
+    }
+    /* A half tail: rows 2p and 2p + 1 share vectors (simd.h), so pair p
+     * takes the place of a row in dot_pairs, half the multiply-adds of one
+     * vector per row. Each row's dots then move to lanes 0..7 and take their
+     * scales there, the same operations whether the row has a partner in the
+     * tile or not. */
+    if (half_tail) {
+        const int m = half_tail, c0 = nb - m, NP = (NR + 1) / 2;
+        const __mmask16 k = (__mmask16)((1u << (2 * m)) - 1);
+        const uint8_t *chunk[4];
+        const kq16_chunk *a[4];
+        const uint8_t *x[4];
+        __m512i dot[4][4], dot2[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb + hdr * m;
+            prefetch_ahead(chunk[r] - hdr * m, m * bb, ahead, NT);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
+            x[t] = (const uint8_t *)&a[t]->q[0][0];
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++) dot[p][t] = dot2[p][t] = _mm512_setzero_si512();
+        }
+        for (int g = 0; g < (q8 ? 16 : 8); g += q8 ? 2 : 1) {
+            __m512i u0[4], u1[4];
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++) {
+                __m512i v[2];
+                for (int i = 0; i < (q8 ? 2 : 1); i++) {
+                    __m128i lo = _mm_maskz_loadu_epi8(k, chunk[2 * p] + 2 * m * (g + i));
+                    __m256i both = 2 * p + 1 < NR
+                                       ? _mm256_inserti128_si256(_mm256_castsi128_si256(lo),
+                                                                 _mm_maskz_loadu_epi8(k, chunk[2 * p + 1] + 2 * m * (g + i)), 1)
+                                       : _mm256_zextsi128_si256(lo);
+                    v[i] = q8 ? _mm512_cvtepi8_epi16(both) : _mm512_cvtepu8_epi16(both);
+                }
+                u0[p] = q8 ? v[0] : _mm512_and_si512(v[0], m4);
+                u1[p] = q8 ? v[1] : _mm512_srli_epi16(v[0], 4);
+            }
+            dot_pairs(NP, NT, dot, dot2, u0, u1, x, g, q8 ? g + 1 : g + 8, false);
+        }
+        join_dots(NP, NT, dot, dot2);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *scales = chunk[r] - hdr * m;
+            __m512 dw = chunk_f16(scales, m), mw = chunk_offsets(type, scales, m, dw);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512 d = _mm512_cvtepi32_ps(dot[r / 2][t]);
+                if (r % 2) d = _mm512_shuffle_f32x4(d, d, 0xee);
+                __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
+                acc[r][t] = _mm512_mask3_fmadd_ps(d, sc, acc[r][t], 0xff);
+                if (!q8) acc[r][t] = _mm512_mask3_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t], 0xff);
+            }
+        }
+    }
+    if (short_tail)
+        add_short_tail(type, true, NR, NT, w + (size_t)(nb - short_tail) * bb, row_bytes,
+                   act + (size_t)(nb / 16) * sizeof(kq16_chunk), act_stride, short_tail, ahead, acc);
+    finish_outputs(NR, NT, acc, out, out_stride, state, mode);
+}
+
+INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, NULL, 0);
+}
+
+/* ---- packed Q4_0, Q4_1 and Q8_0 against kq8_chunk (simd.h) -------------------
+ * The same chunks and lanes as tile_x16_panel, at half the multiply-adds:
+ * one word permute per pair of groups puts block j's four bytes in lane j,
+ * and vpdpbusd dots them with four activation bytes. Q8_0's bytes are made
+ * unsigned by +128, which comes back as -128 dw times the activation sums.
+ * A row's last chunk of at most KQ_SHORT_TAIL blocks adds into the same
+ * accumulators (add_short_tail); a longer one runs on tile_x16_panel's tails
+ * against the kq16_chunk after the row's kq8_chunks, taking the
+ * accumulators over through state: every output's operations stay fixed by
+ * its row and token. */
+INLINE __m512i quad_bytes(const uint8_t *p) {
+    static const uint16_t lanes[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    return _mm512_permutexvar_epi16(_mm512_loadu_si512(lanes), _mm512_loadu_si512(p));
+}
+
+INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                          size_t act_stride, const int NR, const int NT, float *out, size_t out_stride, float *state,
+                          int mode) {
+    const size_t ahead = prefetch_distance(NR, row_bytes);
+    const int bb = block32_bytes(type);
+    const int hdr = 16 * (type == GL_TYPE_Q4_1 ? 4 : 2);
+    const bool q8 = type == GL_TYPE_Q8_0;
+    const int nb = (int)(n_cols / 32), n_full = nb / 16;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+    __m512 acc[4][4];
+    start_outputs(NR, NT, acc, state, mode);
+    for (int c = 0; c < n_full; c++) {
+        const uint8_t *chunk[4], *x[4];
+        const kq8_chunk *a[4];
+        __m512i dot[4][4], dot2[4][4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            chunk[r] = w + (size_t)r * row_bytes + (size_t)c * 16 * bb;
+            prefetch_ahead(chunk[r], 16 * bb, ahead, NT);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            a[t] = (const kq8_chunk *)(act + (size_t)t * act_stride) + c;
+            x[t] = (const uint8_t *)&a[t]->q[0][0];
+        }
+        if (q8) {
+            for (int g = 0; g < 16; g += 4) {
+                __m512i u0[4], u1[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) {
+                    u0[r] = _mm512_xor_si512(quad_bytes(chunk[r] + hdr + 32 * g), flip);
+                    u1[r] = _mm512_xor_si512(quad_bytes(chunk[r] + hdr + 32 * (g + 2)), flip);
+                }
+                dot_pairs(NR, NT, dot, dot2, u0, u1, x, g / 2, g / 2 + 1, true);
+            }
+        } else {
+            for (int g = 0; g < 8; g += 2) {
+                __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) {
+                    __m512i v = quad_bytes(chunk[r] + hdr + 32 * g);
+                    lo[r] = _mm512_and_si512(v, m4);
+                    hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                }
+                dot_pairs(NR, NT, dot, dot2, lo, hi, x, g / 2, g / 2 + 4, true);
+            }
+        }
+        join_dots(NR, NT, dot, dot2);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            __m512 dw = chunk_f16(chunk[r], 16);
+            __m512 mw = chunk_offsets(type, chunk[r], 16, dw);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), sc, acc[r][t]);
+                acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
+            }
+        }
+    }
+    if (nb % 16 && nb % 16 <= KQ_SHORT_TAIL) {
+        add_short_tail(type, false, NR, NT, w + (size_t)n_full * 16 * bb, row_bytes,
+                   act + (size_t)n_full * sizeof(kq8_chunk), act_stride, nb % 16, ahead, acc);
+    } else if (nb % 16) {
+        _Alignas(64) float own[4 * 64];
+        float *st = state ? state : own;
+        finish_outputs(NR, NT, acc, out, out_stride, st, X16_STORE);
+        tile_x16_panel(type, w + (size_t)n_full * 16 * bb, row_bytes, 32 * (nb % 16),
+                       act + (size_t)n_full * sizeof(kq8_chunk), act_stride, NR, NT, out, out_stride, st,
+                       X16_LOAD | (mode & X16_STORE));
+        return;
+    }
+    finish_outputs(NR, NT, acc, out, out_stride, state, mode);
+}
+
+INLINE void tile_x8(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                    size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_x8_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, NULL, 0);
+}
+
+/* Packed K-quants against kq16_k: lane j of a vector is sub-block j (16
+ * elements) of the super-block, so 8 vpdpwssd give the 16 exact sub-block
+ * dots of the quants q (simd.h has the layouts). Then per lane:
+ *   Q6_K: (dot - 32 sum) * unit * d * scale_j, the -32 as 32 times the
+ *         activation sums;
+ *   Q4_K, Q5_K: dot * unit * d * scale - sum * unit * dmin * min, scale and
+ *         min those of the 32-element block j / 2, decoded from the 12 scale
+ *         bytes in registers (k4_scales' rule per lane). */
+INLINE __m512 q4_k_scales_mins(const uint8_t *s) {
+    /* lanes 0..7: scale 0..7, lanes 8..15: min 0..7 */
+    const __m128i bytes = _mm_maskz_loadu_epi8(0x0fff, s);
+    const __m128i idx_lo = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11);
+    const __m128i idx_hi = _mm_setr_epi8(0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 0, 0, 4, 5, 6, 7);
+    __m512i lo = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(bytes, idx_lo));
+    __m512i hi = _mm512_cvtepu8_epi32(_mm_shuffle_epi8(bytes, idx_hi));
+    lo = _mm512_and_si512(_mm512_srlv_epi32(lo, _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 4, 4, 4)),
+                          _mm512_setr_epi32(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
+    hi = _mm512_and_si512(_mm512_srli_epi32(hi, 2),
+                          _mm512_setr_epi32(0, 0, 0, 0, 48, 48, 48, 48, 0, 0, 0, 0, 48, 48, 48, 48));
+    return _mm512_cvtepi32_ps(_mm512_or_si512(lo, hi));
+}
+
+INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    const size_t ahead = prefetch_distance(NR, row_bytes);
+    const bool six = type == GL_TYPE_Q6_K, five = type == GL_TYPE_Q5_K;
+    const int bb = six ? 210 : five ? 176 : 144;
+    const int quants = six ? 18 : 16; /* the low 4 bits of every quant, 4 pieces of 32 bytes */
+    const int nb = (int)(n_cols / 256);
+    const __m512i m4 = _mm512_set1_epi16(0x0f), m16 = _mm512_set1_epi16(0x10), m30 = _mm512_set1_epi16(0x30);
+    const __m512i sub_scale = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i sub_min = _mm512_add_epi32(sub_scale, _mm512_set1_epi32(8));
+    __m512 acc[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *blk[4];
+        const kq16_k *a[4];
+        __m512i dot[4][4], dot2[4][4], fifth[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            blk[r] = w + (size_t)r * row_bytes + (size_t)b * bb;
+            prefetch_ahead(blk[r], bb, ahead, NT);
+            if (five) fifth[r] = _mm512_cvtepu8_epi16(load256(blk[r] + 144));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
+        }
+        const uint8_t *x[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            a[t] = (const kq16_k *)(act + (size_t)t * act_stride) + b;
+            x[t] = (const uint8_t *)&a[t]->q[0][0];
+        }
+        for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
+            __m512i u0[4], u1[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i l = _mm512_cvtepu8_epi16(load256(blk[r] + quants + 32 * k));
+                u0[r] = _mm512_and_si512(l, m4);
+                u1[r] = _mm512_srli_epi16(l, 4);
+                if (six) {
+                    __m512i h = _mm512_cvtepu8_epi16(load256(blk[r] + 146 + 32 * (k % 2)));
+                    /* group v's high bits sit at 2 (v / 2) in piece v % 2; shifted to bits 4, 5 */
+                    const int s0 = 2 * (k / 2), s1 = 2 * ((k + 4) / 2);
+                    u0[r] = _mm512_or_si512(
+                        u0[r], _mm512_and_si512(s0 <= 4 ? _mm512_slli_epi16(h, 4 - s0) : _mm512_srli_epi16(h, s0 - 4), m30));
+                    u1[r] = _mm512_or_si512(
+                        u1[r], _mm512_and_si512(s1 <= 4 ? _mm512_slli_epi16(h, 4 - s1) : _mm512_srli_epi16(h, s1 - 4), m30));
+                } else if (five) { /* bits k and k + 4 to bit 4 */
+                    u0[r] = _mm512_or_si512(u0[r], _mm512_and_si512(_mm512_slli_epi16(fifth[r], 4 - k), m16));
+                    u1[r] = _mm512_or_si512(u1[r], _mm512_and_si512(_mm512_srli_epi16(fifth[r], k), m16));
+                }
+            }
+            dot_pairs(NR, NT, dot, dot2, u0, u1, x, k, k + 4, false);
+        }
+        join_dots(NR, NT, dot, dot2);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            if (six) {
+                __m512 sd = _mm512_mul_ps(
+                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk[r] + 2)))),
+                    _mm512_set1_ps(f16_at(blk[r])));
+#pragma GCC unroll 4
+                for (int t = 0; t < NT; t++) {
+                    __m512i q = _mm512_sub_epi32(dot[r][t], _mm512_slli_epi32(_mm512_loadu_si512(a[t]->sum), 5));
+                    acc[r][t] =
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_mul_ps(sd, _mm512_loadu_ps(a[t]->d)), acc[r][t]);
+                }
+                continue;
+            }
+            __m512 sm = q4_k_scales_mins(blk[r] + 4);
+            __m512 sd = _mm512_mul_ps(_mm512_permutexvar_ps(sub_scale, sm), _mm512_set1_ps(f16_at(blk[r])));
+            __m512 md = _mm512_mul_ps(_mm512_permutexvar_ps(sub_min, sm), _mm512_set1_ps(f16_at(blk[r] + 2)));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512 unit = _mm512_loadu_ps(a[t]->d);
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), _mm512_mul_ps(sd, unit), acc[r][t]);
+                acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(a[t]->sum)), _mm512_mul_ps(md, unit),
+                                             acc[r][t]);
+            }
+        }
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+/* Packed tiles: 2 rows x 4 tokens keep 8 integer and 8 float accumulators
+ * plus the operands in the 32 registers; fewer tokens take more rows. */
+/* One or two tokens read each packed row alone: a tile of 4 rows is 4
+ * streams from memory at once, which the prefetchers serve far worse than
+ * one. The unpacked kernels keep 4: their single-row tiles are bound by
+ * the dependency chains of their sums instead. */
+#define PACKED_ROWS_REST(TILE, TYPE)                \
+    case 1: ROWS_PASS(TILE, TYPE, 1, 1); break;     \
+    case 2: ROWS_PASS(TILE, TYPE, 1, 2); break;     \
+    case 3: ROWS_PASS(TILE, TYPE, 2, 3); break;
+#define DEFINE_PACKED_ROWS(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 2, 4, PACKED_ROWS_REST)
+
+/* Rows longer than a panel (TinyLlama's 5632) take full 4-token tiles one
+ * panel of X16_PANEL chunks at a time over blocks of X16_ROW_BLOCK rows, so
+ * the 4 tokens' activations of a panel (18 KiB) stay in L1 instead of being
+ * read from L2 for every pair of rows. The rest runs in one pass; the
+ * results are the same. */
+#define X16_PANEL 4
+#define X16_ROW_BLOCK 32
+/* A tile of packed chunks, against 8-bit (x8) or 16-bit activations. */
+INLINE void chunk_tile(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
+                       const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
+                       float *state, int mode) {
+    if (x8) tile_x8_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, state, mode);
+    else tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, state, mode);
+}
+
+INLINE int packed_chunk_panels(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
+                             const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
+    const int bb = block32_bytes(type);
+    const int nb = (int)(n_cols / 32), panel = 16 * X16_PANEL;
+    if (nb <= panel) return 0;
+    _Alignas(64) float state[X16_ROW_BLOCK * 64];
+    int t0 = 0;
+    for (; t0 + 4 <= n_tok; t0 += 4) {
+        for (int r0 = 0; r0 < n_rows; r0 += X16_ROW_BLOCK) {
+            const int nr = n_rows - r0 < X16_ROW_BLOCK ? n_rows - r0 : X16_ROW_BLOCK;
+            for (int b0 = 0; b0 < nb; b0 += panel) {
+                const int pb = nb - b0 < panel ? nb - b0 : panel;
+                const int mode = (b0 > 0 ? X16_LOAD : 0) | (b0 + pb < nb ? X16_STORE : 0);
+                const uint8_t *pw = w + (size_t)r0 * row_bytes + (size_t)b0 * bb;
+                const uint8_t *pa = act + (size_t)t0 * act_stride + (size_t)(b0 / 16) * (x8 ? sizeof(kq8_chunk) : sizeof(kq16_chunk));
+                float *o = out + (size_t)t0 * out_stride + r0;
+                int r = 0;
+                for (; r + 2 <= nr; r += 2)
+                    chunk_tile(type, x8, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 2, 4, o + r,
+                               out_stride, state + 64 * r, mode);
+                for (; r < nr; r++)
+                    chunk_tile(type, x8, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 1, 4, o + r,
+                               out_stride, state + 64 * r, mode);
+            }
+        }
+    }
+    return t0;
+}
+
+/* One token: each row alone (one stream from memory, as above), its
+ * accumulators kept and four rows' reduced at once by sum4_ps's shared tree,
+ * bit for bit what each row's own reduce gives, for a third of the shuffles
+ * (SmolLM2, whose 576-column rows are one chunk and a tail, spends about a
+ * tenth of a row's instructions on its reduce). */
+INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows,
+                                  int64_t n_cols, const uint8_t *act, float *out) {
+    _Alignas(64) float state[4 * 64];
+    int r = 0;
+    for (; r + 4 <= n_rows; r += 4) {
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            chunk_tile(type, x8, w + (size_t)(r + i) * row_bytes, row_bytes, n_cols, act, 0, 1, 1, NULL, 0,
+                       state + 64 * i, X16_STORE);
+        __m512 sums = sum4_ps(_mm512_load_ps(state), _mm512_load_ps(state + 64), _mm512_load_ps(state + 128),
+                              _mm512_load_ps(state + 192));
+        _mm_storeu_ps(out + r, _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, sums)));
+    }
+    for (; r < n_rows; r++) chunk_tile(type, x8, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 1, 1, out + r, 0, NULL, 0);
+}
+
+#define DEFINE_PACKED_CHUNK_ROWS(name, TILE, TYPE, X8)                                                          \
+    DEFINE_PACKED_ROWS(CAT(name, whole), TILE, TYPE)                                                            \
+    static void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,   \
+                         size_t act_stride, int n_tok, float *out, size_t out_stride) {                         \
+        if (n_tok == 1) {                                                                                       \
+            packed_rows_one_token(TYPE, X8, w, row_bytes, n_rows, n_cols, act, out);                            \
+            return;                                                                                             \
+        }                                                                                                       \
+        int t0 = packed_chunk_panels(TYPE, X8, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride); \
+        FN(CAT(name, whole))(w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
+                             out + (size_t)t0 * out_stride, out_stride);                                        \
+    }
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_q4_0, tile_x16, GL_TYPE_Q4_0, false) /* packed_rows_q4_0_avx512, packed_rows_q4_0_whole_avx512 */
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_q4_1, tile_x16, GL_TYPE_Q4_1, false) /* packed_rows_q4_1_avx512, packed_rows_q4_1_whole_avx512 */
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_q8_0, tile_x16, GL_TYPE_Q8_0, false) /* packed_rows_q8_0_avx512, packed_rows_q8_0_whole_avx512 */
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q4_0, tile_x8, GL_TYPE_Q4_0, true) /* packed_rows_x8_q4_0_avx512, packed_rows_x8_q4_0_whole_avx512 */
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q4_1, tile_x8, GL_TYPE_Q4_1, true) /* packed_rows_x8_q4_1_avx512, packed_rows_x8_q4_1_whole_avx512 */
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q8_0, tile_x8, GL_TYPE_Q8_0, true) /* packed_rows_x8_q8_0_avx512, packed_rows_x8_q8_0_whole_avx512 */
+DEFINE_PACKED_ROWS(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K) /* packed_rows_q6_k_avx512 */
+DEFINE_PACKED_ROWS(packed_rows_q4_k, tile_k16, GL_TYPE_Q4_K) /* packed_rows_q4_k_avx512 */
+DEFINE_PACKED_ROWS(packed_rows_q5_k, tile_k16, GL_TYPE_Q5_K) /* packed_rows_q5_k_avx512 */
+
+/* A block of up to 16 positions is one vector: each head's scores build up
+ * over the channels in registers, four partial sums per head (a fixed order
+ * whatever the number of heads), instead of through memory. Blocks wider
+ * than 16 take the generic steps. */
+static void CAT(FN(attend), generic_scores)(const uint8_t *k, size_t k_stride, const float *const *q, int nr, int hd,
+                                            int n, bool f16, float *score, int bs, float *row);
+static void CAT(FN(attend), generic_pv)(const uint8_t *v, size_t v_stride, const float *score, int nr, const int *n,
+                                        int hd, bool f16, float *const *out, int bs, float *row);
+
+INLINE __m512 k_channel(const uint8_t *k, __mmask16 km, bool f16) {
+    return f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, k)) : _mm512_maskz_loadu_ps(km, k);
+}
+
+/* ng heads (1-4) of one block, each channel's K converted once. ng and f16
+ * are constants in each copy, so the 16 accumulators stay in registers and
+ * the loop carries no per-head tests (with them as variables the compiler
+ * keeps the accumulators on the stack). */
+INLINE void attend_scores_tile(const uint8_t *k, size_t k_stride, const float *const *qg, const int NG, int hd,
+                               __mmask16 km, const bool F16, float *score, int bs) {
+    __m512 acc[4][4]; /* [row][channel % 4] */
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) acc[g][c] = _mm512_setzero_ps();
+    /* hd % 4 == 0 (attend_scores): a tail loop's variable index would put acc in memory */
+    for (int d = 0; d < hd; d += 4) {
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512 kv = k_channel(k + (size_t)(d + c) * k_stride, km, F16);
+#pragma GCC unroll 4
+            for (int g = 0; g < NG; g++) acc[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(qg[g][d + c]), kv, acc[g][c]);
+        }
+    }
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++) {
+        __m512 sc = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3]));
+        /* whole vectors when they fit: attend_softmax reloads them whole */
+        if (bs == 16) _mm512_storeu_ps(score + (size_t)g * bs, sc);
+        else _mm512_mask_storeu_ps(score + (size_t)g * bs, km, sc);
+    }
+}
+
+#define ATTEND_TILE_CASES(CALL, f16)           \
+    switch (ng) {                              \
+    case 1: CALL(1, f16); break;               \
+    case 2: CALL(2, f16); break;               \
+    case 3: CALL(3, f16); break;               \
+    default: CALL(4, f16); break;              \
+    }
+
+/* attend_scores_avx512 */
+static void FN(attend_scores)(const uint8_t *k, size_t k_stride, const float *const *q, int nr, int hd, int n,
+                              bool f16, float *score, int bs, float *row) {
+    if (bs > 16 || hd % 4) {
+        CAT(FN(attend), generic_scores)(k, k_stride, q, nr, hd, n, f16, score, bs, row);
+        return;
+    }
+    __mmask16 km = (__mmask16)((1u << n) - 1);
+    for (int g0 = 0; g0 < nr; g0 += 4) {
+        int ng = nr - g0 < 4 ? nr - g0 : 4;
+        float *sg = score + (size_t)g0 * bs;
+#define SCORES_CALL(NG, F16) attend_scores_tile(k, k_stride, q + g0, NG, hd, km, F16, sg, bs)
+        if (f16) ATTEND_TILE_CASES(SCORES_CALL, true)
+        else ATTEND_TILE_CASES(SCORES_CALL, false)
+#undef SCORES_CALL
+    }
+}
+
+static void CAT(FN(attend), generic_softmax)(float *sg, int n, int bs, float scale, float *mx, float *sum, float *out,
+                                             int hd);
+
+/* A block of 16 is one vector: maximum, exp and sum in registers. */
+/* attend_softmax_avx512 */
+static void FN(attend_softmax)(float *sg, int n, int bs, float scale, float *mx, float *sum, float *out, int hd) {
+    if (bs != 16) {
+        CAT(FN(attend), generic_softmax)(sg, n, bs, scale, mx, sum, out, hd);
+        return;
+    }
+    __mmask16 km = (__mmask16)((1u << n) - 1);
+    __m512 s = _mm512_mul_ps(_mm512_loadu_ps(sg), _mm512_set1_ps(scale));
+    float m = _mm512_mask_reduce_max_ps(km, s);
+    if (m > *mx) { /* online softmax: rescale what came before */
+        float c = expf(*mx - m);
+        *sum *= c;
+        scale_f32(out, c, hd);
+        *mx = m;
+    }
+    __m512 x = _mm512_sub_ps(s, _mm512_set1_ps(*mx));
+    __m256 hi = exp_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    __m512 e = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(exp_ps(_mm512_castps512_ps256(x)))),
+                                                   _mm256_castps_pd(hi), 1));
+    e = _mm512_maskz_mov_ps(km, e);
+    _mm512_storeu_ps(sg, e);
+    *sum += _mm512_reduce_add_ps(e);
+}
+
+/* Position j's V row (channels from vj) into the outputs of heads
+ * g_first..NG-1, each weighted by its score; with check, only the heads
+ * whose count n[g] reaches j. */
+INLINE void attend_pv_position(const uint8_t *vj, const float *score, int j, int bs, const int g_first, const int NG,
+                               const int NC, const bool F16, const bool check, const int *n, __m512 o[4][4]) {
+    __m512 vv[4] = {0}; /* zeros only for the compiler's warnings: the copies never read them */
+#pragma GCC unroll 4
+    for (int c = 0; c < NC; c++)
+        vv[c] = F16 ? _mm512_cvtph_ps(load256(vj + 32 * c)) : _mm512_loadu_ps((const float *)vj + 16 * c);
+#pragma GCC unroll 4
+    for (int g = g_first; g < NG; g++) {
+        if (check && j >= n[g]) continue;
+        __m512 pj = _mm512_set1_ps(score[(size_t)g * bs + j]);
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) o[g][c] = _mm512_fmadd_ps(pj, vv[c], o[g][c]);
+    }
+}
+
+/* out += p V for NG heads (1-4) over NC vectors of channels from c0 (NG
+ * and NC constants in the usual copies, as above): the outputs stay in
+ * registers while the block's V rows go by. Rows come in token order, so
+ * their counts n[g] never fall; the positions all of them read run without
+ * per-head tests. */
+INLINE void attend_pv_tile(const uint8_t *v, size_t v_stride, const float *score, const int NG, const int *n, int c0,
+                           const int NC, const bool F16, float *const *out, int bs) {
+    __m512 o[4][4];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++)
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) o[g][c] = g < NG && c < NC ? _mm512_loadu_ps(out[g] + c0 + 16 * c) : _mm512_setzero_ps();
+    const uint8_t *vc = v + (size_t)c0 * (F16 ? 2 : 4);
+    int j = 0;
+    for (; j < n[0]; j++) attend_pv_position(vc + (size_t)j * v_stride, score, j, bs, 0, NG, NC, F16, false, n, o);
+    for (; j < n[NG - 1]; j++) attend_pv_position(vc + (size_t)j * v_stride, score, j, bs, 1, NG, NC, F16, true, n, o);
+#pragma GCC unroll 4
+    for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+        for (int c = 0; c < NC; c++) _mm512_storeu_ps(out[g] + c0 + 16 * c, o[g][c]);
+}
+
+/* attend_pv_avx512 */
+static void FN(attend_pv)(const uint8_t *v, size_t v_stride, const float *score, int nr, const int *n, int hd,
+                          bool f16, float *const *out, int bs, float *row) {
+    if (hd % 16 || hd > 256) {
+        CAT(FN(attend), generic_pv)(v, v_stride, score, nr, n, hd, f16, out, bs, row);
+        return;
+    }
+    for (int c0 = 0; c0 < hd; c0 += 64) {
+        int nc = (hd - c0) / 16 < 4 ? (hd - c0) / 16 : 4;
+        for (int g0 = 0; g0 < nr; g0 += 4) {
+            int ng = nr - g0 < 4 ? nr - g0 : 4;
+            const float *sg = score + (size_t)g0 * bs;
+#define PV_CALL(NG, F16) attend_pv_tile(v, v_stride, sg, NG, n + g0, c0, 4, F16, out + g0, bs)
+            if (nc < 4) attend_pv_tile(v, v_stride, sg, ng, n + g0, c0, nc, f16, out + g0, bs); /* head dims not a multiple of 64 */
+            else if (f16) ATTEND_TILE_CASES(PV_CALL, true)
+            else ATTEND_TILE_CASES(PV_CALL, false)
+#undef PV_CALL
+        }
+    }
+}
+#undef ATTEND_TILE_CASES
+#define ATTEND_SCORES FN(attend_scores)
+#define ATTEND_PV FN(attend_pv)
+#define ATTEND_SOFTMAX FN(attend_softmax)
