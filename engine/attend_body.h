@@ -85,7 +85,7 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
     const uint8_t *k0 = a->k + channel0 * (size_t)bs * es, *v0 = a->v + channel0 * (size_t)bs * es;
     const float *q[KERN_ATTEND_MAX_ROWS];
     float *out[KERN_ATTEND_MAX_ROWS], *seg_out[KERN_ATTEND_MAX_ROWS];
-    int pos[KERN_ATTEND_MAX_ROWS], n[KERN_ATTEND_MAX_ROWS];
+    int pos[KERN_ATTEND_MAX_ROWS], n[KERN_ATTEND_MAX_ROWS], lo[KERN_ATTEND_MAX_ROWS];
     /* scratch: row; [nr] maxima and sums of the segment and of those before; [nr][bs] scores; [nr][hd] a later segment's outputs */
     float *row = scratch, *mx = row + (hd > bs ? hd : bs), *sum = mx + nr, *run_mx = sum + nr, *run_sum = run_mx + nr;
     float *score = run_sum + nr, *later = score + nr * bs;
@@ -95,6 +95,7 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
         q[r] = a->q + (size_t)t * tok_stride + (size_t)(h0 + r % nh) * hd;
         out[r] = part ? part + (size_t)r * (hd + 2) : a->out + (size_t)t * tok_stride + (size_t)(h0 + r % nh) * hd;
         pos[r] = a->positions[t];
+        lo[r] = a->window > 0 && pos[r] >= a->window ? pos[r] - a->window + 1 : 0; /* first visible position */
     }
     int last = pos[nr - 1], s_first = seg < 0 ? 0 : seg, s_last = seg < 0 ? last / seg_len : seg;
     for (int sg = s_first; sg <= s_last; sg++) {
@@ -105,9 +106,14 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
             sum[r] = 0;
             memset(seg_out[r], 0, (size_t)hd * sizeof *seg_out[r]);
         }
-        for (int p0 = p_begin, r0 = 0; p0 <= p_end; p0 += bs) {
+        /* A sliding window: blocks before every row's window are skipped;
+         * rows r0..r1-1 read this block (positions and windows rise with r). */
+        int p_first = lo[0] / bs * bs > p_begin ? lo[0] / bs * bs : p_begin;
+        for (int p0 = p_first, r0 = 0, r1 = 0; p0 <= p_end; p0 += bs) {
             while (pos[r0] < p0) r0++; /* rows r0.. still read this block */
-            for (int r = r0; r < nr; r++) n[r] = pos[r] + 1 - p0 < bs ? pos[r] + 1 - p0 : bs;
+            while (r1 < nr && lo[r1] < p0 + bs) r1++; /* rows ..r1-1 have begun their window */
+            if (r0 >= r1) continue;
+            for (int r = r0; r < r1; r++) n[r] = pos[r] + 1 - p0 < bs ? pos[r] + 1 - p0 : bs;
             const uint8_t *k = k0 + (size_t)table[p0 / bs] * block_bytes, *v = v0 + (size_t)table[p0 / bs] * block_bytes;
             /* The next block is anywhere in the pool, so no hardware prefetcher
              * guesses it: ask for it while this one runs. Into L2, not L1: the
@@ -122,10 +128,14 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
                     __builtin_prefetch(vn + off, 0, 2);
                 }
             }
-            ATTEND_SCORES(k, (size_t)bs * es, q + r0, nr - r0, hd, n[nr - 1], a->f16, score + r0 * bs, bs, row);
-            for (int r = r0; r < nr; r++)
+            ATTEND_SCORES(k, (size_t)bs * es, q + r0, r1 - r0, hd, n[r1 - 1], a->f16, score + r0 * bs, bs, row);
+            /* Positions before a row's window score -inf: exp gives them exactly
+             * 0, so they add nothing to the sum or the output. */
+            for (int r = r0; r < r1; r++)
+                for (int j = 0; j < lo[r] - p0; j++) score[r * bs + j] = -INFINITY;
+            for (int r = r0; r < r1; r++)
                 ATTEND_SOFTMAX(score + r * bs, n[r], bs, scale, &mx[r], &sum[r], seg_out[r], hd);
-            ATTEND_PV(v, (size_t)hd * es, score + r0 * bs, nr - r0, n + r0, hd, a->f16, seg_out + r0, bs, row);
+            ATTEND_PV(v, (size_t)hd * es, score + r0 * bs, r1 - r0, n + r0, hd, a->f16, seg_out + r0, bs, row);
         }
         for (int r = 0; r < nr; r++) {
             if (sg == s_first) run_mx[r] = mx[r], run_sum[r] = sum[r];

@@ -142,7 +142,7 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     if (e->n_ctx > n_blocks * p.block_size) e->n_ctx = n_blocks * p.block_size;
 
     e->pool = kern_pool_new(p.n_threads);
-    int widest = c->n_ff > c->n_embd ? c->n_ff : c->n_embd;
+    int widest = c->n_widest;
     if (!e->pool || kern_pool_reserve(e->pool, (size_t)widest) ||
         kern_pool_reserve_tokens(e->pool, p.max_batch_tokens, widest)) {
         gl_error_set(err, "cannot start %d compute threads", p.n_threads);

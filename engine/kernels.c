@@ -215,6 +215,18 @@ void kern_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *c
     }
 }
 
+void kern_rope_neox(float *x, int n_heads, int head_dim, int rope_dim, const float *cs) {
+    int half = rope_dim / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (size_t)h * (size_t)head_dim;
+        for (int i = 0; i < half; i++) {
+            float c = cs[2 * i], s = cs[2 * i + 1], v0 = v[i], v1 = v[i + half];
+            v[i] = v0 * c - v1 * s;
+            v[i + half] = v0 * s + v1 * c;
+        }
+    }
+}
+
 void kern_softmax(float *x, int n) {
     float max = x[0];
     for (int i = 1; i < n; i++)
@@ -240,6 +252,15 @@ static void swiglu_scalar(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
+/* GELU by its tanh approximation, as Gemma's gelu_pytorch_tanh. */
+static void geglu_scalar(float *gate, const float *up, int n) {
+    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
+    for (int i = 0; i < n; i++) {
+        float g = gate[i];
+        gate[i] = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * up[i];
+    }
+}
+
 typedef struct swiglu_job {
     float *gate;
     const float *up;
@@ -260,13 +281,19 @@ static void swiglu_worker(void *arg, int ith, int nth) {
     (void)ith, (void)nth;
 }
 
-void kern_swiglu(kern_pool *p, float *gate, const float *up, int n) {
-    const kern_impl *impl = kern_impl_active();
-    swiglu_job job = {.gate = gate, .up = up, .n = n, .fn = impl ? impl->swiglu : swiglu_scalar};
+static void glu_run(kern_pool *p, float *gate, const float *up, int n, void (*fn)(float *, const float *, int)) {
+    swiglu_job job = {.gate = gate, .up = up, .n = n, .fn = fn};
     atomic_init(&job.next, 0);
     if (n <= SWIGLU_PIECE) swiglu_worker(&job, 0, 1); /* a decode step's worth: not worth a hand-out */
     else kern_pool_run(p, swiglu_worker, &job);
 }
+
+void kern_swiglu(kern_pool *p, float *gate, const float *up, int n) {
+    const kern_impl *impl = kern_impl_active();
+    glu_run(p, gate, up, n, impl ? impl->swiglu : swiglu_scalar);
+}
+
+void kern_geglu(kern_pool *p, float *gate, const float *up, int n) { glu_run(p, gate, up, n, geglu_scalar); }
 
 void kern_get_row(const gl_tensor *w, int64_t row, float *out) {
     size_t row_bytes = gl_type_row_bytes(w->type, w->n_cols);

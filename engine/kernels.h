@@ -81,7 +81,8 @@ const char *kern_backend(void);
 
 /* Attention for a batch of tokens over one layer of the paged KV cache:
  * token t's query heads attend to positions 0..positions[t] of its sequence
- * with an online softmax. Query head h uses KV head h / (n_heads / n_kv_heads). */
+ * with an online softmax (the last window of them when window > 0). Query
+ * head h uses KV head h / (n_heads / n_kv_heads). */
 typedef struct kern_attn {
     int n_tokens;
     int n_heads, n_kv_heads, head_dim;
@@ -93,6 +94,7 @@ typedef struct kern_attn {
     const uint8_t *k;         /* this layer's K: [n_blocks][kv_dim][block_size] (channel-major) */
     const uint8_t *v;         /* this layer's V: [n_blocks][n_kv_heads][block_size][head_dim] */
     int block_size;           /* positions per cache block */
+    int window;               /* > 0: token t sees only positions[t] - window + 1 .. positions[t] */
     bool f16;                 /* K/V are IEEE half, else float */
 } kern_attn;
 
@@ -110,11 +112,16 @@ void kern_rmsnorm(float *out, const float *x, const float *weight, int n, float 
 void kern_rope_freqs(float *inv_freq, int rope_dim, float freq_base);
 void kern_rope_angles(float *cs, int rope_dim, int pos, const float *inv_freq, float freq_scale);
 void kern_rope(float *x, int n_heads, int head_dim, int rope_dim, const float *cs);
+/* The same rotation of (x[i], x[i + rope_dim / 2]) pairs: "NEOX" RoPE, for
+ * architectures whose GGUF keeps Hugging Face's Q/K row order (rotate_half). */
+void kern_rope_neox(float *x, int n_heads, int head_dim, int rope_dim, const float *cs);
 float kern_dot(const float *a, const float *b, int n);
 void kern_softmax(float *x, int n);
 /* y[i] = x[i] as IEEE half (round to nearest even), as gl_fp32_to_fp16. */
 void kern_to_f16(const float *x, uint16_t *y, int n);
 /* gate = silu(gate) * up, elementwise, shared over the pool when long. */
 void kern_swiglu(kern_pool *p, float *gate, const float *up, int n);
+/* gate = gelu_tanh(gate) * up, the same way. */
+void kern_geglu(kern_pool *p, float *gate, const float *up, int n);
 
 #endif

@@ -1,4 +1,5 @@
-/* model.c -- load a Llama GGUF and run the forward pass. */
+/* model.c -- load a GGUF of a supported architecture (arch.h) and run the
+ * forward pass. */
 #include "model.h"
 
 #include <math.h>
@@ -37,6 +38,7 @@ static bool arch_f32(const gguf_file *f, const char *arch, const char *name, flo
 
 static int load_config(gl_config *c, const gguf_file *f, const char *arch, gl_error *err) {
     uint32_t v;
+    c->arch = arch_find(arch);
 #define REQUIRE(name, field)                                                             \
     do {                                                                                 \
         if (!arch_u32(f, arch, name, &v) || v == 0 || v > (1u << 24))                  \
@@ -52,9 +54,35 @@ static int load_config(gl_config *c, const gguf_file *f, const char *arch, gl_er
     c->n_kv_heads = arch_u32(f, arch, "attention.head_count_kv", &v) ? (int)v : c->n_heads;
     if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads)
         return gl_error_set(err, "head_count %d is not a multiple of head_count_kv %d", c->n_heads, c->n_kv_heads);
-    if (c->n_embd % c->n_heads)
-        return gl_error_set(err, "embedding_length %d is not a multiple of head_count %d", c->n_embd, c->n_heads);
-    c->head_dim = c->n_embd / c->n_heads;
+    uint32_t key_len = 0, value_len = 0;
+    bool has_key_len = arch_u32(f, arch, "attention.key_length", &key_len);
+    if (has_key_len && (key_len == 0 || key_len > 4096 || key_len % 2))
+        return gl_error_set(err, "invalid metadata %s.attention.key_length %u", arch, key_len);
+    if (arch_u32(f, arch, "attention.value_length", &value_len) && has_key_len && value_len != key_len)
+        return gl_error_set(err, "%s.attention.value_length %u differs from key_length %u (unsupported)", arch,
+                            value_len, key_len);
+    if (c->arch->free_head_dim && has_key_len) {
+        c->head_dim = (int)key_len;
+    } else {
+        if (c->n_embd % c->n_heads)
+            return gl_error_set(err, "embedding_length %d is not a multiple of head_count %d", c->n_embd, c->n_heads);
+        c->head_dim = c->n_embd / c->n_heads;
+        if (has_key_len && (int)key_len != c->head_dim)
+            return gl_error_set(err, "%s.attention.key_length %u is not embedding_length / head_count = %d", arch,
+                                key_len, c->head_dim);
+    }
+    c->q_dim = c->n_heads * c->head_dim;
+    c->n_widest = c->n_ff > c->n_embd ? c->n_ff : c->n_embd;
+    if (c->q_dim > c->n_widest) c->n_widest = c->q_dim;
+    c->q_scale = 1.0f;
+    if (strcmp(arch, "gemma3") == 0 && c->n_layers == 62) /* 27B: query_pre_attn_scalar = n_embd / n_heads */
+        c->q_scale = sqrtf((float)c->head_dim * (float)c->n_heads / (float)c->n_embd);
+    if (c->arch->swa_period > 0) {
+        if (!arch_u32(f, arch, "attention.sliding_window", &v) || v == 0 || v > (1u << 24))
+            return gl_error_set(err, "missing or invalid metadata %s.attention.sliding_window", arch);
+        c->sliding_window = (int)v;
+        c->swa_rope_base = c->arch->swa_rope_base;
+    }
     c->rope_dim = arch_u32(f, arch, "rope.dimension_count", &v) ? (int)v : c->head_dim;
     if (c->rope_dim > c->head_dim || c->rope_dim % 2)
         return gl_error_set(err, "rope.dimension_count %d invalid for head size %d", c->rope_dim, c->head_dim);
@@ -113,6 +141,7 @@ static int load_tensor(gl_tensor *t, const gguf_file *f, const char *name, int64
 
 static int load_weights(gl_model *m, gl_error *err) {
     const gl_config *c = &m->config;
+    const gl_arch *a = c->arch;
     const gguf_file *f = m->file;
     gl_weights *w = &m->weights;
     int kv_dim = c->n_kv_heads * c->head_dim;
@@ -127,18 +156,31 @@ static int load_weights(gl_model *m, gl_error *err) {
         gl_layer_weights *L = &w->layers[l];
         struct {
             gl_tensor *t;
-            const char *name;
-            int64_t cols, rows;
+            const char *name;         /* blk.<l>.<name> */
+            int64_t cols, rows;       /* rows 0: a vector */
+            bool used;                /* the architecture has it (and then requires it) */
         } specs[] = {
-            {&L->attn_norm, "attn_norm", c->n_embd, 0}, {&L->wq, "attn_q", c->n_embd, c->n_embd},
-            {&L->wk, "attn_k", c->n_embd, kv_dim},      {&L->wv, "attn_v", c->n_embd, kv_dim},
-            {&L->wo, "attn_output", c->n_embd, c->n_embd}, {&L->ffn_norm, "ffn_norm", c->n_embd, 0},
-            {&L->w_gate, "ffn_gate", c->n_embd, c->n_ff}, {&L->w_up, "ffn_up", c->n_embd, c->n_ff},
-            {&L->w_down, "ffn_down", c->n_ff, c->n_embd},
+            {&L->attn_norm, "attn_norm.weight", c->n_embd, 0, true},
+            {&L->wq, "attn_q.weight", c->n_embd, c->q_dim, true},
+            {&L->wk, "attn_k.weight", c->n_embd, kv_dim, true},
+            {&L->wv, "attn_v.weight", c->n_embd, kv_dim, true},
+            {&L->bq, "attn_q.bias", c->q_dim, 0, a->qkv_bias},
+            {&L->bk, "attn_k.bias", kv_dim, 0, a->qkv_bias},
+            {&L->bv, "attn_v.bias", kv_dim, 0, a->qkv_bias},
+            {&L->q_norm, "attn_q_norm.weight", c->head_dim, 0, a->qk_norm},
+            {&L->k_norm, "attn_k_norm.weight", c->head_dim, 0, a->qk_norm},
+            {&L->wo, "attn_output.weight", c->q_dim, c->n_embd, true},
+            {&L->attn_post_norm, "post_attention_norm.weight", c->n_embd, 0, a->post_norms},
+            {&L->ffn_norm, "ffn_norm.weight", c->n_embd, 0, true},
+            {&L->w_gate, "ffn_gate.weight", c->n_embd, c->n_ff, true},
+            {&L->w_up, "ffn_up.weight", c->n_embd, c->n_ff, true},
+            {&L->w_down, "ffn_down.weight", c->n_ff, c->n_embd, true},
+            {&L->ffn_post_norm, "post_ffw_norm.weight", c->n_embd, 0, a->post_norms},
         };
         for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
+            if (!specs[s].used) continue;
             char name[96];
-            snprintf(name, sizeof name, "blk.%d.%s.weight", l, specs[s].name);
+            snprintf(name, sizeof name, "blk.%d.%s", l, specs[s].name);
             if (load_tensor(specs[s].t, f, name, specs[s].cols, specs[s].rows, true, err)) return -1;
         }
     }
@@ -205,7 +247,9 @@ static void fill_info(gl_model *m) {
     for (int l = 0; l < c->n_layers; l++) {
         const gl_layer_weights *L = &m->weights.layers[l];
         bytes += L->attn_norm.n_bytes + L->wq.n_bytes + L->wk.n_bytes + L->wv.n_bytes + L->wo.n_bytes +
-                 L->ffn_norm.n_bytes + L->w_gate.n_bytes + L->w_up.n_bytes + L->w_down.n_bytes;
+                 L->ffn_norm.n_bytes + L->w_gate.n_bytes + L->w_up.n_bytes + L->w_down.n_bytes + L->bq.n_bytes +
+                 L->bk.n_bytes + L->bv.n_bytes + L->q_norm.n_bytes + L->k_norm.n_bytes + L->attn_post_norm.n_bytes +
+                 L->ffn_post_norm.n_bytes;
     }
     bytes += m->weights.output_norm.n_bytes + m->weights.output.n_bytes;
     if (m->weights.output.data != m->weights.token_embd.data)
@@ -239,8 +283,8 @@ gl_model *gl_model_load(const char *path, gl_error *err) {
     if (!m->tokenizer) goto fail;
     m->vocab_only = f->n_tensors == 0;
     if (!m->vocab_only) {
-        if (strcmp(m->arch, "llama") != 0) {
-            gl_error_set(err, "architecture '%s' is not supported (genloop runs llama)", m->arch);
+        if (!arch_find(m->arch)) {
+            gl_error_set(err, "architecture '%s' is not supported (genloop runs %s)", m->arch, arch_supported());
             goto fail;
         }
         if (load_config(&m->config, f, m->arch, err)) goto fail;
@@ -286,18 +330,20 @@ bool gl_token_is_eog(const gl_model *m, int32_t id) { return tok_is_eog(m->token
 
 /* ---- forward ------------------------------------------------------------------ */
 
+enum { ROPE_GLOBAL, ROPE_SWA, ROPE_KINDS }; /* layers' RoPE: rope.freq_base, or the sliding-window base */
+
 struct gl_run_state {
     int max_tokens, max_logits;
     float *x;                 /* [T][n_embd] residual stream */
     float *xb;                /* [T][n_embd] normalised input of a sublayer */
-    float *q;                 /* [T][n_heads * head_dim] */
+    float *q;                 /* [T][q_dim] */
     float *k, *v;             /* [T][kv_dim] */
-    float *att;               /* [T][n_heads * head_dim] attention output */
+    float *att;               /* [T][q_dim] attention output */
     float *proj;              /* [T][n_embd] sublayer output */
     float *gate, *up;         /* [T][n_ff] */
     float *out_rows;          /* [max_logits][n_embd] rows for the output head */
-    float *rope_inv_freq;     /* [rope_dim / 2] */
-    float *rope_cs;           /* [T][rope_dim] each token's cos, sin pairs */
+    float *rope_inv_freq[ROPE_KINDS]; /* [rope_dim / 2] */
+    float *rope_cs[ROPE_KINDS];       /* [T][rope_dim] each token's cos, sin pairs */
 };
 
 gl_run_state *model_run_state_create(const gl_model *m, int max_tokens, int max_logits, gl_error *err) {
@@ -309,20 +355,23 @@ gl_run_state *model_run_state_create(const gl_model *m, int max_tokens, int max_
     rs->max_logits = max_logits;
     rs->x = malloc(T * (size_t)c->n_embd * sizeof(float));
     rs->xb = malloc(T * (size_t)c->n_embd * sizeof(float));
-    rs->q = malloc(T * (size_t)c->n_embd * sizeof(float));
+    rs->q = malloc(T * (size_t)c->q_dim * sizeof(float));
     rs->k = malloc(T * kv_dim * sizeof(float));
     rs->v = malloc(T * kv_dim * sizeof(float));
-    rs->att = malloc(T * (size_t)c->n_embd * sizeof(float));
+    rs->att = malloc(T * (size_t)c->q_dim * sizeof(float));
     rs->proj = malloc(T * (size_t)c->n_embd * sizeof(float));
     rs->gate = malloc(T * (size_t)c->n_ff * sizeof(float));
     rs->up = malloc(T * (size_t)c->n_ff * sizeof(float));
     rs->out_rows = malloc((size_t)max_logits * (size_t)c->n_embd * sizeof(float));
-    rs->rope_inv_freq = malloc((size_t)(c->rope_dim / 2 + 1) * sizeof(float));
-    rs->rope_cs = malloc(T * (size_t)(c->rope_dim + 1) * sizeof(float));
     if (!rs->x || !rs->xb || !rs->q || !rs->k || !rs->v || !rs->att || !rs->proj || !rs->gate || !rs->up ||
-        !rs->out_rows || !rs->rope_inv_freq || !rs->rope_cs)
+        !rs->out_rows)
         goto oom;
-    kern_rope_freqs(rs->rope_inv_freq, c->rope_dim, c->rope_freq_base);
+    for (int kind = 0; kind < ROPE_KINDS; kind++) {
+        rs->rope_inv_freq[kind] = malloc((size_t)(c->rope_dim / 2 + 1) * sizeof(float));
+        rs->rope_cs[kind] = malloc(T * (size_t)(c->rope_dim + 1) * sizeof(float));
+        if (!rs->rope_inv_freq[kind] || !rs->rope_cs[kind]) goto oom;
+        kern_rope_freqs(rs->rope_inv_freq[kind], c->rope_dim, kind == ROPE_SWA ? c->swa_rope_base : c->rope_freq_base);
+    }
     return rs;
 oom:
     model_run_state_free(rs);
@@ -342,43 +391,84 @@ void model_run_state_free(gl_run_state *rs) {
     free(rs->gate);
     free(rs->up);
     free(rs->out_rows);
-    free(rs->rope_inv_freq);
-    free(rs->rope_cs);
+    for (int kind = 0; kind < ROPE_KINDS; kind++) {
+        free(rs->rope_inv_freq[kind]);
+        free(rs->rope_cs[kind]);
+    }
     free(rs);
 }
 
-/* RoPE on a layer's queries and keys, and the keys and values into the
- * cache: per token, so tokens are shared over the pool (F16 conversion and
- * sin/cos were a fifth of a 512-token prefill on one thread). A token's
- * angles depend on its position alone: the first layer's pass computes
- * them, the others reuse them. */
+/* What comes between a layer's Q/K/V projections and attention, per token,
+ * so tokens are shared over the pool (F16 conversion and sin/cos were a
+ * fifth of a 512-token prefill on one thread): biases, per-head Q/K norms,
+ * RoPE, and the keys and values into the cache. A token's angles depend on
+ * its position and the layer's RoPE kind alone: the first layer of each
+ * kind computes them, the others reuse them. */
 typedef struct rope_store_job {
     const gl_config *c;
+    const gl_layer_weights *L;
     gl_run_state *rs;
     gl_kv_cache *kv;
     const gl_batch *b;
     int layer;
+    int rope_kind;            /* ROPE_GLOBAL or ROPE_SWA */
+    bool compute_angles;      /* the first layer of this kind in the pass */
     atomic_int next;          /* next token */
 } rope_store_job;
+
+static void add_bias(float *x, const gl_tensor *bias, int n) {
+    const float *b = bias->data;
+    for (int i = 0; i < n; i++) x[i] += b[i];
+}
+
+static void head_norms(float *x, int n_heads, int head_dim, const gl_tensor *weight, float eps) {
+    for (int h = 0; h < n_heads; h++)
+        kern_rmsnorm(x + (size_t)h * head_dim, x + (size_t)h * head_dim, weight->data, head_dim, eps);
+}
 
 static void rope_store_worker(void *arg, int ith, int nth) {
     rope_store_job *job = arg;
     const gl_config *c = job->c;
+    const gl_arch *a = c->arch;
+    const gl_layer_weights *L = job->L;
     gl_run_state *rs = job->rs;
     int kv_dim = c->n_kv_heads * c->head_dim;
+    float freq_scale = job->rope_kind == ROPE_SWA ? 1.0f : c->rope_freq_scale;
+    void (*rope)(float *, int, int, int, const float *) = a->rope_neox ? kern_rope_neox : kern_rope;
     for (;;) {
         int t = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
         if (t >= job->b->n_tokens) break;
         int pos = job->b->positions[t];
-        float *cs = rs->rope_cs + (size_t)t * (size_t)c->rope_dim;
-        if (job->layer == 0) kern_rope_angles(cs, c->rope_dim, pos, rs->rope_inv_freq, c->rope_freq_scale);
-        kern_rope(rs->q + (size_t)t * (size_t)c->n_embd, c->n_heads, c->head_dim, c->rope_dim, cs);
-        kern_rope(rs->k + (size_t)t * (size_t)kv_dim, c->n_kv_heads, c->head_dim, c->rope_dim, cs);
+        float *q = rs->q + (size_t)t * (size_t)c->q_dim, *k = rs->k + (size_t)t * (size_t)kv_dim;
+        float *v = rs->v + (size_t)t * (size_t)kv_dim;
+        if (a->qkv_bias) {
+            add_bias(q, &L->bq, c->q_dim);
+            add_bias(k, &L->bk, kv_dim);
+            add_bias(v, &L->bv, kv_dim);
+        }
+        if (a->qk_norm) {
+            head_norms(q, c->n_heads, c->head_dim, &L->q_norm, c->rms_eps);
+            head_norms(k, c->n_kv_heads, c->head_dim, &L->k_norm, c->rms_eps);
+        }
+        float *cs = rs->rope_cs[job->rope_kind] + (size_t)t * (size_t)c->rope_dim;
+        if (job->compute_angles)
+            kern_rope_angles(cs, c->rope_dim, pos, rs->rope_inv_freq[job->rope_kind], freq_scale);
+        rope(q, c->n_heads, c->head_dim, c->rope_dim, cs);
+        rope(k, c->n_kv_heads, c->head_dim, c->rope_dim, cs);
+        if (c->q_scale != 1.0f)
+            for (int i = 0; i < c->q_dim; i++) q[i] *= c->q_scale;
         const int32_t *table = job->b->block_tables[job->b->seq_of_token[t]];
-        kv_store(job->kv, job->layer, table[pos / job->kv->block_size], pos % job->kv->block_size,
-                 rs->k + (size_t)t * (size_t)kv_dim, rs->v + (size_t)t * (size_t)kv_dim);
+        kv_store(job->kv, job->layer, table[pos / job->kv->block_size], pos % job->kv->block_size, k, v);
     }
     (void)ith, (void)nth;
+}
+
+/* x += norm(proj) (post_norms) or x += proj, row by row. */
+static void add_sublayer(const gl_config *c, float *x, float *proj, const gl_tensor *post_norm, int T) {
+    int D = c->n_embd;
+    for (int t = 0; t < T && post_norm->data; t++)
+        kern_rmsnorm(proj + (size_t)t * D, proj + (size_t)t * D, post_norm->data, D, c->rms_eps);
+    for (size_t i = 0; i < (size_t)T * D; i++) x[i] += proj[i];
 }
 
 int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_cache *kv, const gl_batch *b,
@@ -390,21 +480,30 @@ int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_ca
     if (T <= 0 || T > rs->max_tokens || b->n_logits > rs->max_logits)
         return gl_error_set(err, "batch of %d tokens / %d logits exceeds the run state", T, b->n_logits);
 
+    float embd_scale = c->arch->embd_scale ? sqrtf((float)D) : 1.0f;
     for (int t = 0; t < T; t++) {
         if (b->tokens[t] < 0 || b->tokens[t] >= c->n_vocab)
             return gl_error_set(err, "token id %d out of range", b->tokens[t]);
-        kern_get_row(&w->token_embd, b->tokens[t], rs->x + (size_t)t * D);
+        float *x = rs->x + (size_t)t * D;
+        kern_get_row(&w->token_embd, b->tokens[t], x);
+        if (embd_scale != 1.0f)
+            for (int i = 0; i < D; i++) x[i] *= embd_scale;
     }
 
+    bool have_angles[ROPE_KINDS] = {false};
     for (int l = 0; l < c->n_layers; l++) {
         const gl_layer_weights *L = &w->layers[l];
+        bool swa = model_layer_is_swa(c, l);
 
         /* attention: x += Wo * attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) */
         for (int t = 0; t < T; t++)
             kern_rmsnorm(rs->xb + (size_t)t * D, rs->x + (size_t)t * D, L->attn_norm.data, D, c->rms_eps);
         kern_matmul_n(pool, 3, (const gl_tensor *[]){&L->wq, &L->wk, &L->wv}, rs->xb, T,
                       (float *[]){rs->q, rs->k, rs->v});
-        rope_store_job rope = {.c = c, .rs = rs, .kv = kv, .b = b, .layer = l};
+        rope_store_job rope = {.c = c, .L = L, .rs = rs, .kv = kv, .b = b, .layer = l,
+                               .rope_kind = swa ? ROPE_SWA : ROPE_GLOBAL};
+        rope.compute_angles = !have_angles[rope.rope_kind];
+        have_angles[rope.rope_kind] = true;
         atomic_init(&rope.next, 0);
         if (T < 4) rope_store_worker(&rope, 0, 1); /* a decode step's few tokens: not worth a hand-out */
         else kern_pool_run(pool, rope_store_worker, &rope);
@@ -412,19 +511,20 @@ int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_ca
                           .head_dim = c->head_dim, .q = rs->q, .out = rs->att, .positions = b->positions,
                           .seq_of_token = b->seq_of_token, .block_tables = b->block_tables,
                           .k = kv_k_block(kv, l, 0), .v = kv_v_block(kv, l, 0), .block_size = kv->block_size,
-                          .f16 = kv->f16};
+                          .window = swa ? c->sliding_window : 0, .f16 = kv->f16};
         if (kern_attention(pool, &attn)) return gl_error_set(err, "out of memory for attention scratch");
         kern_matmul(pool, &L->wo, rs->att, T, rs->proj);
-        for (size_t i = 0; i < (size_t)T * D; i++) rs->x[i] += rs->proj[i];
+        add_sublayer(c, rs->x, rs->proj, &L->attn_post_norm, T);
 
-        /* feed-forward: x += W_down (silu(W_gate h) * W_up h), h = rmsnorm(x) */
+        /* feed-forward: x += W_down (act(W_gate h) * W_up h), h = rmsnorm(x) */
         for (int t = 0; t < T; t++)
             kern_rmsnorm(rs->xb + (size_t)t * D, rs->x + (size_t)t * D, L->ffn_norm.data, D, c->rms_eps);
         kern_matmul_n(pool, 2, (const gl_tensor *[]){&L->w_gate, &L->w_up}, rs->xb, T,
                       (float *[]){rs->gate, rs->up});
-        kern_swiglu(pool, rs->gate, rs->up, T * c->n_ff);
+        if (c->arch->gelu) kern_geglu(pool, rs->gate, rs->up, T * c->n_ff);
+        else kern_swiglu(pool, rs->gate, rs->up, T * c->n_ff);
         kern_matmul(pool, &L->w_down, rs->gate, T, rs->proj);
-        for (size_t i = 0; i < (size_t)T * D; i++) rs->x[i] += rs->proj[i];
+        add_sublayer(c, rs->x, rs->proj, &L->ffn_post_norm, T);
     }
 
     /* Output head only for the rows someone will sample from. */

@@ -1,5 +1,6 @@
-/* model.h -- the Llama architecture: hyperparameters, weights, and one
- * batched forward pass over a flat list of tokens from many sequences.
+/* model.h -- decoder-only transformers (llama, qwen2, qwen3, gemma3; what
+ * sets each apart is in arch.h): hyperparameters, weights, and one batched
+ * forward pass over a flat list of tokens from many sequences.
  *
  * Read top-down like llama2.c: gl_config (shapes), gl_weights (pointers into
  * the mapped GGUF), gl_run_state (scratch activations), model_forward. */
@@ -9,6 +10,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "arch.h"
 #include "genloop.h"
 #include "gguf.h"
 #include "kernels.h"
@@ -16,11 +18,14 @@
 #include "tokenizer.h"
 
 typedef struct gl_config {
+    const gl_arch *arch;
     int n_embd;               /* model width */
     int n_layers;
     int n_heads;              /* query heads */
     int n_kv_heads;           /* key/value heads (GQA when < n_heads) */
-    int head_dim;             /* n_embd / n_heads */
+    int head_dim;             /* n_embd / n_heads, or attention.key_length */
+    int q_dim;                /* n_heads * head_dim: width of q and of attention's output */
+    int n_widest;             /* the widest input row of any matrix (kern_pool_reserve) */
     int n_ff;                 /* feed-forward hidden width */
     int n_vocab;
     int n_ctx_train;          /* llama.context_length */
@@ -28,12 +33,24 @@ typedef struct gl_config {
     float rope_freq_base;
     float rope_freq_scale;    /* 1 / linear scaling factor */
     float rms_eps;
+    float q_scale;            /* queries times this before attention's 1 / sqrt(head_dim); 1 but for Gemma 3 27B */
+    int sliding_window;       /* positions a sliding-window layer sees; 0 = none */
+    float swa_rope_base;      /* RoPE base of sliding-window layers */
 } gl_config;
+
+/* True when layer l attends through a sliding window (arch.h swa_period). */
+static inline bool model_layer_is_swa(const gl_config *c, int l) {
+    return c->sliding_window > 0 && c->arch->swa_period > 0 && (l + 1) % c->arch->swa_period != 0;
+}
 
 typedef struct gl_layer_weights {
     gl_tensor attn_norm;      /* [n_embd] F32 */
     gl_tensor wq, wk, wv, wo; /* attention projections */
+    gl_tensor bq, bk, bv;     /* [q_dim], [kv_dim] F32 biases (qkv_bias), else empty */
+    gl_tensor q_norm, k_norm; /* [head_dim] F32 per-head norms (qk_norm), else empty */
+    gl_tensor attn_post_norm; /* [n_embd] F32 (post_norms), else empty */
     gl_tensor ffn_norm;       /* [n_embd] F32 */
+    gl_tensor ffn_post_norm;  /* [n_embd] F32 (post_norms), else empty */
     gl_tensor w_gate, w_up;   /* [n_ff x n_embd] */
     gl_tensor w_down;         /* [n_embd x n_ff] */
 } gl_layer_weights;

@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
     }
     float *logits = malloc((size_t)n * (size_t)c->n_vocab * sizeof *logits);
     int32_t *table = malloc((size_t)n_blocks * sizeof *table);
-    if (!rs || !pool || !logits || !table || kern_pool_reserve(pool, (size_t)(c->n_ff > c->n_embd ? c->n_ff : c->n_embd))) {
+    if (!rs || !pool || !logits || !table || kern_pool_reserve(pool, (size_t)c->n_widest)) {
         fprintf(stderr, "dump_logits: %s\n", rs ? "out of memory" : err.message);
         return 1;
     }

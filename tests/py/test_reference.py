@@ -128,10 +128,10 @@ def rope_neox_pairs(x, positions, rope_dim, base):
     return out
 
 
-def attention_gqa_modulo(q, k, v, n_heads, n_kv_heads):
+def attention_gqa_modulo(q, k, v, n_heads, n_kv_heads, window=0):
     """Bug: query head h reads KV head h % n_kv_heads instead of h // group."""
     group = n_heads // n_kv_heads
-    return ORIGINAL_ATTENTION(q, np.tile(k, (1, group, 1)), np.tile(v, (1, group, 1)), n_heads, n_heads)
+    return ORIGINAL_ATTENTION(q, np.tile(k, (1, group, 1)), np.tile(v, (1, group, 1)), n_heads, n_heads, window)
 
 
 ORIGINAL_ROPE = reference.rope
