@@ -1,10 +1,18 @@
 #!/usr/bin/env python3
-"""Write a random-weight Llama GGUF (v3) for tests and benchmarks.
+"""Write a random-weight GGUF (v3) for tests and benchmarks.
 
     make_tiny_gguf.py OUT.gguf --type Q4_0 [--dim 256 --n-layers 2 --n-heads 4
         --n-kv-heads 2 --ff 512 --vocab 300 --ctx 256 --seed 1 --tied|--untied
         --output-type Q6_K --rope-base 10000]
     make_tiny_gguf.py OUT.gguf --preset tinyllama --type Q4_0
+    make_tiny_gguf.py OUT.gguf --arch qwen3 --head-dim 64 [--omit KEY_OR_TENSOR]
+
+--arch picks the architecture (llama, qwen2, qwen3, gemma3) and with it the
+extra tensors: q/k/v biases (qwen2), per-head Q/K norms (qwen3, gemma3),
+post-attention and post-FFN norms and attention.sliding_window (gemma3).
+--omit leaves out a metadata key or a tensor and --wrong-shape gives a
+tensor one row too many (or a norm one column too many), for the
+bad-input tests.
 
 Tensor names and shapes are llama.cpp's (ne[0] is a matrix's input size).
 Quantized matrices are random quant bytes written directly, with the scale
@@ -158,6 +166,11 @@ def main(argv=None):
     tie.add_argument("--tied", dest="tied", action="store_true", help="no output.weight: logits use token_embd")
     tie.add_argument("--untied", dest="tied", action="store_false")
     ap.set_defaults(tied=False)
+    ap.add_argument("--arch", default="llama", choices=("llama", "qwen2", "qwen3", "gemma3"))
+    ap.add_argument("--head-dim", type=int, help="attention.key_length (default dim / n_heads)")
+    ap.add_argument("--sliding-window", type=int, default=8, help="gemma3's attention.sliding_window")
+    ap.add_argument("--omit", action="append", default=[], help="metadata key or tensor to leave out")
+    ap.add_argument("--wrong-shape", action="append", default=[], help="tensor to write with a wrong shape")
     args = ap.parse_args(argv)
 
     shape = dict(dim=256, n_layers=2, n_heads=4, n_kv_heads=2, ff=512, vocab=300, ctx=256)
@@ -168,9 +181,11 @@ def main(argv=None):
             shape[key] = getattr(args, key)
     dim, n_layers, n_heads, n_kv_heads, ff, n_vocab, ctx = (
         shape[k] for k in ("dim", "n_layers", "n_heads", "n_kv_heads", "ff", "vocab", "ctx"))
-    if dim % n_heads or n_heads % n_kv_heads:
-        raise SystemExit("dim must be a multiple of n_heads, and n_heads of n_kv_heads")
-    head_dim = dim // n_heads
+    if (dim % n_heads and not args.head_dim) or n_heads % n_kv_heads:
+        raise SystemExit("dim must be a multiple of n_heads (or give --head-dim), and n_heads of n_kv_heads")
+    arch = args.arch
+    head_dim = args.head_dim or dim // n_heads
+    q_dim = n_heads * head_dim
     kv_dim = n_kv_heads * head_dim
     mtype = args.type
     otype = args.output_type or ("Q6_K" if mtype in QUANT_TYPES else mtype)
@@ -185,31 +200,49 @@ def main(argv=None):
         p = f"blk.{i}."
         tensors += [
             (p + "attn_norm.weight", "F32", None, dim, None),
-            (p + "attn_q.weight", mtype, dim, dim, 1 / np.sqrt(dim)),
+            (p + "attn_q.weight", mtype, q_dim, dim, 1 / np.sqrt(dim)),
             (p + "attn_k.weight", mtype, kv_dim, dim, 1 / np.sqrt(dim)),
             (p + "attn_v.weight", mtype, kv_dim, dim, 1 / np.sqrt(dim)),
-            (p + "attn_output.weight", mtype, dim, dim, 1 / np.sqrt(dim)),
+            (p + "attn_output.weight", mtype, dim, q_dim, 1 / np.sqrt(q_dim)),
             (p + "ffn_norm.weight", "F32", None, dim, None),
             (p + "ffn_gate.weight", mtype, ff, dim, 1 / np.sqrt(dim)),
             (p + "ffn_up.weight", mtype, ff, dim, 1 / np.sqrt(dim)),
             (p + "ffn_down.weight", mtype, dim, ff, 1 / np.sqrt(ff)),
         ]
+        if arch == "qwen2":  # biases: 1-D F32, std given as the last field
+            tensors += [(p + f"attn_{n}.bias", "F32", None, d, 0.5) for n, d in (("q", q_dim), ("k", kv_dim), ("v", kv_dim))]
+        if arch in ("qwen3", "gemma3"):
+            tensors += [(p + "attn_q_norm.weight", "F32", None, head_dim, None),
+                        (p + "attn_k_norm.weight", "F32", None, head_dim, None)]
+        if arch == "gemma3":
+            tensors += [(p + "post_attention_norm.weight", "F32", None, dim, None),
+                        (p + "post_ffw_norm.weight", "F32", None, dim, None)]
     tensors.append(("output_norm.weight", "F32", None, dim, None))
     if not args.tied:
         tensors.append(("output.weight", otype, n_vocab, dim, 1 / np.sqrt(dim)))
 
-    w = gguf.GGUFWriter(args.out, "llama")
-    w.add_name(f"genloop random {args.preset or 'tiny'} {mtype}")
-    w.add_context_length(ctx)
-    w.add_embedding_length(dim)
-    w.add_block_count(n_layers)
-    w.add_feed_forward_length(ff)
-    w.add_head_count(n_heads)
-    w.add_head_count_kv(n_kv_heads)
-    w.add_layer_norm_rms_eps(args.eps)
-    w.add_rope_freq_base(args.rope_base)
-    w.add_rope_dimension_count(head_dim)
-    w.add_vocab_size(n_vocab)
+    tensors = [t for t in tensors if t[0] not in args.omit]
+    for name in args.wrong_shape:
+        i = [t[0] for t in tensors].index(name)
+        n, ttype, n_rows, n_cols, std = tensors[i]
+        tensors[i] = (n, ttype, None, n_cols + 1, std) if n_rows is None else (n, ttype, n_rows + 1, n_cols, std)
+
+    w = gguf.GGUFWriter(args.out, arch)
+    w.add_name(f"genloop random {args.preset or 'tiny'} {arch} {mtype}")
+    u32 = {"context_length": ctx, "embedding_length": dim, "block_count": n_layers, "feed_forward_length": ff,
+           "attention.head_count": n_heads, "attention.head_count_kv": n_kv_heads,
+           "rope.dimension_count": head_dim, "vocab_size": n_vocab}
+    if args.head_dim:
+        u32["attention.key_length"] = u32["attention.value_length"] = head_dim
+    if arch == "gemma3":
+        u32["attention.sliding_window"] = args.sliding_window
+    f32 = {"attention.layer_norm_rms_epsilon": args.eps, "rope.freq_base": args.rope_base}
+    for key, value in u32.items():
+        if f"{arch}.{key}" not in args.omit:
+            w.add_uint32(f"{arch}.{key}", value)
+    for key, value in f32.items():
+        if f"{arch}.{key}" not in args.omit:
+            w.add_float32(f"{arch}.{key}", value)
     tokens, scores, types = vocab_pieces(n_vocab)
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
@@ -236,7 +269,9 @@ def main(argv=None):
     w.write_ti_data_to_file()
     rng = np.random.default_rng(args.seed)
     for name, ttype, n_rows, n_cols, std in tensors:
-        if n_rows is None:  # norm weights around 1
+        if n_rows is None and std is not None:  # biases
+            data = (std * rng.standard_normal(n_cols)).astype(np.float32)
+        elif n_rows is None:  # norm weights around 1
             data = (1 + 0.1 * rng.standard_normal(n_cols)).astype(np.float32)
         else:
             data, _ = random_tensor(ttype, n_rows, n_cols, std, rng)

@@ -72,6 +72,32 @@ def smollm():
     return path
 
 
+# The models scripts/fetch-model knows beside the default: name -> file in models/.
+EXTRA_MODELS = {
+    "gemma3-270m": "gemma-3-270m-q4_k_m.gguf",
+    "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct.gguf",
+}
+
+
+def fetched_model(name):
+    """Path of a model scripts/fetch-model NAME puts in models/ (scripts/test
+    fetches them all, so CI never skips)."""
+    path = SOURCE_DIR / "models" / EXTRA_MODELS[name]
+    if not path.is_file():
+        skip_or_fail(f"model {path} is missing (run scripts/fetch-model {name})")
+    return path
+
+
+@pytest.fixture(scope="session")
+def gemma3():
+    return fetched_model("gemma3-270m")
+
+
+@pytest.fixture(scope="session")
+def qwen2():
+    return fetched_model("qwen2.5-coder-0.5b")
+
+
 class DumpLogits:
     """Runs the engine's tests/dump_logits and reads its n_tokens x n_vocab output."""
 
