@@ -1863,7 +1863,9 @@ gl_chat_template *gl_chat_template_create(const char *source, const char *overri
         gl_error_set(err, "the model has no chat template to use as 'jinja'");
         return NULL;
     } else {
-        b = find_builtin("chatml");
+        /* No template in the file (Gemma 3's GGUFs ship none): Gemma's BOS
+         * text names its format, anything else gets ChatML. */
+        b = find_builtin(strcmp(t->bos, "<bos>") == 0 ? "gemma" : "chatml");
     }
     if (b) {
         if (!parse_into(t, b->source, err)) { gl_chat_template_free(t); return NULL; }

@@ -40,7 +40,8 @@ typedef struct gl_chat_template gl_chat_template;
 /* Build a template. override_name (e.g. "llama3", or "jinja" = insist on the
  * model's own source) wins when given; otherwise the model's source is used
  * when it parses, a built-in one recognised from the source's special tokens
- * when it does not, and "chatml" when there is no source at all. bos / eos
+ * when it does not, and when there is no source at all "gemma" for a BOS of
+ * "<bos>", else "chatml". bos / eos
  * are the texts of the BOS / EOS tokens ("" when the model has none; NULL
  * counts as ""). Returns NULL with err set when nothing usable is left. */
 gl_chat_template *gl_chat_template_create(const char *source, const char *override_name,
