@@ -166,7 +166,7 @@ def main(argv=None):
     tie.add_argument("--tied", dest="tied", action="store_true", help="no output.weight: logits use token_embd")
     tie.add_argument("--untied", dest="tied", action="store_false")
     ap.set_defaults(tied=False)
-    ap.add_argument("--arch", default="llama", choices=("llama", "qwen2", "qwen3", "gemma3"))
+    ap.add_argument("--arch", default="llama", help="llama, qwen2, qwen3, gemma3 (another name writes llama's tensors)")
     ap.add_argument("--head-dim", type=int, help="attention.key_length (default dim / n_heads)")
     ap.add_argument("--sliding-window", type=int, default=8, help="gemma3's attention.sliding_window")
     ap.add_argument("--omit", action="append", default=[], help="metadata key or tensor to leave out")

@@ -124,3 +124,49 @@ def test_real_models_metadata(gemma3, qwen2):
     assert (g.arch, g.n_layers, g.dim, g.n_heads, g.n_kv_heads, g.head_dim, g.window) == ("gemma3", 18, 640, 4, 1, 256, 512)
     assert [g.layer_window(l) for l in (0, 4, 5, 11, 17)] == [(512, 1e4), (512, 1e4), (0, 1e6), (0, 1e6), (0, 1e6)]
     assert (q.arch, q.n_layers, q.dim, q.n_heads, q.n_kv_heads, q.head_dim) == ("qwen2", 24, 896, 14, 2, 64)
+
+
+# ---- bad input at load -----------------------------------------------------------
+
+BAD_MODELS = [  # (arch, make_tiny_gguf flags, what the one-line error must name)
+    ("qwen2", ["--omit", "blk.1.attn_q.bias"], "tensor blk.1.attn_q.bias is missing"),
+    ("qwen3", ["--omit", "blk.0.attn_k_norm.weight"], "tensor blk.0.attn_k_norm.weight is missing"),
+    ("gemma3", ["--omit", "blk.3.post_ffw_norm.weight"], "tensor blk.3.post_ffw_norm.weight is missing"),
+    ("gemma3", ["--omit", "gemma3.attention.sliding_window"], "gemma3.attention.sliding_window"),
+    ("qwen3", ["--omit", "qwen3.attention.head_count"], "qwen3.attention.head_count"),
+    ("gemma3", ["--wrong-shape", "blk.0.attn_q_norm.weight"], "tensor blk.0.attn_q_norm.weight has shape [49, 1"),
+    ("qwen3", ["--wrong-shape", "blk.1.attn_output.weight"], "tensor blk.1.attn_output.weight has shape"),
+    ("qwen2", ["--wrong-shape", "blk.0.attn_v.bias"], "tensor blk.0.attn_v.bias has shape"),
+]
+
+
+def load_error(path):
+    """The CLI's message for a model it refuses to load (exit status != 0)."""
+    out = subprocess.run([str(build_dir() / "genloop"), "generate", "-m", str(path), "-p", "hi", "-n", "1"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0, out.stdout
+    assert out.stderr.count("\n") == 1, out.stderr  # one line
+    return out.stderr
+
+
+@pytest.mark.parametrize("arch,flags,message", BAD_MODELS)
+def test_bad_model_refused_with_one_line(make_tiny_gguf, tmp_path, arch, flags, message):
+    path = make_tiny(make_tiny_gguf, tmp_path, arch, *flags)
+    err = load_error(path)
+    assert message in err and str(path) in err, err
+
+
+def test_head_dim_must_match_where_the_architecture_requires(make_tiny_gguf, tmp_path):
+    """qwen2 (like llama) has head_dim = n_embd / n_heads: a key_length that
+    says otherwise is refused, naming the key."""
+    path = tmp_path / "qwen2-head-dim.gguf"
+    make_tiny_gguf.main([str(path), "--arch", "qwen2", "--type", "F32", "--dim", "128", "--n-heads", "4",
+                         "--n-kv-heads", "2", "--ff", "256", "--vocab", "300", "--head-dim", "48", "--n-layers", "1"])
+    assert "qwen2.attention.key_length 48 is not embedding_length / head_count = 32" in load_error(path)
+
+
+def test_unsupported_architecture_lists_the_supported(make_tiny_gguf, tmp_path):
+    path = tmp_path / "mamba.gguf"
+    make_tiny_gguf.main([str(path), "--arch", "mamba", "--type", "F32", "--dim", "64", "--n-heads", "2",
+                         "--n-kv-heads", "2", "--ff", "128", "--vocab", "300", "--n-layers", "1"])
+    assert "architecture 'mamba' is not supported (genloop runs llama, qwen2, qwen3, gemma3)" in load_error(path)
