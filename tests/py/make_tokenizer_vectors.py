@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
-"""Write tokenizer test vectors for a real model with Hugging Face's tokenizer
-built from the GGUF's own metadata (transformers' GGUF converters: the same
-vocabulary, merges and pre-tokenizer as the model's tokenizer.json).
+"""Write tokenizer test vectors for a real model: byte-level BPE (qwen2) with
+Hugging Face's tokenizer built from the GGUF's own metadata (transformers'
+GGUF converters: the same vocabulary, merges and pre-tokenizer as the
+model's tokenizer.json); SentencePiece (Gemma 3) with the independent
+encoder in spm_bpe.py.
 
     PYTHONPATH=DIR python3 tests/py/make_tokenizer_vectors.py MODEL.gguf OUT.json
 
@@ -16,7 +18,8 @@ import json
 import sys
 
 import gguf
-from transformers.integrations.ggml import GGUF_TO_FAST_CONVERTERS, GGUF_TOKENIZER_MAPPING
+
+import spm_bpe
 
 TEXTS = [
     "Hello world!",
@@ -41,6 +44,8 @@ TEXTS = [
 
 
 def hf_tokenizer(path):
+    from transformers.integrations.ggml import GGUF_TO_FAST_CONVERTERS, GGUF_TOKENIZER_MAPPING
+
     reader = gguf.GGUFReader(path)
     names = GGUF_TOKENIZER_MAPPING["tokenizer"]
     fields = {names[k[len("tokenizer."):]]: f.contents() for k, f in reader.fields.items()
@@ -50,11 +55,16 @@ def hf_tokenizer(path):
 
 
 def main(argv):
-    tok = hf_tokenizer(argv[1])
-    cases = [{"text": t, "ids": tok.encode(t, add_special_tokens=False).ids} for t in TEXTS]
+    kind = gguf.GGUFReader(argv[1]).fields["tokenizer.ggml.model"].contents()
+    if kind == "llama":
+        encode, source = spm_bpe.SpmBpe(argv[1]).encode, "tests/py/spm_bpe.py (SentencePiece BPE)"
+    else:
+        tok = hf_tokenizer(argv[1])
+        encode = lambda text: tok.encode(text, add_special_tokens=False).ids  # noqa: E731
+        source = "transformers 4.56.2 GGUF converter + tokenizers 0.22.1"
+    cases = [{"text": t, "ids": encode(t)} for t in TEXTS]
     with open(argv[2], "w") as out:
-        json.dump({"source": "transformers 4.56.2 GGUF converter + tokenizers 0.22.1", "cases": cases}, out,
-                  ensure_ascii=False, indent=1)
+        json.dump({"source": source, "cases": cases}, out, ensure_ascii=False, indent=1)
     return 0
 
 
