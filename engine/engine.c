@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "gl_error.h"
+#include "grammar.h"
 #include "kernels.h"
 #include "kv_cache.h"
 #include "kv_manager.h"
@@ -37,6 +38,7 @@ struct gl_engine {
     gl_run_state *rs;
     float *logits;            /* [max_logits][n_vocab] */
     gl_top_logprob *top;      /* [20] */
+    gr_vocab *vocab;          /* token bytes for grammar masks */
 
     /* shared with submitting threads, under mutex */
     pthread_mutex_t mutex;
@@ -96,6 +98,26 @@ const char *gl_finish_reason_str(gl_finish_reason r) {
 }
 
 /* ---- lifetime ----------------------------------------------------------------- */
+
+static gr_vocab *engine_vocab(const gl_model *m) {
+    int n = m->config.n_vocab;
+    const char **pieces = malloc((size_t)n * sizeof *pieces);
+    size_t *lens = malloc((size_t)n * sizeof *lens);
+    bool *eog = malloc((size_t)n * sizeof *eog);
+    gr_vocab *v = NULL;
+    if (pieces && lens && eog) {
+        for (int t = 0; t < n; t++) {
+            pieces[t] = tok_piece(m->tokenizer, t, &lens[t]);
+            if (!pieces[t]) lens[t] = 0;
+            eog[t] = tok_is_eog(m->tokenizer, t);
+        }
+        v = gr_vocab_new(n, pieces, lens, eog);
+    }
+    free(pieces);
+    free(lens);
+    free(eog);
+    return v;
+}
 
 gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_error *err) {
     if (model->vocab_only) {
@@ -158,11 +180,12 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     e->sched = e->kvm ? sched_create(&limits, e->kvm, p.prefix_caching) : NULL;
     e->logits = malloc((size_t)limits.max_logits * (size_t)c->n_vocab * sizeof(float));
     e->top = calloc(20, sizeof *e->top);
+    e->vocab = engine_vocab(model);
     e->b_tokens = malloc((size_t)T * sizeof(int32_t));
     e->b_positions = malloc((size_t)T * sizeof(int32_t));
     e->b_seq_of_token = malloc((size_t)T * sizeof(int32_t));
     e->b_tables = malloc((size_t)p.max_seqs * sizeof *e->b_tables);
-    if (!e->sched || !e->logits || !e->top || !e->b_tokens || !e->b_positions || !e->b_seq_of_token || !e->b_tables) {
+    if (!e->sched || !e->logits || !e->top || !e->vocab || !e->b_tokens || !e->b_positions || !e->b_seq_of_token || !e->b_tables) {
         gl_error_set(err, "out of memory for the engine's buffers");
         goto fail;
     }
@@ -186,6 +209,7 @@ void gl_engine_free(gl_engine *e) {
     model_run_state_free(e->rs);
     free(e->logits);
     free(e->top);
+    gr_vocab_free(e->vocab);
     free(e->cancel_ids);
     free(e->b_tokens);
     free(e->b_positions);
@@ -225,8 +249,13 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     gl_seq *s = seq_create(req->prompt, req->n_prompt, limit, e->params.block_size);
     if (!s) goto oom;
     s->sampler = sampler_create(&req->sampling, n_vocab);
-    s->text = ts_create(req->stop, req->n_stop);
+    /* a constrained answer ends with its structure; a stop string would cut it */
+    s->text = req->grammar ? ts_create(NULL, 0) : ts_create(req->stop, req->n_stop);
     if (!s->sampler || !s->text) goto oom;
+    if (req->grammar && !(s->grammar = gr_matcher_new(req->grammar, e->vocab, err))) {
+        seq_free(NULL, s);
+        return 0;
+    }
     for (int i = 0; i < req->n_prompt; i++) sampler_accept(s->sampler, req->prompt[i]);
     s->user = req->user;
     s->ignore_eos = req->ignore_eos;
@@ -411,11 +440,19 @@ static void emit_prompt_logprobs(gl_engine *e, const sched_entry *en, gl_event_f
  * text; finish r at an end-of-generation token, a stop string or a limit. */
 static void sample_and_append(gl_engine *e, gl_seq *r, float *row, gl_event_fn fn, void *ctx) {
     const gl_model *m = e->model;
+    if (r->grammar && gr_matcher_mask(r->grammar, row) == 0) {
+        finish(e, r, GL_FINISH_ERROR, "the grammar allows no token here", fn, ctx);
+        return;
+    }
     float logprob = NAN;
     int32_t tok = sampler_sample(r->sampler, row, r->logprobs ? &logprob : NULL, r->logprobs ? e->top : NULL);
     if (r->t_first_token == 0) r->t_first_token = now_s();
-    if (!r->ignore_eos && tok_is_eog(m->tokenizer, tok)) {
+    if ((!r->ignore_eos || r->grammar) && tok_is_eog(m->tokenizer, tok)) {
         finish(e, r, GL_FINISH_STOP, NULL, fn, ctx);
+        return;
+    }
+    if (r->grammar && !gr_matcher_accept_token(r->grammar, tok)) {
+        finish(e, r, GL_FINISH_ERROR, "the grammar's run-time bounds (parse stacks, depth) were exceeded", fn, ctx);
         return;
     }
     sampler_accept(r->sampler, tok);
@@ -430,7 +467,7 @@ static void sample_and_append(gl_engine *e, gl_seq *r, float *row, gl_event_fn f
                    .text = text, .text_len = text_len, .logprob = logprob, .n_top = r->logprobs ? r->n_logprobs : 0,
                    .top = e->top, .n_generated = r->n_generated};
     if (fn) fn(&ev, ctx);
-    if (stopped) finish(e, r, GL_FINISH_STOP, NULL, fn, ctx);
+    if (stopped || (r->grammar && gr_matcher_is_done(r->grammar))) finish(e, r, GL_FINISH_STOP, NULL, fn, ctx);
     else if (r->n_generated >= r->max_generated || r->n_tokens >= r->cap_tokens)
         finish(e, r, GL_FINISH_LENGTH, NULL, fn, ctx);
 }

@@ -1,6 +1,8 @@
 /* scheduler.c -- the step plan: token budget, admission, preemption. */
 #include "scheduler.h"
 
+#include "grammar.h"
+
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -34,6 +36,7 @@ void seq_free(kv_manager *m, gl_seq *s) {
     if (!s) return;
     kv_seq_release(m, &s->kv);
     sampler_free(s->sampler);
+    gr_matcher_free(s->grammar);
     ts_free(s->text);
     free(s->tokens);
     free(s);

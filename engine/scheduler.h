@@ -37,6 +37,7 @@ typedef struct gl_seq {
     int prompt_logprobs_sent; /* prompt tokens already reported */
     bool ignore_eos;
     gl_sampler *sampler;      /* NULL in scheduler tests */
+    struct gr_matcher *grammar; /* NULL, or the constraint on the output (grammar.h) */
     ts_stream *text;          /* stop strings and UTF-8 holdback; NULL in scheduler tests */
     int n_logprobs;           /* alternatives per generated token */
     bool logprobs;            /* report each generated token's logprob */

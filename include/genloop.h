@@ -92,6 +92,18 @@ typedef struct gl_sampling_params {
 
 void gl_sampling_params_default(gl_sampling_params *p);
 
+/* ---- structured output -------------------------------------------------------- */
+/* A compiled grammar that constrains generation token by token (README
+ * "Structured output"). Compiles are cached by text: the same text returns
+ * the same shared grammar. Thread-safe; free releases one reference. */
+typedef struct gl_grammar gl_grammar;
+
+/* GBNF text, root rule "root"; NULL with err naming line and column. */
+gl_grammar *gl_grammar_from_gbnf(const char *text, size_t len, gl_error *err);
+/* A JSON Schema (JSON text); NULL with err naming the keyword's JSON path. */
+gl_grammar *gl_grammar_from_json_schema(const char *schema, size_t len, gl_error *err);
+void gl_grammar_free(gl_grammar *g);
+
 /* ---- engine ----------------------------------------------------------------- */
 typedef struct gl_engine gl_engine;
 
@@ -116,7 +128,8 @@ bool gl_activation_bits_valid(int bits);
 
 typedef enum gl_finish_reason {
     GL_FINISH_NONE = 0,
-    GL_FINISH_STOP,           /* EOS, end-of-turn token or stop string */
+    GL_FINISH_STOP,           /* EOS, end-of-turn token, stop string, or a grammar's
+                                 structure complete with nothing that can follow */
     GL_FINISH_LENGTH,         /* max_tokens or the context limit */
     GL_FINISH_CANCELLED,      /* gl_engine_cancel */
     GL_FINISH_ERROR,          /* see event.error */
@@ -132,6 +145,10 @@ typedef struct gl_request {
     int n_stop;
     const char *const *stop;  /* stop strings (copied) */
     bool ignore_eos;
+    gl_grammar *grammar;      /* NULL, or the output must match it (the engine takes
+                                 a reference): tokens it rejects are masked before
+                                 sampling, EOS only where it accepts; stop strings
+                                 are not applied (the structure ends generation) */
     int prompt_logprobs;      /* -1: none; else report each prompt token's logprob
                                  with this many top alternatives (for echo) */
     void *user;               /* passed back in events */

@@ -1,0 +1,420 @@
+/* test_grammar.c -- GBNF parser, JSON Schema compiler, the byte automaton
+ * and the token mask (against a brute-force check of every token). */
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "grammar.h"
+#include "json_schema.h"
+#include "testutil.h"
+
+/* A vocabulary of every single byte, some multi-symbol tokens, a token
+ * that is half a UTF-8 character, an empty control token and an EOS. */
+static const char *const MULTI[] = {"{\"", "\":", "\",\"", "true", "false", "null", "12", "3.", "\u00e9", "\xc3",
+                                    "\xa9t", "ab", "abc", "},", "}", " \"", "\n  ", "-1", "2026-", "01"};
+#define N_MULTI (int)(sizeof MULTI / sizeof *MULTI)
+#define N_VOCAB (256 + N_MULTI + 2)
+#define EOS_ID (N_VOCAB - 1)
+
+static gr_vocab *vocab;
+static char single[256][1];
+
+static void make_vocab(void) {
+    const char *pieces[N_VOCAB];
+    size_t lens[N_VOCAB];
+    bool eog[N_VOCAB];
+    for (int i = 0; i < 256; i++) {
+        single[i][0] = (char)i;
+        pieces[i] = single[i];
+        lens[i] = 1;
+        eog[i] = false;
+    }
+    for (int i = 0; i < N_MULTI; i++) {
+        pieces[256 + i] = MULTI[i];
+        lens[256 + i] = strlen(MULTI[i]);
+        eog[256 + i] = false;
+    }
+    pieces[N_VOCAB - 2] = "";
+    lens[N_VOCAB - 2] = 0;
+    eog[N_VOCAB - 2] = false;
+    pieces[EOS_ID] = "";
+    lens[EOS_ID] = 0;
+    eog[EOS_ID] = true;
+    vocab = gr_vocab_new(N_VOCAB, pieces, lens, eog);
+    ck_assert_ptr_nonnull(vocab);
+}
+
+static gr_grammar *gbnf(const char *text) {
+    gl_error err = {{0}};
+    gr_grammar *g = gr_compile(text, strlen(text), &err);
+    ck_assert_msg(g != NULL, "compile failed: %s\n%s", err.message, text);
+    return g;
+}
+
+static gr_grammar *schema(const char *json) {
+    gl_error err = {{0}};
+    gr_grammar *g = gl_grammar_from_json_schema(json, strlen(json), &err);
+    ck_assert_msg(g != NULL, "schema failed: %s\n%s", err.message, json);
+    return g;
+}
+
+/* Whether the grammar accepts text as a complete sentence. */
+static bool accepts(gr_grammar *g, const char *text) {
+    if (!vocab) make_vocab();
+    gr_matcher *m = gr_matcher_new(g, vocab, NULL);
+    ck_assert_ptr_nonnull(m);
+    bool ok = gr_matcher_accept_bytes(m, text, strlen(text)) && gr_matcher_can_end(m);
+    gr_matcher_free(m);
+    return ok;
+}
+
+static void compile_fails(const char *text, const char *fragment) {
+    gl_error err = {{0}};
+    gr_grammar *g = gr_compile(text, strlen(text), &err);
+    ck_assert_msg(g == NULL, "expected failure for: %s", text);
+    ck_assert_msg(strstr(err.message, fragment), "message '%s' lacks '%s'", err.message, fragment);
+}
+
+static void schema_fails(const char *json, const char *fragment) {
+    gl_error err = {{0}};
+    gr_grammar *g = gl_grammar_from_json_schema(json, strlen(json), &err);
+    ck_assert_msg(g == NULL, "expected failure for: %s", json);
+    ck_assert_msg(strstr(err.message, fragment), "message '%s' lacks '%s'", err.message, fragment);
+}
+
+START_TEST(test_gbnf_errors) {
+    compile_fails("root ::= foo", "line 1, column 10: rule 'foo' is used but never defined");
+    compile_fails("a ::= \"x\"", "no rule named 'root'");
+    compile_fails("root ::= \"abc", "unterminated string literal");
+    compile_fails("root ::= [a-", "unterminated character class");
+    compile_fails("root ::= [z-a]", "range end below its start");
+    compile_fails("root ::= root \"x\" | \"y\"", "left-recursive");
+    compile_fails("root ::= a\na ::= b\nb ::= \"\" a \"x\" | \"y\"", "left-recursive");
+    compile_fails("root ::= (\"a\"?)*", "repeats something that can match nothing");
+    compile_fails("root ::= \"x\" root", "accepts nothing");
+    compile_fails("root ::= []", "accepts nothing");
+    compile_fails("root ::= \"x\"{5,2}", "maximum is below the minimum");
+    compile_fails("root ::= \"x\"{99999}", "repetition count above");
+    compile_fails("root ::= (\"x\"", "unclosed parenthesis");
+    compile_fails("root ::= \"x\" )", "')' without '('");
+    compile_fails("root ::= \"x\"\nroot ::= \"y\"", "line 2, column 1: rule 'root' is defined twice");
+    compile_fails("root ::= \"\\q\"", "unknown escape");
+    compile_fails("root ::= @", "unexpected character");
+    compile_fails("root ::= \"\xff\"", "invalid UTF-8");
+    char deep[400] = "root ::= ";
+    for (int i = 0; i < 100; i++) strcat(deep, "(");
+    strcat(deep, "\"x\"");
+    for (int i = 0; i < 100; i++) strcat(deep, ")");
+    compile_fails(deep, "nested deeper than");
+    /* nested repetitions stay linear in size; many big ones hit the size bound */
+    gr_release(gbnf("root ::= ((((\"x\"{1000}){1000}){1000}){1000})"));
+    static char big[8000] = "root ::= ";
+    for (int i = 0; i < 600; i++) strcat(big, "[a]{2000} ");
+    compile_fails(big, "more than");
+}
+END_TEST
+
+START_TEST(test_gbnf_arithmetic) {
+    gr_grammar *g = gbnf("# arithmetic\n"
+                         "root ::= expr\n"
+                         "expr ::= term ((\"+\" | \"-\") term)*\n"
+                         "term ::= factor ((\"*\" | \"/\") factor)*\n"
+                         "factor ::= [0-9]+ | \"(\" expr \")\"\n");
+    ck_assert(accepts(g, "1+2*(3-4)/5"));
+    ck_assert(accepts(g, "((((7))))"));
+    ck_assert(!accepts(g, "1+*2"));
+    ck_assert(!accepts(g, "(1+2"));
+    ck_assert(!accepts(g, ""));
+    gr_release(g);
+}
+END_TEST
+
+START_TEST(test_gbnf_features) {
+    gr_grammar *g = gbnf("root ::= \"a\"{2,3} [^x-z]? . \"\\u00e9\"\n");
+    ck_assert(accepts(g, "aab\xe2\x82\xac\xc3\xa9"));
+    ck_assert(accepts(g, "aaa_q\xc3\xa9"));
+    ck_assert(!accepts(g, "aaaaaq\xc3\xa9"));
+    ck_assert(!accepts(g, "aayq\xc3\xa9"));
+    gr_release(g);
+    g = gbnf("root ::= (\"ab\" | \"cd\")+ \"!\"\n");
+    ck_assert(accepts(g, "abcdab!"));
+    ck_assert(!accepts(g, "abc!"));
+    gr_release(g);
+    /* the same text is the same compiled grammar */
+    gr_grammar *a = gbnf("root ::= \"same\""), *b = gbnf("root ::= \"same\"");
+    ck_assert_ptr_eq(a, b);
+    gr_release(a);
+    gr_release(b);
+}
+END_TEST
+
+START_TEST(test_partial_utf8) {
+    if (!vocab) make_vocab();
+    gr_grammar *g = gbnf("root ::= \"\u00e9\" [a-z]\n");
+    gr_matcher *m = gr_matcher_new(g, vocab, NULL);
+    ck_assert(gr_matcher_accept_bytes(m, "\xc3", 1));  /* first half of é */
+    ck_assert(!gr_matcher_can_end(m));
+    ck_assert(!gr_matcher_accept_bytes(m, "a", 1));    /* not a continuation byte */
+    ck_assert(!gr_matcher_accept_bytes(m, "\xa8", 1)); /* è, not é */
+    ck_assert(gr_matcher_accept_bytes(m, "\xa9t", 2)); /* a token spanning the rest and a letter */
+    ck_assert(gr_matcher_is_done(m));
+    gr_matcher_free(m);
+    gr_release(g);
+}
+END_TEST
+
+/* The mask must allow exactly the tokens whose bytes the grammar accepts
+ * next (brute force: a fresh matcher per token). */
+static void check_mask(gr_grammar *g, const char *prefix) {
+    if (!vocab) make_vocab();
+    gr_matcher *m = gr_matcher_new(g, vocab, NULL);
+    ck_assert(gr_matcher_accept_bytes(m, prefix, strlen(prefix)));
+    float logits[N_VOCAB];
+    for (int t = 0; t < N_VOCAB; t++) logits[t] = 0;
+    int allowed = gr_matcher_mask(m, logits), count = 0;
+    for (int t = 0; t < N_VOCAB; t++) {
+        gr_matcher *b = gr_matcher_new(g, vocab, NULL);
+        ck_assert(gr_matcher_accept_bytes(b, prefix, strlen(prefix)));
+        bool expect = gr_matcher_accept_token(b, t);
+        gr_matcher_free(b);
+        ck_assert_msg(expect == (logits[t] == 0), "prefix '%s' token %d: brute force %d, mask %d", prefix, t, expect,
+                      logits[t] == 0);
+        count += expect;
+    }
+    ck_assert_int_eq(count, allowed);
+    gr_matcher_free(m);
+}
+
+START_TEST(test_mask_matches_brute_force) {
+    gr_grammar *g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"boolean\"},\"b\":{\"type\":\"string\"}},"
+                           "\"required\":[\"a\"]}");
+    const char *prefixes[] = {"", "{", "{\"", "{\"a\":", "{\"a\": true", "{\"a\":true,\"b\":\"x", "{\"a\":true,\"b\":\"\xc3",
+                              "{\"a\":true}", NULL};
+    for (int i = 0; prefixes[i]; i++) {
+        check_mask(g, prefixes[i]); /* twice: the second comes from the mask cache */
+        check_mask(g, prefixes[i]);
+    }
+    gr_release(g);
+    g = gbnf("root ::= \"ab\" [c-d]* | \"a\" \"\u00e9\"+\n");
+    check_mask(g, "");
+    check_mask(g, "a");
+    check_mask(g, "ab");
+    check_mask(g, "a\xc3");
+    gr_release(g);
+}
+END_TEST
+
+START_TEST(test_eos_and_done) {
+    if (!vocab) make_vocab();
+    gr_grammar *g = gbnf("root ::= [0-9]+\n");
+    gr_matcher *m = gr_matcher_new(g, vocab, NULL);
+    float logits[N_VOCAB] = {0};
+    gr_matcher_mask(m, logits);
+    ck_assert(isinf(logits[EOS_ID]));                     /* nothing yet: no EOS */
+    ck_assert(isinf(logits[N_VOCAB - 2]));                /* control tokens never */
+    ck_assert(gr_matcher_accept_token(m, 256 + 6));       /* "12" */
+    for (int t = 0; t < N_VOCAB; t++) logits[t] = 0;
+    gr_matcher_mask(m, logits);
+    ck_assert(logits[EOS_ID] == 0);
+    ck_assert(!gr_matcher_is_done(m));                    /* more digits may follow */
+    gr_matcher_free(m);
+    gr_release(g);
+    g = schema("{\"const\": 7}");
+    m = gr_matcher_new(g, vocab, NULL);
+    ck_assert(gr_matcher_accept_bytes(m, "7", 1));
+    ck_assert(gr_matcher_is_done(m));
+    gr_matcher_free(m);
+    gr_release(g);
+}
+END_TEST
+
+START_TEST(test_schema_errors) {
+    schema_fails("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"array\",\"uniqueItems\":true}}}",
+                 "json_schema at /properties/x/uniqueItems: unsupported keyword 'uniqueItems'");
+    schema_fails("{\"$ref\":\"#/$defs/missing\"}", "does not resolve");
+    schema_fails("{\"type\":\"string\",\"format\":\"ipv4\"}", "/format: format 'ipv4' is not supported");
+    schema_fails("{\"type\":\"number\",\"minimum\":1}", "/minimum: bounds are supported for type integer only");
+    schema_fails("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer fits");
+    schema_fails("{\"type\":\"strin\"}", "unknown type 'strin'");
+    schema_fails("{\"type\":\"object\"", "not valid JSON");
+    schema_fails("false", "accepts nothing");
+    schema_fails("{\"type\":\"string\",\"pattern\":\"a(?=b)\"}", "(?...)");
+    schema_fails("{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "minItems 3 is above maxItems 2");
+    char deep[2000] = "";
+    for (int i = 0; i < 80; i++) strcat(deep, "{\"type\":\"array\",\"items\":");
+    strcat(deep, "{}");
+    for (int i = 0; i < 80; i++) strcat(deep, "}");
+    schema_fails(deep, "nested deeper than");
+}
+END_TEST
+
+START_TEST(test_schema_objects) {
+    gr_grammar *g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"integer\"},\"b\":{\"type\":\"string\"},"
+                           "\"c\":{\"type\":\"boolean\"}},\"required\":[\"b\"]}");
+    ck_assert(accepts(g, "{\"b\":\"x\"}"));
+    ck_assert(accepts(g, "{\"a\":1,\"b\":\"x\",\"c\":false}"));
+    ck_assert(accepts(g, "{ \"a\": -3, \"b\": \"\" }"));
+    ck_assert(accepts(g, "{\n  \"b\": \"y\",\n  \"c\": true\n}"));
+    ck_assert(!accepts(g, "{\"a\":1}"));
+    ck_assert(!accepts(g, "{\"b\":\"x\",\"a\":1}")); /* schema order */
+    ck_assert(!accepts(g, "{\"b\":\"x\",}"));
+    ck_assert(!accepts(g, "{\"b\":\"x\",\"d\":1}"));
+    gr_release(g);
+    g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"}},\"additionalProperties\":{\"type\":\"integer\"}}");
+    ck_assert(accepts(g, "{}"));
+    ck_assert(accepts(g, "{\"zz\":3}"));
+    ck_assert(accepts(g, "{\"a\":null,\"q\":1,\"r\":2}"));
+    ck_assert(!accepts(g, "{\"q\":\"s\"}"));
+    gr_release(g);
+    g = schema("{\"type\":\"object\"}");
+    ck_assert(accepts(g, "{\"x\":[1,{\"y\":null}],\"z\":\"\\u00e9\\n\"}"));
+    gr_release(g);
+}
+END_TEST
+
+START_TEST(test_schema_values) {
+    gr_grammar *g = schema("{\"type\":\"array\",\"prefixItems\":[{\"type\":\"string\"},{\"enum\":[1,\"two\",null]}],"
+                           "\"items\":{\"type\":\"number\"},\"minItems\":1,\"maxItems\":4}");
+    ck_assert(accepts(g, "[\"a\"]"));
+    ck_assert(accepts(g, "[\"a\",\"two\",1.5e3,-0.25]"));
+    ck_assert(!accepts(g, "[]"));
+    ck_assert(!accepts(g, "[\"a\",2]"));
+    ck_assert(!accepts(g, "[\"a\",1,2,3,4]"));
+    gr_release(g);
+    g = schema("{\"type\":\"string\",\"minLength\":2,\"maxLength\":3}");
+    ck_assert(accepts(g, "\"ab\""));
+    ck_assert(accepts(g, "\"a\\nb\""));
+    ck_assert(!accepts(g, "\"a\""));
+    ck_assert(!accepts(g, "\"abcd\""));
+    gr_release(g);
+    g = schema("{\"type\":[\"integer\",\"null\"]}");
+    ck_assert(accepts(g, "-12"));
+    ck_assert(accepts(g, "null"));
+    ck_assert(!accepts(g, "1.5"));
+    ck_assert(!accepts(g, "012"));
+    gr_release(g);
+    g = schema("{\"anyOf\":[{\"const\":\"x\"},{\"type\":\"boolean\"}]}");
+    ck_assert(accepts(g, "\"x\""));
+    ck_assert(accepts(g, "true"));
+    ck_assert(!accepts(g, "\"y\""));
+    gr_release(g);
+}
+END_TEST
+
+START_TEST(test_schema_integer_ranges) {
+    struct { const char *schema; long lo, hi; } cases[] = {
+        {"{\"type\":\"integer\",\"minimum\":-37,\"maximum\":1234}", -37, 1234},
+        {"{\"type\":\"integer\",\"minimum\":0,\"maximum\":9}", 0, 9},
+        {"{\"type\":\"integer\",\"exclusiveMinimum\":99,\"exclusiveMaximum\":1000}", 100, 999},
+        {"{\"type\":\"integer\",\"minimum\":-1500,\"maximum\":-20}", -1500, -20},
+        {"{\"type\":\"integer\",\"minimum\":17}", 17, 1000000},
+        {"{\"type\":\"integer\",\"maximum\":-5}", -1000000, -5},
+    };
+    char buf[32];
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        gr_grammar *g = schema(cases[c].schema);
+        for (long x = -2000; x <= 2000; x++) {
+            snprintf(buf, sizeof buf, "%ld", x);
+            bool in = x >= cases[c].lo && x <= cases[c].hi;
+            ck_assert_msg(accepts(g, buf) == in, "%s: %ld", cases[c].schema, x);
+        }
+        gr_release(g);
+    }
+}
+END_TEST
+
+START_TEST(test_schema_strings) {
+    gr_grammar *g = schema("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}(x|yz)?$\"}");
+    ck_assert(accepts(g, "\"AB-123\""));
+    ck_assert(accepts(g, "\"QQ-000yz\""));
+    ck_assert(!accepts(g, "\"A-123\""));
+    ck_assert(!accepts(g, "\"AB-12\""));
+    gr_release(g);
+    g = schema("{\"type\":\"string\",\"pattern\":\"[^a]\\\"\\\\\\\\.\"}"); /* regex [^a]"\\. */
+    ck_assert(accepts(g, "\"b\\\"\\\\z\""));
+    ck_assert(accepts(g, "\"\\\"\\\"\\\\\\\"\""));
+    ck_assert(!accepts(g, "\"a\\\"\\\\z\""));
+    ck_assert(!accepts(g, "\"b\"\\\\z\""));
+    gr_release(g);
+    g = schema("{\"type\":\"string\",\"format\":\"date-time\"}");
+    ck_assert(accepts(g, "\"2024-02-28T13:45:00Z\""));
+    ck_assert(accepts(g, "\"2024-12-01T23:59:59.123+05:30\""));
+    ck_assert(!accepts(g, "\"2024-13-01T00:00:00Z\""));
+    gr_release(g);
+    g = schema("{\"type\":\"string\",\"format\":\"uuid\"}");
+    ck_assert(accepts(g, "\"123e4567-e89b-12d3-a456-426614174000\""));
+    ck_assert(!accepts(g, "\"123e4567e89b-12d3-a456-426614174000\""));
+    gr_release(g);
+    g = schema("{\"type\":\"string\",\"format\":\"email\"}");
+    ck_assert(accepts(g, "\"a.b@example.com\""));
+    ck_assert(!accepts(g, "\"ab.example.com\""));
+    gr_release(g);
+}
+END_TEST
+
+START_TEST(test_schema_refs) {
+    gr_grammar *g = schema("{\"$defs\":{\"node\":{\"type\":\"object\",\"properties\":{\"v\":{\"type\":\"integer\"},"
+                           "\"kids\":{\"type\":\"array\",\"items\":{\"$ref\":\"#/$defs/node\"}}},\"required\":[\"v\"]}},"
+                           "\"$ref\":\"#/$defs/node\"}");
+    ck_assert(accepts(g, "{\"v\":1}"));
+    ck_assert(accepts(g, "{\"v\":1,\"kids\":[{\"v\":2,\"kids\":[{\"v\":3}]},{\"v\":4}]}"));
+    ck_assert(!accepts(g, "{\"v\":1,\"kids\":[{\"w\":2}]}"));
+    gr_release(g);
+    g = schema("{\"definitions\":{\"a\":{\"type\":\"string\"}},\"type\":\"array\",\"items\":{\"$ref\":\"#/definitions/a\"}}");
+    ck_assert(accepts(g, "[\"x\",\"y\"]"));
+    gr_release(g);
+}
+END_TEST
+
+/* Ambiguous grammars are bounded at run time, never slow or unbounded. */
+START_TEST(test_runtime_bounds) {
+    if (!vocab) make_vocab();
+    gr_grammar *g = gbnf("root ::= (\"a\" | \"a\" | [a-b] | \"aa\")* \"z\"\n");
+    gr_matcher *m = gr_matcher_new(g, vocab, NULL);
+    char text[2001];
+    memset(text, 'a', 2000);
+    text[2000] = 0;
+    ck_assert(gr_matcher_accept_bytes(m, text, 2000));
+    float logits[N_VOCAB] = {0};
+    ck_assert_int_gt(gr_matcher_mask(m, logits), 0);
+    gr_matcher_free(m);
+    gr_release(g);
+    g = gbnf("root ::= x\nx ::= \"(\" x \")\" | \"\"\n");
+    m = gr_matcher_new(g, vocab, NULL);
+    char deep[3001];
+    memset(deep, '(', 3000);
+    bool all = gr_matcher_accept_bytes(m, deep, 3000); /* deeper than GR_MAX_DEPTH: refused, not a crash */
+    ck_assert(!all);
+    gr_matcher_free(m);
+    gr_release(g);
+}
+END_TEST
+
+static Suite *grammar_suite(void) {
+    Suite *s = suite_create("grammar");
+    TCase *tc = tcase_create("core");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, test_gbnf_errors);
+    tcase_add_test(tc, test_gbnf_arithmetic);
+    tcase_add_test(tc, test_gbnf_features);
+    tcase_add_test(tc, test_partial_utf8);
+    tcase_add_test(tc, test_mask_matches_brute_force);
+    tcase_add_test(tc, test_eos_and_done);
+    tcase_add_test(tc, test_schema_errors);
+    tcase_add_test(tc, test_schema_objects);
+    tcase_add_test(tc, test_schema_values);
+    tcase_add_test(tc, test_schema_integer_ranges);
+    tcase_add_test(tc, test_schema_strings);
+    tcase_add_test(tc, test_schema_refs);
+    tcase_add_test(tc, test_runtime_bounds);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void) {
+    int failed = test_run_suite(grammar_suite());
+    gr_vocab_free(vocab);
+    return failed ? 1 : 0;
+}
