@@ -13,6 +13,7 @@
 
 #include "genloop_chat.h"
 #include "job.h"
+#include "structured.h"
 
 #define CHAT_MAX_STOP (PARAMS_MAX_STOP + 4) /* the request's, then the template's */
 #define CHAT_MAX_TOP_LOGPROBS 20
@@ -181,14 +182,6 @@ static int check_unsupported(const cJSON *body, params_error *e) {
                         !strcmp(modalities->child->valuestring, "text")))
         return params_fail(e, 400, "modalities", "unsupported_parameter",
                            "'modalities' other than [\"text\"] is not supported");
-    const cJSON *format = given(body, "response_format");
-    if (format) {
-        const cJSON *type = cJSON_IsObject(format) ? given(format, "type") : NULL;
-        if (!cJSON_IsString(type) || strcmp(type->valuestring, "text") != 0 ||
-            cJSON_GetArraySize(format) != 1)
-            return params_fail(e, 400, "response_format", "unsupported_parameter",
-                               "'response_format' other than {\"type\": \"text\"} is not supported");
-    }
     return 0;
 }
 
@@ -328,7 +321,7 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
         "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n",
         "stream", "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
         "seed", "user", "logprobs", "top_logprobs", "response_format", "top_k", "min_p",
-        "repetition_penalty", "ignore_eos",
+        "repetition_penalty", "ignore_eos", "grammar", "json_schema",
         /* known, refused by check_unsupported unless null (or harmless) */
         "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio",
         "modalities", NULL };
@@ -344,7 +337,8 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
     int has_mct = given(body, "max_completion_tokens") != NULL;
     int has_mt = given(body, "max_tokens") != NULL;
     const char *max_key = has_mct ? "max_completion_tokens" : "max_tokens";
-    if (params_generation_parse_limits(body, a->model, &a->limits, max_key, &j->gen, e))
+    if (params_generation_parse_limits(body, a->model, &a->limits, max_key, &j->gen, e) ||
+        structured_parse(body, &j->gen.grammar, e))
         return -1;
     int ignored;
     if (has_mct && has_mt && params_get_int(body, "max_tokens", 1, a->limits.max_tokens, &ignored, e))

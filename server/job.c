@@ -321,6 +321,7 @@ void job_handle(http_req *req, api_server *a, const job_ops *ops) {
             .n_stop = j->gen.n_stop,
             .stop = (const char *const *)j->gen.stop,
             .ignore_eos = j->gen.ignore_eos,
+            .grammar = j->gen.grammar,
             .prompt_logprobs = -1,
             .user = &s->sink,
         };

@@ -238,6 +238,7 @@ int params_generation_parse(const cJSON *body, const gl_model *model, int max_n,
 void params_generation_free(params_generation *g) {
     for (int i = 0; i < g->n_stop; i++) free(g->stop[i]);
     free(g->bias);
+    gl_grammar_free(g->grammar);
     memset(g, 0, sizeof(*g));
 }
 

@@ -40,6 +40,7 @@ typedef struct params_generation {
     bool stream;
     bool include_usage;      /* stream_options.include_usage */
     bool ignore_eos;         /* extension: generate past end-of-sequence tokens */
+    gl_grammar *grammar;     /* owned: the output's constraint (structured.h), or NULL */
 } params_generation;
 
 /* 400 naming the first key of body not in allowed (NULL-terminated).
