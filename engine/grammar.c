@@ -925,6 +925,7 @@ typedef struct gm_state {
     int n;
     uint32_t acc;             /* bits of the partial character so far */
     int left;                 /* continuation bytes still expected */
+    int len;                  /* bytes of the whole character (overlong forms are rejected) */
 } gm_state;
 
 struct gr_matcher {
@@ -1074,8 +1075,9 @@ static void expand(gr_matcher *m, gm_state *s, int32_t x) {
 static bool step_byte(gr_matcher *m, const gm_state *in, uint8_t b, gm_state *out) {
     const gr_grammar *g = m->g;
     out->n = 0;
+    static const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
     uint32_t acc;
-    int left;
+    int left, len = in->len;
     if (in->left == 0) {
         if (b < 0x80) {
             acc = b;
@@ -1092,6 +1094,7 @@ static bool step_byte(gr_matcher *m, const gm_state *in, uint8_t b, gm_state *ou
         } else {
             return false;
         }
+        len = left + 1;
     } else {
         if ((b & 0xC0) != 0x80) return false;
         acc = in->acc << 6 | (b & 0x3Fu);
@@ -1099,9 +1102,12 @@ static bool step_byte(gr_matcher *m, const gm_state *in, uint8_t b, gm_state *ou
     }
     out->acc = acc;
     out->left = left;
+    out->len = left ? len : 0;
     if (left > 0) { /* keep the stacks whose class some completion can match */
         uint32_t lo = acc << (6 * left), hi = lo | ((1u << (6 * left)) - 1);
-        if (lo > 0x10FFFF || (left == 1 && lo >= 0xD800 && hi <= 0xDFFF)) return false;
+        if (hi < min_cp[len]) return false; /* overlong whatever follows */
+        if (lo < min_cp[len]) lo = min_cp[len];
+        if (lo > 0x10FFFF || (lo >= 0xD800 && hi <= 0xDFFF)) return false;
         for (int i = 0; i < in->n; i++) {
             int32_t x = in->stacks[i];
             if (x >= 0 && class_meets(g, &g->classes[g->elems[m->nodes[x].pos].arg], lo, hi)) out->stacks[out->n++] = x;
@@ -1109,7 +1115,7 @@ static bool step_byte(gr_matcher *m, const gm_state *in, uint8_t b, gm_state *ou
         return out->n > 0;
     }
     out->acc = 0;
-    if (acc > 0x10FFFF || (acc >= 0xD800 && acc <= 0xDFFF)) return false;
+    if (acc > 0x10FFFF || (acc >= 0xD800 && acc <= 0xDFFF) || (len > 1 && acc < min_cp[len])) return false;
     for (int i = 0; i < in->n; i++) {
         int32_t x = in->stacks[i];
         if (x < 0) continue;
@@ -1126,6 +1132,7 @@ static bool state_alloc(gm_state *s) {
     s->n = 0;
     s->acc = 0;
     s->left = 0;
+    s->len = 0;
     return s->stacks != NULL;
 }
 
@@ -1209,6 +1216,7 @@ bool gr_matcher_accept_bytes(gr_matcher *m, const char *bytes, size_t n) {
     a->n = m->cur.n;
     a->acc = m->cur.acc;
     a->left = m->cur.left;
+    a->len = m->cur.len;
     memcpy(a->stacks, m->cur.stacks, (size_t)m->cur.n * sizeof *a->stacks);
     m->overflow = false;
     for (size_t i = 0; i < n; i++) {
@@ -1239,7 +1247,7 @@ bool gr_matcher_accept_token(gr_matcher *m, int32_t t) {
 /* The cache key of the current state: partial character, then each stack
  * as its positions from the top down. */
 static int state_key(gr_matcher *m) {
-    int need = 3;
+    int need = 4;
     for (int i = 0; i < m->cur.n; i++) need += 1 + (m->cur.stacks[i] >= 0 ? (int)m->nodes[m->cur.stacks[i]].depth : 0);
     if (need > m->cap_key) {
         uint32_t *k = realloc(m->key, (size_t)need * sizeof *k);
@@ -1250,6 +1258,7 @@ static int state_key(gr_matcher *m) {
     int n = 0;
     m->key[n++] = m->cur.acc;
     m->key[n++] = (uint32_t)m->cur.left;
+    m->key[n++] = (uint32_t)m->cur.len;
     m->key[n++] = (uint32_t)m->cur.n;
     for (int i = 0; i < m->cur.n; i++) {
         for (int32_t x = m->cur.stacks[i]; x >= 0; x = m->nodes[x].parent) m->key[n++] = m->nodes[x].pos;
@@ -1266,6 +1275,7 @@ static void walk_trie(gr_matcher *m) {
     w[0].n = m->cur.n;
     w[0].acc = m->cur.acc;
     w[0].left = m->cur.left;
+    w[0].len = m->cur.len;
     memcpy(w[0].stacks, m->cur.stacks, (size_t)m->cur.n * sizeof *w[0].stacks);
     for (int i = 0; i < v->n_nodes;) {
         const trie_node *t = &v->nodes[i];

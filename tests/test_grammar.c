@@ -159,6 +159,11 @@ START_TEST(test_partial_utf8) {
     ck_assert(!gr_matcher_accept_bytes(m, "a", 1));    /* not a continuation byte */
     ck_assert(!gr_matcher_accept_bytes(m, "\xa8", 1)); /* è, not é */
     ck_assert(gr_matcher_accept_bytes(m, "\xa9t", 2)); /* a token spanning the rest and a letter */
+    gr_matcher_free(m);
+    m = gr_matcher_new(g, vocab, NULL);
+    ck_assert(!gr_matcher_accept_bytes(m, "\xe0", 1)); /* only an overlong form could reach U+00E9 */
+    ck_assert(!gr_matcher_accept_bytes(m, "\xc3\xa9\xc0", 3));
+    ck_assert(gr_matcher_accept_bytes(m, "\xc3\xa9t", 3));
     ck_assert(gr_matcher_is_done(m));
     gr_matcher_free(m);
     gr_release(g);

@@ -1,0 +1,375 @@
+"""Structured output on SmolLM2: a corpus of JSON schemas whose every output
+must validate (jsonschema, formats checked) at temperature 0 and at
+temperature 1 with several seeds; GBNF grammars whose outputs must parse;
+faults answered 400 with their position or path. Requests of one test go
+concurrently, so the server batches them."""
+import json
+import re
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from server_util import Server, chat_model, post_json
+
+jsonschema = pytest.importorskip("jsonschema")
+
+S = {"type": "string"}
+I = {"type": "integer"}
+N = {"type": "number"}
+B = {"type": "boolean"}
+
+
+def obj(props, required=None, **kw):
+    return {"type": "object", "properties": props,
+            "required": list(props) if required is None else required, **kw}
+
+
+def arr(items, **kw):
+    return {"type": "array", "items": items, **kw}
+
+
+# Recursive schemas (and free objects): SmolLM2-135M sometimes keeps nesting
+# until max_tokens; their outputs must validate when they finish, and a cut
+# one must be a prefix the grammar allowed (see RUNS_LONG below).
+TREE = {"$defs": {"node": obj({"value": I, "children": arr({"$ref": "#/$defs/node"}, maxItems=2)}, ["value"])},
+        "$ref": "#/$defs/node"}
+EXPR = {"$defs": {"e": {"anyOf": [I, obj({"op": {"enum": ["+", "*"]}, "args": arr({"$ref": "#/$defs/e"}, minItems=2, maxItems=2)})]}},
+        "$ref": "#/$defs/e"}
+LIST = {"definitions": {"cell": obj({"v": {"type": "integer", "minimum": 0, "maximum": 9},
+                                     "next": {"anyOf": [{"$ref": "#/definitions/cell"}, {"type": "null"}]}})},
+        "$ref": "#/definitions/cell"}
+
+SCHEMAS = [
+    # flat
+    obj({"name": S}),
+    obj({"name": S, "age": I}),
+    obj({"title": S, "year": I, "rating": N}),
+    obj({"ok": B}),
+    obj({"city": S, "population": I, "capital": B}),
+    obj({"x": N, "y": N}),
+    obj({"a": {"type": "null"}, "b": S}),
+    obj({"first": S, "last": S, "middle": S}, ["first", "last"]),
+    obj({"id": I, "label": S, "active": B, "score": N}, ["id"]),
+    obj({"q": {"type": "string", "maxLength": 40}}, [], additionalProperties=False),
+    # strings with bounds, patterns, formats
+    obj({"code": {"type": "string", "minLength": 3, "maxLength": 3}}),
+    obj({"word": {"type": "string", "maxLength": 8}}),
+    obj({"tag": {"type": "string", "minLength": 2, "maxLength": 12}}),
+    obj({"zip": {"type": "string", "pattern": "^[0-9]{5}$"}}),
+    obj({"sku": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{4}$"}}),
+    obj({"hex": {"type": "string", "pattern": "^#[0-9a-f]{6}$"}}),
+    obj({"answer": {"type": "string", "pattern": "^(yes|no|maybe)$"}}),
+    obj({"phone": {"type": "string", "pattern": "^\\+?[0-9]{2,3} [0-9]{3,4}$"}}),
+    obj({"when": {"type": "string", "format": "date"}}),
+    obj({"at": {"type": "string", "format": "date-time"}}),
+    obj({"t": {"type": "string", "format": "time"}}),
+    obj({"id": {"type": "string", "format": "uuid"}}),
+    obj({"mail": {"type": "string", "format": "email"}}),
+    obj({"born": {"type": "string", "format": "date"}, "name": S}),
+    # integers in ranges
+    obj({"age": {"type": "integer", "minimum": 0, "maximum": 120}}),
+    obj({"temp": {"type": "integer", "minimum": -40, "maximum": 50}}),
+    obj({"n": {"type": "integer", "exclusiveMinimum": 0, "exclusiveMaximum": 10}}),
+    obj({"big": {"type": "integer", "minimum": 1000}}),
+    obj({"neg": {"type": "integer", "maximum": -1}}),
+    obj({"pct": {"type": "integer", "minimum": 0, "maximum": 100}, "label": S}),
+    # enums and const
+    obj({"color": {"enum": ["red", "green", "blue"]}}),
+    obj({"size": {"enum": ["S", "M", "L", "XL"]}, "qty": I}),
+    obj({"level": {"enum": [1, 2, 3]}}),
+    obj({"mixed": {"enum": ["a", 1, None, True]}}),
+    obj({"kind": {"const": "point"}, "x": I, "y": I}),
+    {"enum": ["alpha", "beta", "gamma"]},
+    {"const": {"fixed": [1, 2]}},
+    # type lists, anyOf, oneOf
+    obj({"v": {"type": ["string", "null"]}}),
+    obj({"v": {"type": ["integer", "boolean"]}}),
+    obj({"v": {"anyOf": [{"type": "string", "maxLength": 20}, I]}}),
+    obj({"v": {"oneOf": [obj({"kind": {"const": "a"}, "n": I}), obj({"kind": {"const": "b"}, "s": S})]}}),
+    {"anyOf": [obj({"error": S}), obj({"result": I})]},
+    # arrays
+    arr({"type": "string", "maxLength": 24}, maxItems=4),
+    arr(I, minItems=1, maxItems=5),
+    obj({"tags": arr(S, maxItems=3)}),
+    obj({"scores": arr(N, minItems=2, maxItems=4)}),
+    obj({"pair": {"type": "array", "prefixItems": [S, I], "items": False}}),
+    obj({"triple": {"type": "array", "prefixItems": [B, B, B], "minItems": 3, "items": False}}),
+    obj({"rows": arr(arr(I, maxItems=3), maxItems=3)}),
+    obj({"flags": arr(B, minItems=1, maxItems=3)}),
+    # arrays of objects, nested objects
+    obj({"people": arr(obj({"name": S, "age": I}), maxItems=3)}),
+    obj({"items": arr(obj({"sku": {"type": "string", "maxLength": 12}, "qty": {"type": "integer", "minimum": 1, "maximum": 99}}), minItems=1, maxItems=3)}),
+    obj({"author": obj({"name": S, "email": {"type": "string", "format": "email"}}), "title": S}),
+    obj({"address": obj({"street": S, "city": S, "zip": {"type": "string", "pattern": "^[0-9]{5}$"}})}),
+    obj({"a": obj({"b": obj({"c": obj({"d": I})})})}),
+    obj({"meta": obj({"created": {"type": "string", "format": "date-time"}, "version": I}), "data": arr(I, maxItems=3)}),
+    obj({"user": obj({"id": I, "nick": S}, ["id"]), "roles": arr({"enum": ["admin", "user", "guest"]}, maxItems=3)}),
+    # additionalProperties as a schema, free objects
+    {"type": "object", "additionalProperties": I},
+    obj({"name": S}, ["name"], additionalProperties=B),
+    {"type": "object"},
+    obj({"extra": {"type": "object"}}),
+    # refs and recursion
+    {"$defs": {"pt": obj({"x": I, "y": I})}, "type": "object",
+     "properties": {"from": {"$ref": "#/$defs/pt"}, "to": {"$ref": "#/$defs/pt"}}, "required": ["from", "to"]},
+    TREE,
+    LIST,
+    EXPR,
+    {"$defs": {"name": {"type": "string", "maxLength": 20}}, "type": "array", "items": {"$ref": "#/$defs/name"},
+     "maxItems": 3},
+    # annotations are accepted
+    {"title": "Thing", "description": "a thing", "type": "object",
+     "properties": {"name": {"type": "string", "description": "its name", "default": "x"}}, "required": ["name"]},
+]
+
+
+RUNS_LONG = [TREE, LIST, EXPR, {"type": "object"}]
+
+
+def check_corpus_size():
+    assert len(SCHEMAS) >= 60
+
+
+@pytest.fixture(scope="module")
+def server():
+    with Server(chat_model(), "--alias", "smollm") as s:
+        yield s
+
+
+def chat(server, schema, temperature, seed, max_tokens=128):
+    body = {"messages": [{"role": "user", "content": "Reply with a short JSON value matching this schema: " + json.dumps(schema)}],
+            "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema, "strict": True}}}
+    return post_json(server.url + "/v1/chat/completions", body, timeout=600)
+
+
+def validate(schema, text):
+    value = json.loads(text)
+    cls = jsonschema.validators.validator_for(schema)
+    cls(schema, format_checker=cls.FORMAT_CHECKER).validate(value)
+
+
+def run_all(server, cases):
+    with ThreadPoolExecutor(32) as pool:
+        return list(pool.map(lambda c: chat(server, *c), cases))
+
+
+def test_corpus_size():
+    check_corpus_size()
+
+
+@pytest.mark.parametrize("temperature,seeds", [(0, [0]), (1, [1, 2, 3])], ids=["greedy", "t1-seeds"])
+def test_schema_corpus_validates(server, temperature, seeds):
+    cases = [(s, temperature, seed) for s in SCHEMAS for seed in seeds]
+    failures, cut = [], 0
+    for (schema, _, seed), (status, _, r) in zip(cases, run_all(server, cases)):
+        if status != 200:
+            failures.append(f"{json.dumps(schema)} seed {seed}: HTTP {status} {r}")
+            continue
+        choice = r["choices"][0]
+        text = choice["message"]["content"]
+        if choice["finish_reason"] == "length" and schema in RUNS_LONG and text.startswith(("{", "[", "-", "0", "1")):
+            cut += 1
+            continue
+        if choice["finish_reason"] != "stop":
+            failures.append(f"{json.dumps(schema)} seed {seed}: finish {choice['finish_reason']}: {text!r}")
+            continue
+        try:
+            validate(schema, text)
+        except Exception as e:  # noqa: BLE001 - the message says what failed
+            failures.append(f"{json.dumps(schema)} seed {seed}: {text!r}: {e}")
+    assert not failures, "\n".join(failures)
+    assert cut < len(RUNS_LONG) * len(seeds), "every recursive schema ran to max_tokens"
+
+
+def completion(server, prompt, grammar, temperature=0, seed=0, max_tokens=48, **kw):
+    return post_json(server.url + "/v1/completions",
+                     {"prompt": prompt, "grammar": grammar, "max_tokens": max_tokens,
+                      "temperature": temperature, "seed": seed, **kw})
+
+
+ARITH = """root ::= expr
+expr ::= term (("+" | "-") term)*
+term ::= factor (("*" | "/") factor)*
+factor ::= [1-9] [0-9]{0,2} | "(" expr ")"
+"""
+
+
+def parse_arith(s):
+    """True when s is an expression of ARITH (a small recursive descent)."""
+    pos = 0
+
+    def factor():
+        nonlocal pos
+        if pos < len(s) and s[pos] == "(":
+            pos += 1
+            if not expr() or pos >= len(s) or s[pos] != ")":
+                return False
+            pos += 1
+            return True
+        m = re.match(r"[1-9][0-9]{0,2}", s[pos:])
+        if not m:
+            return False
+        pos += m.end()
+        return True
+
+    def chain(sub, ops):
+        nonlocal pos
+        if not sub():
+            return False
+        while pos < len(s) and s[pos] in ops:
+            pos += 1
+            if not sub():
+                return False
+        return True
+
+    def term():
+        return chain(factor, "*/")
+
+    def expr():
+        return chain(term, "+-")
+
+    return expr() and pos == len(s)
+
+
+def test_gbnf_arithmetic(server):
+    cases = [(0, 0)] + [(1, seed) for seed in range(1, 6)]
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(lambda c: completion(server, "A sum: ", ARITH, c[0], c[1], max_tokens=64), cases))
+    for status, _, r in results:
+        assert status == 200, r
+        c = r["choices"][0]
+        if c["finish_reason"] == "stop":
+            assert parse_arith(c["text"]), c["text"]
+        else:  # cut by max_tokens: a prefix of a sentence
+            assert c["finish_reason"] == "length" and re.fullmatch(r"[0-9+\-*/()]+", c["text"]), c
+
+
+WORDS = 'root ::= ("apple" | "banana" | "cherry") (", " ("apple" | "banana" | "cherry")){0,3} "."'
+
+
+def test_gbnf_word_list(server):
+    for seed in range(4):
+        status, _, r = completion(server, "Fruits I like:", WORDS, 1, seed)
+        assert status == 200, r
+        c = r["choices"][0]
+        assert c["finish_reason"] == "stop"
+        assert re.fullmatch(r"(apple|banana|cherry)(, (apple|banana|cherry)){0,3}\.", c["text"]), c["text"]
+
+
+PARENS = 'root ::= pair\npair ::= "(" pair* ")"'
+
+
+def balanced(s):
+    depth = 0
+    for ch in s:
+        depth += 1 if ch == "(" else -1
+        if depth < 0:
+            return False
+    return depth == 0 and s != "" and set(s) <= set("()")
+
+
+def test_gbnf_recursive(server):
+    for seed in range(3):
+        status, _, r = completion(server, "Balanced parentheses: ", PARENS, 1, seed, max_tokens=64)
+        assert status == 200, r
+        c = r["choices"][0]
+        if c["finish_reason"] == "stop":
+            assert balanced(c["text"]), c["text"]
+        else:
+            assert set(c["text"]) <= set("()"), c
+
+
+def test_max_tokens_mid_structure_is_length_with_partial_text(server):
+    schema = obj({"story": S})
+    status, _, r = chat(server, schema, 0, 0, max_tokens=5)
+    assert status == 200, r
+    c = r["choices"][0]
+    assert c["finish_reason"] == "length"
+    text = c["message"]["content"]
+    assert text.startswith("{") and len(text) > 1
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(text)
+
+
+def test_stop_string_does_not_cut_structure(server):
+    schema = obj({"name": {"type": "string", "maxLength": 20}})
+    body = {"messages": [{"role": "user", "content": "Give me a JSON object with a name."}], "max_tokens": 100,
+            "temperature": 0, "stop": ["\"", "}"], "json_schema": schema}
+    status, _, r = post_json(server.url + "/v1/chat/completions", body)
+    assert status == 200, r
+    c = r["choices"][0]
+    assert c["finish_reason"] == "stop", c
+    validate(schema, c["message"]["content"])
+
+
+def test_json_object_and_extensions(server):
+    status, _, r = post_json(server.url + "/v1/chat/completions", {
+        "messages": [{"role": "user", "content": "Give a JSON object with the name and color of a cat."}], "max_tokens": 200,
+        "temperature": 0, "response_format": {"type": "json_object"}})
+    assert status == 200, r
+    assert r["choices"][0]["finish_reason"] == "stop", r
+    assert isinstance(json.loads(r["choices"][0]["message"]["content"]), dict)
+    schema = obj({"n": {"type": "integer", "minimum": 1, "maximum": 9}})
+    status, _, r = post_json(server.url + "/v1/completions",
+                             {"prompt": "JSON:", "json_schema": schema, "max_tokens": 80, "temperature": 0})
+    assert status == 200, r
+    validate(schema, r["choices"][0]["text"])
+    status, _, r = post_json(server.url + "/v1/completions",
+                             {"prompt": "Text:", "response_format": {"type": "text"}, "max_tokens": 4})
+    assert status == 200, r
+
+
+@pytest.mark.parametrize("field,value,needle", [
+    ("grammar", "root ::= item\n", "line 1, column 10: rule 'item' is used but never defined"),
+    ("grammar", "root ::= \"a\" | (\"b\"", "unclosed parenthesis"),
+    ("grammar", "root ::= \"x\" root", "accepts nothing"),
+    ("grammar", "root ::= root \"x\" | \"y\"", "left-recursive"),
+    ("grammar", "root ::= \"x\"{100000}", "repetition count above"),
+    ("grammar", 12, "must be a string"),
+    ("json_schema", {"type": "object", "properties": {"a": {"type": "string", "uniqueItems": True}}},
+     "/properties/a/uniqueItems"),
+    ("json_schema", {"$ref": "#/$defs/nope"}, "does not resolve"),
+    ("json_schema", {"type": "integer", "minimum": 3, "maximum": 1}, "no integer fits"),
+    ("json_schema", {"type": "string", "format": "hostname"}, "/format"),
+    ("json_schema", {"type": "string", "pattern": "(?<=a)b"}, "/pattern"),
+    ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "foo"}}},
+     "unknown type 'foo'"),
+    ("response_format", {"type": "json_schema", "json_schema": {"schema": {}}}, "name"),
+    ("response_format", {"type": "xml"}, "must be 'text', 'json_object' or 'json_schema'"),
+    ("response_format", {"type": "json_object", "schema": {}}, "not a field"),
+])
+def test_malformed_constraints_are_400(server, field, value, needle):
+    for path, base in (("/v1/completions", {"prompt": "x"}),
+                       ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}]})):
+        status, _, r = post_json(server.url + path, {**base, field: value, "max_tokens": 4})
+        assert status == 400, r
+        assert needle in r["error"]["message"], r["error"]["message"]
+        assert r["error"]["param"].startswith(field)
+
+
+def test_two_constraints_are_400(server):
+    status, _, r = post_json(server.url + "/v1/completions",
+                             {"prompt": "x", "grammar": "root ::= \"a\"", "json_schema": {}, "max_tokens": 4})
+    assert status == 400, r
+
+
+def test_pathological_grammar_is_bounded(server):
+    # nested repetitions stay linear; ambiguous alternatives are deduplicated
+    g = 'root ::= (("a" | "a" | [a-b] | "aa"){1,50}){1,50} "."'
+    status, _, r = completion(server, "Letters: ", g, 1, 1, max_tokens=40)
+    assert status == 200, r
+    assert re.fullmatch(r"[ab]*\.?", r["choices"][0]["text"])
+
+
+def test_streaming_constrained(server):
+    schema = obj({"word": {"type": "string", "maxLength": 10}})
+    body = {"messages": [{"role": "user", "content": "One word as JSON."}], "max_tokens": 40, "temperature": 0,
+            "stream": True, "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": schema}}}
+    status, _, full = post_json(server.url + "/v1/chat/completions", {**body, "stream": False})
+    assert status == 200, full
+    openai = pytest.importorskip("openai")
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
+        model="smollm", **{k: v for k, v in body.items() if k not in ("stream",)}, stream=True) if c.choices]
+    assert "".join(pieces) == full["choices"][0]["message"]["content"]
