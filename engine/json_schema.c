@@ -1091,6 +1091,45 @@ static int gen(compiler *c, const cJSON *s, int depth) {
     return c->failed ? -1 : rule;
 }
 
+/* Prefix the rule names the compiler made (root and r<digits>), outside
+ * literals and classes, so several schemas can share one grammar. */
+static char *prefix_rules(const char *text, const char *prefix) {
+    sbuf b = {0};
+    bool in_str = false, in_class = false;
+    size_t plen = strlen(prefix);
+    for (const char *p = text; *p; p++) {
+        char ch = *p;
+        if (in_str || in_class) {
+            sb_put(&b, p, 1);
+            if (ch == '\\' && p[1]) sb_put(&b, ++p, 1);
+            else if ((in_str && ch == '"') || (in_class && ch == ']')) in_str = in_class = false;
+            continue;
+        }
+        if (ch == '"') in_str = true;
+        if (ch == '[') in_class = true;
+        bool word_start = p == text || !((p[-1] >= 'a' && p[-1] <= 'z') || (p[-1] >= '0' && p[-1] <= '9') || p[-1] == '-' ||
+                                         p[-1] == '_' || (p[-1] >= 'A' && p[-1] <= 'Z'));
+        if (word_start && ((ch == 'r' && p[1] >= '0' && p[1] <= '9') || !strncmp(p, "root ", 5))) sb_put(&b, prefix, plen);
+        sb_put(&b, p, 1);
+    }
+    if (b.oom) {
+        free(b.s);
+        return NULL;
+    }
+    return b.s ? b.s : strdup("");
+}
+
+char *js_to_gbnf_rules(const char *schema, size_t len, const char *prefix, gl_error *err) {
+    char *full = js_to_gbnf(schema, len, err);
+    if (!full) return NULL;
+    char *prelude = strstr(full, PRELUDE);
+    if (prelude) *prelude = 0;
+    char *out = prefix_rules(full, prefix);
+    free(full);
+    if (!out) gl_error_set(err, "json_schema: out of memory");
+    return out;
+}
+
 char *js_to_gbnf(const char *schema, size_t len, gl_error *err) {
     cJSON *root = cJSON_ParseWithLength(schema, len);
     if (!root) {
@@ -1114,6 +1153,12 @@ char *js_to_gbnf(const char *schema, size_t len, gl_error *err) {
     cJSON_Delete(root);
     return text;
 }
+
+char *gl_json_schema_to_gbnf(const char *schema, size_t len, const char *prefix, gl_error *err) {
+    return js_to_gbnf_rules(schema, len, prefix, err);
+}
+
+const char *gl_json_schema_gbnf_common(void) { return PRELUDE; }
 
 gl_grammar *gl_grammar_from_json_schema(const char *schema, size_t len, gl_error *err) {
     char *text = js_to_gbnf(schema, len, err);

@@ -14,5 +14,9 @@
 /* GBNF text (malloc'd, NUL-terminated; root rule "root") for the JSON
  * values the schema (JSON text) accepts; NULL with err set. */
 char *js_to_gbnf(const char *schema, size_t len, gl_error *err);
+/* The same without the shared rules (ws, json-string, ...:
+ * gl_json_schema_gbnf_common, to add once) and with every rule name prefixed, the root one named
+ * PREFIX "root": for combining several schemas into one grammar. */
+char *js_to_gbnf_rules(const char *schema, size_t len, const char *prefix, gl_error *err);
 
 #endif

@@ -103,6 +103,12 @@ gl_grammar *gl_grammar_from_gbnf(const char *text, size_t len, gl_error *err);
 /* A JSON Schema (JSON text); NULL with err naming the keyword's JSON path. */
 gl_grammar *gl_grammar_from_json_schema(const char *schema, size_t len, gl_error *err);
 void gl_grammar_free(gl_grammar *g);
+/* For combining several schemas in one GBNF text (tool calling): the
+ * schema's rules with every name prefixed (its root rule is PREFIX "root"),
+ * without the shared JSON rules, which gl_json_schema_gbnf_common() gives
+ * once. malloc'd; NULL with err naming the keyword's JSON path. */
+char *gl_json_schema_to_gbnf(const char *schema, size_t len, const char *prefix, gl_error *err);
+const char *gl_json_schema_gbnf_common(void);
 
 /* ---- engine ----------------------------------------------------------------- */
 typedef struct gl_engine gl_engine;

@@ -14,6 +14,7 @@
 #include "genloop_chat.h"
 #include "job.h"
 #include "structured.h"
+#include "tools.h"
 
 #define CHAT_MAX_STOP (PARAMS_MAX_STOP + 4) /* the request's, then the template's */
 #define CHAT_MAX_TOP_LOGPROBS 20
@@ -32,6 +33,7 @@ typedef struct chat_job {
     int top_logprobs;
     int32_t *prompt;
     int n_prompt;
+    chat_tools tools;
 } chat_job;
 
 /* ---- the template, built at model load ------------------------------------------ */
@@ -67,6 +69,7 @@ static void chat_free(job *j) {
     chat_job *cj = (chat_job *)j;
     for (int i = 0; j->seqs && i < j->n_seqs; i++) jbuf_free(&((chat_seq *)job_seq_at(j, i))->lp);
     free(cj->prompt);
+    tools_free(&cj->tools);
 }
 
 /* ---- logprobs, in the chat shape ------------------------------------------------ */
@@ -115,6 +118,43 @@ static void lp_write(jbuf *out, chat_seq *s) {
 
 /* ---- response pieces ------------------------------------------------------------ */
 
+/* A seq whose reply is tool calls: its text is held back (not streamed as
+ * content) and turned into tool_calls at the end. */
+static bool is_tool_reply(const job_seq *s) {
+    return ((const chat_job *)s->job)->tools.active && tools_is_call_text(s->text.data, s->text.len);
+}
+
+static void chat_write_finish(jbuf *b, const job_seq *s, int final) {
+    if (final && s->finish == GL_FINISH_STOP && is_tool_reply(s)) jbuf_puts(b, ",\"finish_reason\":\"tool_calls\"");
+    else job_write_finish(b, s, final);
+}
+
+/* The tool_calls array of a finished tool reply; with stream, in the delta
+ * shape (index, id, type and name with empty arguments; then arguments). */
+static void write_tool_calls(jbuf *b, const job_seq *s, int stream_part) {
+    int n = 0;
+    tool_call *calls = tools_extract(s->text.data, s->text.len, &n);
+    jbuf_puts(b, "[");
+    for (int k = 0; k < n; k++) {
+        if (k) jbuf_puts(b, ",");
+        jbuf_printf(b, "{\"index\":%d", k);
+        if (stream_part != 2) {
+            jbuf_printf(b, ",\"id\":\"call_%s_%d_%d\",\"type\":\"function\",\"function\":{\"name\":", s->job->id, s->index, k);
+            jbuf_str(b, calls[k].name, strlen(calls[k].name));
+            jbuf_puts(b, ",\"arguments\":");
+            const char *args = stream_part == 1 ? "" : calls[k].arguments;
+            jbuf_str(b, args, strlen(args));
+            jbuf_puts(b, "}}");
+        } else {
+            jbuf_puts(b, ",\"function\":{\"arguments\":");
+            jbuf_str(b, calls[k].arguments, strlen(calls[k].arguments));
+            jbuf_puts(b, "}}");
+        }
+    }
+    jbuf_puts(b, "]");
+    tools_calls_free(calls, n);
+}
+
 /* One chat.completion.chunk with one choice; delta is a JSON object text
  * or NULL for the pending content. */
 static void send_delta(job_seq *s, const char *delta, bool final, bool with_timings) {
@@ -131,7 +171,7 @@ static void send_delta(job_seq *s, const char *delta, bool final, bool with_timi
     jbuf_puts(b, ",\"logprobs\":");
     if (delta && !final) jbuf_puts(b, "null");
     else lp_write(b, (chat_seq *)s);
-    job_write_finish(b, s, final);
+    chat_write_finish(b, s, final);
     jbuf_puts(b, "}");
     job_chunk_end(s->job, with_timings);
 }
@@ -139,6 +179,20 @@ static void send_delta(job_seq *s, const char *delta, bool final, bool with_timi
 /* Sends a seq's pending content, and once it is done the closing chunk
  * (empty delta, finish_reason; any logprobs still pending ride on it). */
 static void chat_stream_flush(job_seq *s, bool with_timings) {
+    if (is_tool_reply(s)) {
+        if (s->state != JOB_SEQ_DONE) return; /* held until the calls are complete */
+        for (int part = 1; part <= 2; part++) {
+            jbuf d = {0};
+            jbuf_puts(&d, "{\"tool_calls\":");
+            write_tool_calls(&d, s, part);
+            jbuf_puts(&d, "}");
+            if (!d.oom) send_delta(s, d.data, 0, 0);
+            jbuf_free(&d);
+        }
+        send_delta(s, "{}", 1, with_timings); /* finish_reason from the text, cleared after */
+        jbuf_clear(&s->text);
+        return;
+    }
     if (s->text.len > 0) send_delta(s, NULL, 0, 0);
     if (s->state == JOB_SEQ_DONE) send_delta(s, "{}", 1, with_timings);
 }
@@ -150,10 +204,15 @@ static int chat_stream_open(job_seq *s) {
 
 static void chat_write_choice(jbuf *b, job_seq *s) {
     jbuf_printf(b, "{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":", s->index);
-    jbuf_str(b, s->text.data ? s->text.data : "", s->text.len);
+    if (is_tool_reply(s)) { /* cut by max_tokens: the complete calls, finish_reason "length" */
+        jbuf_puts(b, "null,\"tool_calls\":");
+        write_tool_calls(b, s, 0);
+    } else {
+        jbuf_str(b, s->text.data ? s->text.data : "", s->text.len);
+    }
     jbuf_puts(b, "},\"logprobs\":");
     lp_write(b, (chat_seq *)s);
-    job_write_finish(b, s, 1);
+    chat_write_finish(b, s, 1);
     jbuf_puts(b, "}");
 }
 
@@ -167,13 +226,12 @@ static const cJSON *given(const cJSON *obj, const char *key) {
 /* Fields of the API this server does not implement: present and not null
  * is a 400 naming the field. Some have one value that changes nothing. */
 static int check_unsupported(const cJSON *body, params_error *e) {
-    static const char *const fields[] = { "tools", "tool_choice", "functions", "function_call",
-                                          "parallel_tool_calls", "audio", NULL };
+    static const char *const fields[] = { "functions", "function_call", "audio", NULL };
     for (int i = 0; fields[i]; i++) {
         const cJSON *v = given(body, fields[i]);
         if (v && !(cJSON_IsArray(v) && cJSON_GetArraySize(v) == 0)) /* [] = no tools */
             return params_fail(e, 400, fields[i], "unsupported_parameter",
-                               "'%s' is not supported by this server (no tool or function calling)",
+                               "'%s' is not supported by this server (use 'tools')",
                                fields[i]);
     }
     const cJSON *modalities = given(body, "modalities");
@@ -238,7 +296,8 @@ static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **own
     if (!cJSON_IsObject(m))
         return params_fail(e, 400, param, "invalid_type", "'%s' must be an object", param);
     for (const cJSON *f = m->child; f; f = f->next) {
-        if (!strcmp(f->string, "role") || !strcmp(f->string, "content") || !strcmp(f->string, "name"))
+        if (!strcmp(f->string, "role") || !strcmp(f->string, "content") || !strcmp(f->string, "name") ||
+            !strcmp(f->string, "tool_calls") || !strcmp(f->string, "tool_call_id"))
             continue;
         /* Assistant messages echoed back from a response carry nulls and empty lists. */
         if (cJSON_IsNull(f) || (cJSON_IsArray(f) && cJSON_GetArraySize(f) == 0)) continue;
@@ -254,9 +313,9 @@ static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **own
                            "'%s' must be one of 'system', 'developer', 'user', 'assistant'", param);
     const char *r = role->valuestring;
     if (!strcmp(r, "developer")) r = "system"; /* the newer name of the same role */
-    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant"))
+    if (strcmp(r, "system") && strcmp(r, "user") && strcmp(r, "assistant") && strcmp(r, "tool"))
         return params_fail(e, 400, param, "unsupported_value",
-                           "'%s' is '%.40s'; supported roles are 'system', 'developer', 'user' and 'assistant'",
+                           "'%s' is '%.40s'; supported roles are 'system', 'developer', 'user', 'assistant' and 'tool'",
                            param, r);
     const cJSON *name = given(m, "name");
     if (name && !cJSON_IsString(name)) {
@@ -264,7 +323,33 @@ static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **own
         return params_fail(e, 400, param, "invalid_type", "'%s' must be a string", param);
     }
     out->role = r;
-    return flatten_content(given(m, "content"), i, &out->content, owned, e);
+    const cJSON *calls = given(m, "tool_calls");
+    if (calls && cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
+        if (strcmp(r, "assistant"))
+            return params_fail(e, 400, param, "invalid_value", "'messages[%d].tool_calls' needs role 'assistant'", i);
+        const char *content = NULL;
+        char *flat = NULL;
+        if (given(m, "content") && flatten_content(given(m, "content"), i, &content, &flat, e)) return -1;
+        *owned = tools_render_calls(content, calls, i, e);
+        free(flat);
+        out->content = *owned;
+        return *owned ? 0 : -1;
+    }
+    if (calls && !cJSON_IsArray(calls))
+        return params_fail(e, 400, param, "invalid_type", "'messages[%d].tool_calls' must be an array", i);
+    if (flatten_content(given(m, "content"), i, &out->content, owned, e)) return -1;
+    if (!strcmp(r, "tool")) { /* a tool's result: a user message in the Hermes format (tools.h) */
+        if (!cJSON_IsString(given(m, "tool_call_id")))
+            return params_fail(e, 400, param, "missing_required_parameter",
+                               "'messages[%d].tool_call_id' must be a string for role 'tool'", i);
+        char *wrapped = tools_render_result(out->content);
+        free(*owned);
+        *owned = wrapped;
+        out->role = "user";
+        out->content = wrapped;
+        if (!wrapped) return params_fail(e, 500, param, NULL, "out of memory");
+    }
+    return 0;
 }
 
 /* Renders the messages with the template and tokenizes the result. */
@@ -276,12 +361,30 @@ static int build_prompt(chat_job *cj, const cJSON *messages, params_error *e) {
         return params_fail(e, 400, "messages", "invalid_type", "'messages' must be an array");
     int n = cJSON_GetArraySize(messages);
     if (n == 0) return params_fail(e, 400, "messages", "invalid_value", "'messages' must not be empty");
-    gl_chat_message *msgs = calloc((size_t)n, sizeof(*msgs));
-    char **owned = calloc((size_t)n, sizeof(*owned));
+    /* one more slot: the tools' system message */
+    gl_chat_message *msgs = calloc((size_t)n + 1, sizeof(*msgs));
+    char **owned = calloc((size_t)n + 1, sizeof(*owned));
     int rc = 0, i = 0;
     if (!msgs || !owned) rc = params_fail(e, 500, "messages", NULL, "out of memory");
     for (const cJSON *m = messages->child; m && rc == 0; m = m->next, i++)
         rc = parse_message(m, i, &msgs[i], &owned[i], e);
+    if (rc == 0 && cj->tools.listed) { /* merged into the first system message, or one of its own */
+        if (!strcmp(msgs[0].role, "system")) {
+            size_t len = strlen(msgs[0].content) + strlen(cj->tools.system) + 3;
+            char *merged = malloc(len);
+            if (!merged) rc = params_fail(e, 500, "messages", NULL, "out of memory");
+            else snprintf(merged, len, "%s\n\n%s", msgs[0].content, cj->tools.system);
+            free(owned[0]);
+            owned[0] = merged;
+            msgs[0].content = merged;
+        } else {
+            memmove(msgs + 1, msgs, (size_t)n * sizeof *msgs);
+            memmove(owned + 1, owned, (size_t)n * sizeof *owned);
+            msgs[0] = (gl_chat_message){"system", cj->tools.system};
+            owned[0] = NULL;
+            n++;
+        }
+    }
     /* The template is checked after the request, so a bad request is still
      * told what is wrong with it. */
     char *text = NULL;
@@ -338,8 +441,16 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
     int has_mt = given(body, "max_tokens") != NULL;
     const char *max_key = has_mct ? "max_completion_tokens" : "max_tokens";
     if (params_generation_parse_limits(body, a->model, &a->limits, max_key, &j->gen, e) ||
-        structured_parse(body, &j->gen.grammar, e))
+        structured_parse(body, &j->gen.grammar, e) || tools_parse(body, &cj->tools, e))
         return -1;
+    if (cj->tools.active) {
+        if (j->gen.grammar)
+            return params_fail(e, 400, "tools", "invalid_value",
+                               "'tools' (with tool_choice other than 'none') and a response_format, grammar or "
+                               "json_schema cannot be combined");
+        j->gen.grammar = cj->tools.grammar; /* the job's reference now */
+        cj->tools.grammar = NULL;
+    }
     int ignored;
     if (has_mct && has_mt && params_get_int(body, "max_tokens", 1, a->limits.max_tokens, &ignored, e))
         return -1;

@@ -373,3 +373,120 @@ def test_streaming_constrained(server):
     pieces = [c.choices[0].delta.content or "" for c in client.chat.completions.create(
         model="smollm", **{k: v for k, v in body.items() if k not in ("stream",)}, stream=True) if c.choices]
     assert "".join(pieces) == full["choices"][0]["message"]["content"]
+
+
+# ---- the openai SDK: structured outputs and tool calling ------------------------------
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "The current weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30},
+                                                    "unit": {"enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city", "unit"], "additionalProperties": False}}}
+TIME = {"type": "function", "function": {
+    "name": "get_time", "description": "The local time in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}}, "required": ["city"]}}}
+ASK = [{"role": "user", "content": "What is the weather in Paris?"}]
+
+
+@pytest.fixture(scope="module")
+def client(server):
+    openai = pytest.importorskip("openai")
+    return openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+
+
+def test_sdk_parse_with_pydantic(client):
+    pydantic = pytest.importorskip("pydantic")
+
+    class City(pydantic.BaseModel):
+        name: str = pydantic.Field(max_length=30)
+        country: str = pydantic.Field(max_length=30)
+        population: int = pydantic.Field(ge=0)
+
+    r = client.beta.chat.completions.parse(
+        model="smollm", messages=[{"role": "user", "content": "Describe Paris as JSON."}],
+        response_format=City, temperature=0, max_tokens=100)
+    city = r.choices[0].message.parsed
+    assert isinstance(city, City), r
+    assert r.choices[0].finish_reason == "stop"
+
+
+def test_sdk_response_format_json_schema(client):
+    schema = obj({"answer": {"enum": ["yes", "no"]}, "confidence": {"type": "integer", "minimum": 0, "maximum": 100}})
+    r = client.chat.completions.create(
+        model="smollm", messages=[{"role": "user", "content": "Is the sky blue?"}], temperature=0, max_tokens=60,
+        response_format={"type": "json_schema", "json_schema": {"name": "a", "schema": schema, "strict": True}})
+    validate(schema, r.choices[0].message.content)
+
+
+def test_sdk_tool_calling_loop(client):
+    messages = list(ASK)
+    r = client.chat.completions.create(model="smollm", messages=messages, tools=[WEATHER, TIME],
+                                       tool_choice="required", parallel_tool_calls=False, temperature=0, max_tokens=80)
+    choice = r.choices[0]
+    assert choice.finish_reason == "tool_calls", choice
+    assert choice.message.content is None
+    (call,) = choice.message.tool_calls
+    assert call.type == "function" and call.id.startswith("call_")
+    assert call.function.name in ("get_weather", "get_time")
+    args = json.loads(call.function.arguments)
+    validate({"get_weather": WEATHER, "get_time": TIME}[call.function.name]["function"]["parameters"], json.dumps(args))
+    # the loop: the call and its result go back; the model answers in text
+    messages.append(choice.message.model_dump(exclude_none=True))
+    messages.append({"role": "tool", "tool_call_id": call.id, "content": json.dumps({"temperature": 21, "sky": "clear"})})
+    r2 = client.chat.completions.create(model="smollm", messages=messages, tools=[WEATHER, TIME], tool_choice="none",
+                                        temperature=0, max_tokens=40)
+    assert r2.choices[0].message.tool_calls is None
+    assert r2.choices[0].message.content
+
+
+def test_named_tool_choice_and_auto(client):
+    r = client.chat.completions.create(model="smollm", messages=ASK, tools=[WEATHER, TIME], temperature=0, max_tokens=80,
+                                       tool_choice={"type": "function", "function": {"name": "get_time"}},
+                                       parallel_tool_calls=False)
+    assert r.choices[0].finish_reason == "tool_calls"
+    assert [c.function.name for c in r.choices[0].message.tool_calls] == ["get_time"]
+    # auto: text or calls, whichever the model picks, well formed either way
+    for seed in range(3):
+        r = client.chat.completions.create(model="smollm", messages=ASK, tools=[WEATHER], tool_choice="auto",
+                                           temperature=1, seed=seed, max_tokens=80, parallel_tool_calls=False)
+        c = r.choices[0]
+        if c.message.tool_calls:
+            assert c.finish_reason == "tool_calls" and c.message.content is None
+            json.loads(c.message.tool_calls[0].function.arguments)
+        else:
+            assert c.message.content and not c.message.content.startswith("<")
+
+
+def test_streamed_tool_calls(client):
+    kw = dict(model="smollm", messages=ASK, tools=[WEATHER], tool_choice="required", parallel_tool_calls=False,
+              temperature=0, max_tokens=80)
+    full = client.chat.completions.create(**kw).choices[0].message.tool_calls[0]
+    name, args, ids, finish = None, "", [], None
+    for chunk in client.chat.completions.create(**kw, stream=True):
+        if not chunk.choices:
+            continue
+        d = chunk.choices[0].delta
+        for tc in d.tool_calls or []:
+            assert tc.index == 0
+            if tc.id:
+                ids.append(tc.id)
+                name = tc.function.name
+            args += tc.function.arguments or ""
+        finish = chunk.choices[0].finish_reason or finish
+    assert finish == "tool_calls" and len(ids) == 1
+    assert name == full.function.name and json.loads(args) == json.loads(full.function.arguments)
+
+
+@pytest.mark.parametrize("extra,needle", [
+    ({"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "'nope', which is not in"),
+    ({"tools": [{"type": "function", "function": {"name": "f"}}]}, "parameters"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "not": {}}}}]},
+     "/not"),
+    ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
+    ({"tool_choice": "required"}, "needs 'tools'"),
+    ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "cannot be combined"),
+])
+def test_tool_faults_are_400(server, extra, needle):
+    status, _, r = post_json(server.url + "/v1/chat/completions", {"messages": ASK, "max_tokens": 4, **extra})
+    assert status == 400, r
+    assert needle in r["error"]["message"], r["error"]["message"]

@@ -1,0 +1,256 @@
+/* tools.c -- tool definitions to a system text and a grammar; calls in
+ * messages to text; calls in generated text back to JSON. */
+#include "tools.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+#define CALL_OPEN "<tool_call>\n"
+#define CALL_CLOSE "\n</tool_call>"
+
+static const cJSON *given(const cJSON *obj, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(obj, key);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+void tools_free(chat_tools *t) {
+    free(t->system);
+    gl_grammar_free(t->grammar);
+    memset(t, 0, sizeof *t);
+}
+
+/* GBNF for one call of tool k: the fixed JSON envelope around its arguments. */
+static int call_rule(jbuf *g, const char *name, const cJSON *params, int k, params_error *e) {
+    char *schema = cJSON_PrintUnformatted(params);
+    if (!schema) return params_fail(e, 500, "tools", NULL, "out of memory");
+    char prefix[32], param[64];
+    snprintf(prefix, sizeof prefix, "t%d-", k);
+    gl_error err = {{0}};
+    char *rules = gl_json_schema_to_gbnf(schema, strlen(schema), prefix, &err);
+    free(schema);
+    if (!rules) {
+        snprintf(param, sizeof param, "tools[%d].function.parameters", k);
+        return params_fail(e, 400, param, "invalid_schema", "'%s': %s", param, err.message);
+    }
+    jbuf_puts(g, rules);
+    free(rules);
+    /* "{\"name\": \"NAME\", \"arguments\": " as a GBNF literal: the name's JSON spelling, escaped again */
+    cJSON *jname = cJSON_CreateString(name);
+    char *quoted = jname ? cJSON_PrintUnformatted(jname) : NULL;
+    cJSON_Delete(jname);
+    if (!quoted) return params_fail(e, 500, "tools", NULL, "out of memory");
+    jbuf_printf(g, "t%d-call ::= \"{\\\"name\\\": ", k);
+    for (const char *c = quoted; *c; c++) {
+        if (*c == '"' || *c == '\\') jbuf_printf(g, "\\%c", *c);
+        else jbuf_raw(g, c, 1);
+    }
+    free(quoted);
+    jbuf_printf(g, ", \\\"arguments\\\": \" t%d-root \"}\"\n", k);
+    return 0;
+}
+
+int tools_parse(const cJSON *body, chat_tools *out, params_error *e) {
+    memset(out, 0, sizeof *out);
+    const cJSON *tools = given(body, "tools"), *choice = given(body, "tool_choice");
+    const cJSON *parallel = given(body, "parallel_tool_calls");
+    if (parallel && !cJSON_IsBool(parallel))
+        return params_fail(e, 400, "parallel_tool_calls", "invalid_type", "'parallel_tool_calls' must be a boolean");
+    if (tools && !cJSON_IsArray(tools))
+        return params_fail(e, 400, "tools", "invalid_type", "'tools' must be an array");
+    int n = tools ? cJSON_GetArraySize(tools) : 0;
+    if (n > 128) return params_fail(e, 400, "tools", "invalid_value", "at most 128 tools");
+    const char *mode = "auto", *named = NULL;
+    if (cJSON_IsString(choice)) {
+        mode = choice->valuestring;
+        if (strcmp(mode, "none") && strcmp(mode, "auto") && strcmp(mode, "required"))
+            return params_fail(e, 400, "tool_choice", "invalid_value",
+                               "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+    } else if (choice) {
+        const cJSON *type = cJSON_IsObject(choice) ? given(choice, "type") : NULL;
+        const cJSON *fn = cJSON_IsObject(choice) ? given(choice, "function") : NULL;
+        const cJSON *name = cJSON_IsObject(fn) ? given(fn, "name") : NULL;
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function") || !cJSON_IsString(name))
+            return params_fail(e, 400, "tool_choice", "invalid_value",
+                               "'tool_choice' must be 'none', 'auto', 'required' or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+        mode = "named";
+        named = name->valuestring;
+    }
+    if (n == 0) {
+        if (choice && strcmp(mode, "none"))
+            return params_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' needs 'tools'");
+        return 0;
+    }
+    jbuf desc = {0}, g = {0};
+    cJSON *list = cJSON_CreateArray();
+    int found = named ? -1 : 0, rc = 0, k = 0;
+    char param[64];
+    for (const cJSON *t = tools->child; t && rc == 0; t = t->next, k++) {
+        const cJSON *type = cJSON_IsObject(t) ? given(t, "type") : NULL;
+        const cJSON *fn = cJSON_IsObject(t) ? given(t, "function") : NULL;
+        const cJSON *name = cJSON_IsObject(fn) ? given(fn, "name") : NULL;
+        const cJSON *params = cJSON_IsObject(fn) ? given(fn, "parameters") : NULL;
+        snprintf(param, sizeof param, "tools[%d]", k);
+        if (!cJSON_IsString(type) || strcmp(type->valuestring, "function"))
+            rc = params_fail(e, 400, param, "invalid_value", "'%s.type' must be 'function'", param);
+        else if (!cJSON_IsString(name) || !name->valuestring[0] || strlen(name->valuestring) > 64)
+            rc = params_fail(e, 400, param, "invalid_value", "'%s.function.name' must be a string of 1 to 64 characters", param);
+        else if (!cJSON_IsObject(params))
+            rc = params_fail(e, 400, param, "missing_required_parameter",
+                             "'%s.function.parameters' must be a JSON schema object", param);
+        if (rc) break;
+        if (named && !strcmp(named, name->valuestring)) found = k;
+        cJSON *entry = cJSON_CreateObject();
+        cJSON_AddStringToObject(entry, "type", "function");
+        cJSON_AddItemToObject(entry, "function", cJSON_Duplicate(fn, 1));
+        cJSON_AddItemToArray(list, entry);
+    }
+    if (rc == 0 && named && found < 0)
+        rc = params_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' names function '%.64s', which is not in 'tools'", named);
+    out->listed = true;
+    out->active = rc == 0 && strcmp(mode, "none");
+    if (rc == 0) {
+        jbuf_puts(&desc, "# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                         "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n");
+        for (const cJSON *t = list->child; t; t = t->next) {
+            char *one = cJSON_PrintUnformatted(t);
+            if (one) jbuf_puts(&desc, one);
+            jbuf_puts(&desc, "\n");
+            free(one);
+        }
+        jbuf_puts(&desc, "</tools>\n\nFor each function call, return a json object with function name and arguments "
+                         "within <tool_call></tool_call> XML tags:\n<tool_call>\n"
+                         "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
+        out->system = desc.data ? desc.data : strdup("");
+        desc.data = NULL;
+    }
+    if (rc == 0 && out->active) {
+        /* the grammar: the calls allowed, then the envelope */
+        jbuf rules = {0};
+        jbuf_puts(&rules, "call ::= ");
+        int first = 1;
+        k = 0;
+        for (const cJSON *t = tools->child; t && rc == 0; t = t->next, k++) {
+            const cJSON *fn = given(t, "function");
+            const char *name = given(fn, "name")->valuestring;
+            if (named && strcmp(named, name)) continue;
+            rc = call_rule(&g, name, given(fn, "parameters"), k, e);
+            jbuf_printf(&rules, "%st%d-call", first ? "" : " | ", k);
+            first = 0;
+        }
+        if (rc == 0) {
+            bool many = !parallel || cJSON_IsTrue(parallel);
+            jbuf_printf(&rules, "\none-call ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\n"
+                                "calls-all ::= one-call%s\n", many ? " (\"\\n\" one-call){0,7}" : "");
+            jbuf_printf(&rules, "root ::= calls-all%s\n", !strcmp(mode, "auto") ? " | [^<] .*" : "");
+            jbuf_puts(&rules, gl_json_schema_gbnf_common());
+            jbuf full = {0};
+            jbuf_raw(&full, g.data ? g.data : "", g.len);
+            jbuf_raw(&full, rules.data, rules.len);
+            gl_error err = {{0}};
+            out->grammar = gl_grammar_from_gbnf(full.data, full.len, &err);
+            if (!out->grammar) rc = params_fail(e, 400, "tools", "invalid_value", "tools: %s", err.message);
+            jbuf_free(&full);
+        }
+        jbuf_free(&rules);
+    }
+    jbuf_free(&g);
+    jbuf_free(&desc);
+    cJSON_Delete(list);
+    if (rc) tools_free(out);
+    return rc;
+}
+
+char *tools_render_calls(const char *content, const cJSON *tool_calls, int i, params_error *e) {
+    jbuf b = {0};
+    char param[80];
+    if (content) jbuf_puts(&b, content);
+    int k = 0;
+    for (const cJSON *c = tool_calls->child; c; c = c->next, k++) {
+        const cJSON *fn = cJSON_IsObject(c) ? given(c, "function") : NULL;
+        const cJSON *name = cJSON_IsObject(fn) ? given(fn, "name") : NULL;
+        const cJSON *args = cJSON_IsObject(fn) ? given(fn, "arguments") : NULL;
+        snprintf(param, sizeof param, "messages[%d].tool_calls[%d]", i, k);
+        if (!cJSON_IsString(name) || (args && !cJSON_IsString(args))) {
+            jbuf_free(&b);
+            params_fail(e, 400, param, "invalid_value",
+                        "'%s' must have function.name and function.arguments (a JSON string)", param);
+            return NULL;
+        }
+        cJSON *parsed = args ? cJSON_Parse(args->valuestring) : cJSON_CreateObject();
+        if (!parsed) {
+            jbuf_free(&b);
+            params_fail(e, 400, param, "invalid_value", "'%s.function.arguments' is not valid JSON", param);
+            return NULL;
+        }
+        cJSON *call = cJSON_CreateObject();
+        cJSON_AddStringToObject(call, "name", name->valuestring);
+        cJSON_AddItemToObject(call, "arguments", parsed);
+        char *text = cJSON_PrintUnformatted(call);
+        cJSON_Delete(call);
+        if (b.len) jbuf_puts(&b, "\n");
+        jbuf_puts(&b, CALL_OPEN);
+        if (text) jbuf_puts(&b, text);
+        jbuf_puts(&b, CALL_CLOSE);
+        free(text);
+    }
+    if (!b.data) return strdup("");
+    return b.data;
+}
+
+char *tools_render_result(const char *content) {
+    jbuf b = {0};
+    jbuf_puts(&b, "<tool_response>\n");
+    jbuf_puts(&b, content ? content : "");
+    jbuf_puts(&b, "\n</tool_response>");
+    return b.data;
+}
+
+bool tools_is_call_text(const char *text, size_t len) { return len > 0 && text[0] == '<'; }
+
+tool_call *tools_extract(const char *text, size_t len, int *n) {
+    *n = 0;
+    int cap = 0;
+    tool_call *calls = NULL;
+    const char *p = text, *end = text + len;
+    size_t lo = strlen(CALL_OPEN), lc = strlen(CALL_CLOSE);
+    while ((size_t)(end - p) >= lo && !memcmp(p, CALL_OPEN, lo)) {
+        const char *body = p + lo, *close = NULL;
+        for (const char *q = body; (size_t)(end - q) >= lc; q++)
+            if (!memcmp(q, CALL_CLOSE, lc)) {
+                close = q;
+                break;
+            }
+        if (!close) break; /* cut by max_tokens */
+        cJSON *obj = cJSON_ParseWithLength(body, (size_t)(close - body));
+        const cJSON *name = obj ? cJSON_GetObjectItemCaseSensitive(obj, "name") : NULL;
+        const cJSON *args = obj ? cJSON_GetObjectItemCaseSensitive(obj, "arguments") : NULL;
+        if (cJSON_IsString(name) && args) {
+            if (*n == cap) {
+                cap = cap ? 2 * cap : 4;
+                tool_call *c = realloc(calls, (size_t)cap * sizeof *c);
+                if (!c) {
+                    cJSON_Delete(obj);
+                    break;
+                }
+                calls = c;
+            }
+            calls[*n].name = strdup(name->valuestring);
+            calls[*n].arguments = cJSON_PrintUnformatted(args);
+            (*n)++;
+        }
+        cJSON_Delete(obj);
+        p = close + lc;
+        if (p < end && *p == '\n') p++;
+    }
+    return calls;
+}
+
+void tools_calls_free(tool_call *calls, int n) {
+    for (int i = 0; i < n; i++) {
+        free(calls[i].name);
+        free(calls[i].arguments);
+    }
+    free(calls);
+}
