@@ -325,8 +325,9 @@ static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **own
     out->role = r;
     const cJSON *calls = given(m, "tool_calls");
     if (calls && cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
+        snprintf(param, sizeof(param), "messages[%d].tool_calls", i);
         if (strcmp(r, "assistant"))
-            return params_fail(e, 400, param, "invalid_value", "'messages[%d].tool_calls' needs role 'assistant'", i);
+            return params_fail(e, 400, param, "invalid_value", "'%s' needs role 'assistant'", param);
         const char *content = NULL;
         char *flat = NULL;
         if (given(m, "content") && flatten_content(given(m, "content"), i, &content, &flat, e)) return -1;
@@ -335,13 +336,15 @@ static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **own
         out->content = *owned;
         return *owned ? 0 : -1;
     }
+    snprintf(param, sizeof(param), "messages[%d].tool_calls", i);
     if (calls && !cJSON_IsArray(calls))
-        return params_fail(e, 400, param, "invalid_type", "'messages[%d].tool_calls' must be an array", i);
+        return params_fail(e, 400, param, "invalid_type", "'%s' must be an array", param);
     if (flatten_content(given(m, "content"), i, &out->content, owned, e)) return -1;
     if (!strcmp(r, "tool")) { /* a tool's result: a user message in the Hermes format (tools.h) */
+        snprintf(param, sizeof(param), "messages[%d].tool_call_id", i);
         if (!cJSON_IsString(given(m, "tool_call_id")))
-            return params_fail(e, 400, param, "missing_required_parameter",
-                               "'messages[%d].tool_call_id' must be a string for role 'tool'", i);
+            return params_fail(e, 400, param, "missing_required_parameter", "'%s' must be a string for role 'tool'",
+                               param);
         char *wrapped = tools_render_result(out->content);
         free(*owned);
         *owned = wrapped;

@@ -228,17 +228,18 @@ def test_openai_client(tiny):
 
 # ---- refusals ----------------------------------------------------------------------------------
 
-TOOL = {"type": "function", "function": {"name": "f", "parameters": {}}}
+TOOL = {"type": "function", "function": {"name": "f"}}  # no parameters
 
 
 @pytest.mark.parametrize("body,param", [
-    ({"tools": [TOOL]}, "tools"),
+    ({"tools": [TOOL]}, "tools[0]"),
     ({"tool_choice": "auto"}, "tool_choice"),
     ({"functions": [{"name": "f"}]}, "functions"),
     ({"function_call": "auto"}, "function_call"),
-    ({"parallel_tool_calls": False}, "parallel_tool_calls"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
-    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format"),
+    ({"parallel_tool_calls": "no"}, "parallel_tool_calls"),
+    ({"response_format": {"type": "xml"}}, "response_format.type"),
+    ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "foo"}}}},
+     "response_format.json_schema.schema"),
     ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
     ({"modalities": ["text", "audio"]}, "modalities"),
     ({"store": True}, "store"),
@@ -250,9 +251,8 @@ TOOL = {"type": "function", "function": {"name": "f", "parameters": {}}}
     ({"messages": [{"role": "user", "content": [{"type": "text"}]}]}, "messages[0].content[0].text"),
     ({"messages": [{"role": "user", "content": "a"},
                    {"role": "assistant", "content": None, "tool_calls": [{"id": "1"}]}]},
-     "messages[1].tool_calls"),
-    ({"messages": [{"role": "tool", "content": "42", "tool_call_id": "1"}]}, "messages[0].tool_call_id"),
-    ({"messages": [{"role": "tool", "content": "42"}]}, "messages[0].role"),
+     "messages[1].tool_calls[0]"),
+    ({"messages": [{"role": "tool", "content": "42"}]}, "messages[0].tool_call_id"),
     ({"messages": [{"role": "wizard", "content": "42"}]}, "messages[0].role"),
     ({"messages": [{"content": "42"}]}, "messages[0].role"),
     ({"messages": [{"role": "user"}]}, "messages[0].content"),
