@@ -944,6 +944,24 @@ struct gr_matcher {
     int cap_key;
     uint64_t *bits;           /* the latest mask */
     bool overflow;            /* a run-time bound was hit */
+
+    /* one mask walk's memo: states interned to ids (equal stacks are equal
+     * node ids), and transitions (state, byte) -> state, so the many trie
+     * nodes that lead back to a state seen before (inside a string: most
+     * of them) cost one lookup */
+    int32_t *ms_stacks;       /* flat stacks of the interned states */
+    int ms_n_stacks, ms_cap_stacks;
+    int *ms_off;              /* per state: first stack in ms_stacks, count, partial character */
+    int *ms_cnt;
+    uint32_t *ms_acc;
+    int *ms_left, *ms_len;
+    int ms_n, ms_cap;
+    int32_t *ms_index;        /* state hash table -> id, -1 empty */
+    int ms_cap_index;
+    uint64_t *tr_key;         /* transitions: (state << 8 | byte) + 1, 0 empty */
+    int32_t *tr_next;         /* next state, -1 = no stack survives */
+    int tr_n, tr_cap;
+    int32_t *walk_ids;        /* [max_len + 1] state id after each trie depth */
 };
 
 static uint32_t node_hash(uint32_t pos, int32_t parent) {
@@ -1144,6 +1162,16 @@ void gr_matcher_free(gr_matcher *m) {
     free(m->walk);
     free(m->nodes);
     free(m->table);
+    free(m->ms_stacks);
+    free(m->ms_off);
+    free(m->ms_cnt);
+    free(m->ms_acc);
+    free(m->ms_left);
+    free(m->ms_len);
+    free(m->ms_index);
+    free(m->tr_key);
+    free(m->tr_next);
+    free(m->walk_ids);
     free(m->work);
     free(m->remap);
     free(m->key);
@@ -1159,7 +1187,8 @@ gr_matcher *gr_matcher_new(gr_grammar *g, const gr_vocab *v, gl_error *err) {
     m->v = v;
     m->walk = calloc((size_t)v->max_len + 2, sizeof *m->walk);
     m->bits = malloc((size_t)v->n_words * sizeof *m->bits);
-    if (!m->walk || !m->bits || !state_alloc(&m->cur)) goto oom;
+    m->walk_ids = malloc(((size_t)v->max_len + 2) * sizeof *m->walk_ids);
+    if (!m->walk || !m->bits || !m->walk_ids || !state_alloc(&m->cur)) goto oom;
     for (int d = 0; d <= v->max_len + 1; d++)
         if (!state_alloc(&m->walk[d])) goto oom;
     int first = g->rule_first_alt[g->root];
@@ -1267,29 +1296,156 @@ static int state_key(gr_matcher *m) {
     return n;
 }
 
+static uint64_t state_hash(const gm_state *st) {
+    uint64_t h = 0xcbf29ce484222325ull ^ ((uint64_t)st->acc << 8 | (uint64_t)st->left << 4 | (uint64_t)st->len);
+    for (int i = 0; i < st->n; i++) h = (h ^ (uint32_t)st->stacks[i]) * 0x100000001b3ull;
+    return h ^ (uint64_t)st->n;
+}
+
+static bool state_equal(const gr_matcher *m, int id, const gm_state *st) {
+    return m->ms_cnt[id] == st->n && m->ms_acc[id] == st->acc && m->ms_left[id] == st->left && m->ms_len[id] == st->len &&
+           !memcmp(m->ms_stacks + m->ms_off[id], st->stacks, (size_t)st->n * sizeof *st->stacks);
+}
+
+static bool memo_grow_index(gr_matcher *m) {
+    int cap = m->ms_cap_index ? 2 * m->ms_cap_index : 256;
+    int32_t *t = malloc((size_t)cap * sizeof *t);
+    if (!t) return false;
+    memset(t, 0xff, (size_t)cap * sizeof *t);
+    for (int id = 0; id < m->ms_n; id++) {
+        gm_state st = {m->ms_stacks + m->ms_off[id], m->ms_cnt[id], m->ms_acc[id], m->ms_left[id], m->ms_len[id]};
+        uint32_t k = (uint32_t)state_hash(&st) & (uint32_t)(cap - 1);
+        while (t[k] >= 0) k = (k + 1) & (uint32_t)(cap - 1);
+        t[k] = id;
+    }
+    free(m->ms_index);
+    m->ms_index = t;
+    m->ms_cap_index = cap;
+    return true;
+}
+
+/* The id of state st (sorted in place), adding it; -1 out of memory. */
+static int memo_intern(gr_matcher *m, gm_state *st) {
+    for (int i = 1; i < st->n; i++) /* canonical order */
+        for (int j = i; j > 0 && st->stacks[j] < st->stacks[j - 1]; j--) {
+            int32_t t = st->stacks[j];
+            st->stacks[j] = st->stacks[j - 1];
+            st->stacks[j - 1] = t;
+        }
+    if (2 * (m->ms_n + 1) > m->ms_cap_index && !memo_grow_index(m)) return -1;
+    uint32_t mask = (uint32_t)m->ms_cap_index - 1, k = (uint32_t)state_hash(st) & mask;
+    for (; m->ms_index[k] >= 0; k = (k + 1) & mask)
+        if (state_equal(m, m->ms_index[k], st)) return m->ms_index[k];
+    if (m->ms_n == m->ms_cap) {
+        int cap = m->ms_cap ? 2 * m->ms_cap : 64;
+        int *off = realloc(m->ms_off, (size_t)cap * sizeof *off);
+        if (off) m->ms_off = off;
+        int *cnt = realloc(m->ms_cnt, (size_t)cap * sizeof *cnt);
+        if (cnt) m->ms_cnt = cnt;
+        uint32_t *acc = realloc(m->ms_acc, (size_t)cap * sizeof *acc);
+        if (acc) m->ms_acc = acc;
+        int *left = realloc(m->ms_left, (size_t)cap * sizeof *left);
+        if (left) m->ms_left = left;
+        int *len = realloc(m->ms_len, (size_t)cap * sizeof *len);
+        if (len) m->ms_len = len;
+        if (!off || !cnt || !acc || !left || !len) return -1;
+        m->ms_cap = cap;
+    }
+    if (m->ms_n_stacks + st->n > m->ms_cap_stacks) {
+        int cap = m->ms_cap_stacks ? m->ms_cap_stacks : 256;
+        while (cap < m->ms_n_stacks + st->n) cap *= 2;
+        int32_t *sb = realloc(m->ms_stacks, (size_t)cap * sizeof *sb);
+        if (!sb) return -1;
+        m->ms_stacks = sb;
+        m->ms_cap_stacks = cap;
+    }
+    int id = m->ms_n++;
+    m->ms_off[id] = m->ms_n_stacks;
+    m->ms_cnt[id] = st->n;
+    m->ms_acc[id] = st->acc;
+    m->ms_left[id] = st->left;
+    m->ms_len[id] = st->len;
+    memcpy(m->ms_stacks + m->ms_n_stacks, st->stacks, (size_t)st->n * sizeof *st->stacks);
+    m->ms_n_stacks += st->n;
+    m->ms_index[k] = id;
+    return id;
+}
+
+/* The state after byte b from state id: memoized; -1 dead, -2 out of memory. */
+static int memo_step(gr_matcher *m, int id, uint8_t b) {
+    uint64_t key = ((uint64_t)id << 8 | b) + 1;
+    if (2 * (m->tr_n + 1) > m->tr_cap) {
+        int cap = m->tr_cap ? 2 * m->tr_cap : 1024;
+        uint64_t *keys = calloc((size_t)cap, sizeof *keys);
+        int32_t *next = malloc((size_t)cap * sizeof *next);
+        if (!keys || !next) {
+            free(keys);
+            free(next);
+            return -2;
+        }
+        for (int i = 0; i < m->tr_cap; i++) {
+            if (!m->tr_key[i]) continue;
+            uint32_t k = (uint32_t)(m->tr_key[i] * 0x9E3779B97F4A7C15ull >> 32) & (uint32_t)(cap - 1);
+            while (keys[k]) k = (k + 1) & (uint32_t)(cap - 1);
+            keys[k] = m->tr_key[i];
+            next[k] = m->tr_next[i];
+        }
+        free(m->tr_key);
+        free(m->tr_next);
+        m->tr_key = keys;
+        m->tr_next = next;
+        m->tr_cap = cap;
+    }
+    uint32_t mask = (uint32_t)m->tr_cap - 1, k = (uint32_t)(key * 0x9E3779B97F4A7C15ull >> 32) & mask;
+    for (; m->tr_key[k]; k = (k + 1) & mask)
+        if (m->tr_key[k] == key) return m->tr_next[k];
+    gm_state *in = &m->walk[0], *out = &m->walk[1];
+    in->n = m->ms_cnt[id];
+    in->acc = m->ms_acc[id];
+    in->left = m->ms_left[id];
+    in->len = m->ms_len[id];
+    memcpy(in->stacks, m->ms_stacks + m->ms_off[id], (size_t)in->n * sizeof *in->stacks);
+    m->overflow = false;
+    int next = step_byte(m, in, b, out) && !m->overflow ? memo_intern(m, out) : -1;
+    if (next == -1 && m->overflow) m->overflow = false;
+    m->tr_key[k] = key;
+    m->tr_next[k] = next;
+    m->tr_n++;
+    return next;
+}
+
 static void walk_trie(gr_matcher *m) {
     const gr_vocab *v = m->v;
     memset(m->bits, 0, (size_t)v->n_words * sizeof *m->bits);
     int mark = m->n_nodes;
+    m->ms_n = m->ms_n_stacks = m->tr_n = 0;
+    if (m->ms_index) memset(m->ms_index, 0xff, (size_t)m->ms_cap_index * sizeof *m->ms_index);
+    if (m->tr_key) memset(m->tr_key, 0, (size_t)m->tr_cap * sizeof *m->tr_key);
     gm_state *w = m->walk;
     w[0].n = m->cur.n;
     w[0].acc = m->cur.acc;
     w[0].left = m->cur.left;
     w[0].len = m->cur.len;
     memcpy(w[0].stacks, m->cur.stacks, (size_t)m->cur.n * sizeof *w[0].stacks);
+    int32_t *ids = m->walk_ids;
+    ids[0] = memo_intern(m, &w[0]);
+    if (ids[0] < 0) goto done;
     for (int i = 0; i < v->n_nodes;) {
         const trie_node *t = &v->nodes[i];
-        m->overflow = false;
-        if (!step_byte(m, &w[t->depth - 1], t->byte, &w[t->depth]) || m->overflow) {
+        int next = memo_step(m, ids[t->depth - 1], t->byte);
+        if (next == -2) break; /* out of memory: a smaller mask, never a wrong token */
+        if (next < 0) {
             i = t->end;
             continue;
         }
+        ids[t->depth] = next;
         for (int k = 0; k < t->n_tok; k++) {
             int32_t tok = v->sorted[t->tok_first + k];
             m->bits[tok >> 6] |= 1ull << (tok & 63);
         }
         i++;
     }
+done:
     m->overflow = false;
     truncate_nodes(m, mark);
 }
