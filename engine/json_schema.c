@@ -446,6 +446,20 @@ static void emit_set_json(rx *r, const cp_set *s) {
 
 static void rx_alt(rx *r, int depth);
 
+/* The next UTF-8 character of the pattern (a stray byte stands for itself). */
+static uint32_t rx_char(rx *r) {
+    const unsigned char *q = (const unsigned char *)r->p;
+    int n = q[0] < 0x80 ? 1 : (q[0] & 0xE0) == 0xC0 ? 2 : (q[0] & 0xF0) == 0xE0 ? 3 : 4;
+    if ((const char *)q + n > r->end) n = 1;
+    uint32_t cp = q[0];
+    if (n > 1) {
+        cp &= 0x3Fu >> (n - 1);
+        for (int i = 1; i < n; i++) cp = cp << 6 | (q[i] & 0x3Fu);
+    }
+    r->p += n;
+    return cp;
+}
+
 static int rx_number(rx *r) {
     long v = 0;
     if (r->p >= r->end || *r->p < '0' || *r->p > '9') {
@@ -508,16 +522,7 @@ static void rx_seq(rx *r, int depth) {
                         return;
                     }
                 } else {
-                    const char *q = r->p;
-                    int n = ((unsigned char)*q < 0x80) ? 1 : ((unsigned char)*q & 0xE0) == 0xC0 ? 2
-                            : ((unsigned char)*q & 0xF0) == 0xE0 ? 3 : 4;
-                    if (q + n > r->end) n = 1;
-                    lo = (unsigned char)q[0];
-                    if (n > 1) {
-                        lo &= 0x3Fu >> (n - 1);
-                        for (int i = 1; i < n; i++) lo = lo << 6 | ((unsigned char)q[i] & 0x3Fu);
-                    }
-                    r->p += n;
+                    lo = rx_char(r);
                 }
                 uint32_t hi = lo;
                 if (r->end - r->p >= 2 && r->p[0] == '-' && r->p[1] != ']') {
@@ -563,16 +568,7 @@ static void rx_seq(rx *r, int depth) {
             fail(r->c, "pattern: quantifier '%c' with nothing to repeat", ch);
             return;
         } else {
-            const char *q = r->p;
-            int n = ((unsigned char)*q < 0x80) ? 1 : ((unsigned char)*q & 0xE0) == 0xC0 ? 2
-                    : ((unsigned char)*q & 0xF0) == 0xE0 ? 3 : 4;
-            if (q + n > r->end) n = 1;
-            uint32_t cp = (unsigned char)q[0];
-            if (n > 1) {
-                cp &= 0x3Fu >> (n - 1);
-                for (int i = 1; i < n; i++) cp = cp << 6 | ((unsigned char)q[i] & 0x3Fu);
-            }
-            r->p += n;
+            uint32_t cp = rx_char(r);
             json_cp_literal(b, cp);
             sb_puts(b, " ");
         }
