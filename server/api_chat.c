@@ -23,6 +23,7 @@ typedef struct chat_seq {
     job_seq base;            /* first */
     jbuf lp;                 /* logprobs.content entries not yet written */
     int n_lp;
+    int reply_kind;          /* with tools: 0 not known yet, 1 text, 2 tool calls (its first character) */
 } chat_seq;
 
 typedef struct chat_job {
@@ -121,7 +122,10 @@ static void lp_write(jbuf *out, chat_seq *s) {
 /* A seq whose reply is tool calls: its text is held back (not streamed as
  * content) and turned into tool_calls at the end. */
 static bool is_tool_reply(const job_seq *s) {
-    return ((const chat_job *)s->job)->tools.active && tools_is_call_text(s->text.data, s->text.len);
+    chat_seq *cs = (chat_seq *)s; /* decided once: streamed text is cleared as it goes */
+    if (!((const chat_job *)s->job)->tools.active) return false;
+    if (cs->reply_kind == 0 && s->text.len > 0) cs->reply_kind = tools_is_call_text(s->text.data, s->text.len) ? 2 : 1;
+    return cs->reply_kind == 2;
 }
 
 static void chat_write_finish(jbuf *b, const job_seq *s, int final) {
