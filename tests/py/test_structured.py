@@ -31,11 +31,12 @@ def arr(items, **kw):
     return {"type": "array", "items": items, **kw}
 
 
-# Recursive schemas (and free objects): SmolLM2-135M sometimes keeps nesting
-# until max_tokens; their outputs must validate when they finish, and a cut
+# Recursive schemas and open objects: SmolLM2-135M sometimes keeps nesting
+# (or adding properties) until max_tokens; their outputs must validate when they finish, and a cut
 # one must be a prefix the grammar allowed (see RUNS_LONG below).
 TREE = {"$defs": {"node": obj({"value": I, "children": arr({"$ref": "#/$defs/node"}, maxItems=2)}, ["value"])},
         "$ref": "#/$defs/node"}
+ADDL = obj({"name": S}, ["name"], additionalProperties=B)
 EXPR = {"$defs": {"e": {"anyOf": [I, obj({"op": {"enum": ["+", "*"]}, "args": arr({"$ref": "#/$defs/e"}, minItems=2, maxItems=2)})]}},
         "$ref": "#/$defs/e"}
 LIST = {"definitions": {"cell": obj({"v": {"type": "integer", "minimum": 0, "maximum": 9},
@@ -109,7 +110,7 @@ SCHEMAS = [
     obj({"user": obj({"id": I, "nick": S}, ["id"]), "roles": arr({"enum": ["admin", "user", "guest"]}, maxItems=3)}),
     # additionalProperties as a schema, free objects
     {"type": "object", "additionalProperties": I},
-    obj({"name": S}, ["name"], additionalProperties=B),
+    ADDL,
     {"type": "object"},
     obj({"extra": {"type": "object"}}),
     # refs and recursion
@@ -122,11 +123,11 @@ SCHEMAS = [
      "maxItems": 3},
     # annotations are accepted
     {"title": "Thing", "description": "a thing", "type": "object",
-     "properties": {"name": {"type": "string", "description": "its name", "default": "x"}}, "required": ["name"]},
+     "properties": {"name": {"type": "string", "maxLength": 48, "description": "its name", "default": "x"}}, "required": ["name"]},
 ]
 
 
-RUNS_LONG = [TREE, LIST, EXPR, {"type": "object"}]
+RUNS_LONG = [TREE, LIST, EXPR, ADDL, {"type": "object"}]
 
 
 def check_corpus_size():
