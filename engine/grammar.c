@@ -195,7 +195,7 @@ static int add_class(parser *ps, const gr_range *rs, int n, bool negated) {
     gr_class *c = &ps->classes[ps->n_classes];
     c->first = (uint32_t)ps->n_ranges;
     c->negated = negated;
-    memcpy(ps->ranges + ps->n_ranges, rs, (size_t)n * sizeof *rs);
+    if (n > 0) memcpy(ps->ranges + ps->n_ranges, rs, (size_t)n * sizeof *rs);
     c->n = (uint32_t)n;
     ps->n_ranges += n;
     return ps->n_classes++;
@@ -546,7 +546,7 @@ static void normalize_classes(gr_grammar *g) {
     for (int i = 0; i < g->n_classes; i++) {
         gr_class *c = &g->classes[i];
         gr_range *r = g->ranges + c->first;
-        qsort(r, c->n, sizeof *r, cmp_range);
+        if (c->n > 1) qsort(r, c->n, sizeof *r, cmp_range);
         uint32_t n = 0;
         for (uint32_t j = 0; j < c->n; j++) {
             if (n && r[j].lo <= r[n - 1].hi + 1) {

@@ -247,7 +247,7 @@ START_TEST(test_schema_errors) {
     schema_fails("false", "accepts nothing");
     schema_fails("{\"type\":\"string\",\"pattern\":\"a(?=b)\"}", "(?...)");
     schema_fails("{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "minItems 3 is above maxItems 2");
-    char deep[2000] = "";
+    char deep[4000] = "";
     for (int i = 0; i < 80; i++) strcat(deep, "{\"type\":\"array\",\"items\":");
     strcat(deep, "{}");
     for (int i = 0; i < 80; i++) strcat(deep, "}");
