@@ -545,7 +545,7 @@ static bool class_meets(const gr_grammar *g, const gr_class *c, uint32_t lo, uin
 static void normalize_classes(gr_grammar *g) {
     for (int i = 0; i < g->n_classes; i++) {
         gr_class *c = &g->classes[i];
-        gr_range *r = g->ranges + c->first;
+        gr_range *r = c->n ? g->ranges + c->first : NULL; /* "." has no ranges, maybe none at all */
         if (c->n > 1) qsort(r, c->n, sizeof *r, cmp_range);
         uint32_t n = 0;
         for (uint32_t j = 0; j < c->n; j++) {
