@@ -134,6 +134,9 @@ typedef struct gl_request {
     bool ignore_eos;
     int prompt_logprobs;      /* -1: none; else report each prompt token's logprob
                                  with this many top alternatives (for echo) */
+    int min_tokens;           /* end-of-generation tokens are banned until this many are generated */
+    bool no_prefix_cache;     /* do not reuse cached prompt blocks for this request */
+    bool prompt_progress;     /* emit GL_EVENT_PROMPT_PROGRESS while the prompt is prefilled */
     void *user;               /* passed back in events */
 } gl_request;
 
@@ -147,6 +150,8 @@ typedef enum gl_event_type {
                                  the first has logprob NAN (nothing predicts it) */
     GL_EVENT_TOKEN,           /* one generated token (text may be empty while held back) */
     GL_EVENT_FINISHED,        /* last event of a request */
+    GL_EVENT_PROMPT_PROGRESS, /* prompt_progress: once at admission (n_processed = n_cached_tokens),
+                                 then after each prefill chunk, the last with n_processed = n_prompt_tokens */
 } gl_event_type;
 
 typedef struct gl_event {
@@ -161,12 +166,13 @@ typedef struct gl_event {
     const gl_top_logprob *top;
     gl_finish_reason finish;  /* FINISHED */
     const char *error;        /* FINISHED with GL_FINISH_ERROR */
-    int n_prompt_tokens;      /* FINISHED: usage */
-    int n_cached_tokens;      /* FINISHED: prompt tokens served from the prefix cache */
+    int n_prompt_tokens;      /* FINISHED, PROMPT_PROGRESS: usage */
+    int n_cached_tokens;      /* FINISHED, PROMPT_PROGRESS: prompt tokens served from the prefix cache */
+    int n_processed;          /* PROMPT_PROGRESS: prompt tokens in the cache so far, cached ones included */
     int n_generated;          /* TOKEN/FINISHED: tokens generated so far */
-    double t_queued;          /* FINISHED: seconds spent waiting */
+    double t_queued;          /* FINISHED, PROMPT_PROGRESS: seconds spent waiting */
     double t_first_token;     /* FINISHED: seconds from submit to the first token */
-    double t_total;           /* FINISHED: seconds from submit to finish */
+    double t_total;           /* FINISHED: seconds from submit to finish; PROMPT_PROGRESS: to now */
 } gl_event;
 
 typedef void (*gl_event_fn)(const gl_event *ev, void *ctx);

@@ -128,8 +128,10 @@ static void on_ready(api_server *a) {
     /* Without a cap below the context, the context check (context_length_exceeded) rules. */
     a->max_prompt_tokens = c->max_prompt_tokens > 0 && c->max_prompt_tokens < a->n_ctx
                          ? c->max_prompt_tokens : INT_MAX;
-    if (a->cfg->alias[0]) {
-        snprintf(a->model_id, sizeof(a->model_id), "%s", a->cfg->alias);
+    if (a->cfg->served_model_name[0]) {
+        snprintf(a->model_id, sizeof(a->model_id), "%s", a->cfg->served_model_name);
+    } else if (a->cfg->alias[0]) {
+        snprintf(a->model_id, sizeof(a->model_id), "%.*s", (int)strcspn(a->cfg->alias, ","), a->cfg->alias);
     } else {
         char path[1024];
         snprintf(path, sizeof(path), "%s", a->cfg->model);
@@ -171,9 +173,16 @@ int api_check_prompt_tokens(const api_server *a, int n, const char *param, param
                        a->max_prompt_tokens);
 }
 
+/* One of the model's names: its id, an alias, general.name, the file name
+ * with or without .gguf. */
 static int model_matches(const api_server *a, const char *name) {
-    if (!strcmp(name, a->model_id) || !strcmp(name, a->cfg->alias[0] ? a->cfg->alias : a->model_id))
-        return 1;
+    if (!strcmp(name, a->model_id)) return 1;
+    size_t len = strlen(name);
+    for (const char *p = a->cfg->alias; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == len && !strncmp(p, name, n)) return 1;
+        p += n + (p[n] == ',');
+    }
     const gl_model_info *info = gl_model_get_info(a->model);
     if (info->name && !strcmp(name, info->name)) return 1;
     char path[1024];
@@ -190,7 +199,7 @@ int api_check_model(const api_server *a, const cJSON *body, params_error *e) {
     if (!model || cJSON_IsNull(model)) return 0;
     if (!cJSON_IsString(model))
         return params_fail(e, 400, "model", "invalid_type", "'model' must be a string");
-    if (!model_matches(a, model->valuestring))
+    if (a->cfg->strict_model && !model_matches(a, model->valuestring))
         return params_fail(e, 404, "model", "model_not_found",
                            "The model '%.200s' does not exist; this server has '%s'",
                            model->valuestring, a->model_id);
@@ -320,21 +329,17 @@ void api_handle_health(http_req *req, void *ctx) {
     api_server *a = ctx;
     int ok = a->model && !a->shutting_down;
     const char *body = !a->model ? "{\"status\":\"loading model\"}"
-                     : a->shutting_down ? "{\"status\":\"shutting down\"}"
+                     : a->shutting_down ? "{\"status\":\"draining\"}"
                                         : "{\"status\":\"ok\"}";
     if (!ok) http_add_header(req, "Retry-After", "1");
     http_reply(req, ok ? 200 : 503, "application/json", body, strlen(body));
 }
 
-void api_handle_models(http_req *req, void *ctx) {
-    api_server *a = ctx;
-    if (api_reply_if_loading(a, req)) return;
+/* A model object as /v1/models lists it, under the name id. */
+static cJSON *model_object(const api_server *a, const char *id) {
     const gl_model_info *info = gl_model_get_info(a->model);
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "object", "list");
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "data"), m);
-    cJSON_AddStringToObject(m, "id", a->model_id);
+    cJSON_AddStringToObject(m, "id", id);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", 0);
     cJSON_AddStringToObject(m, "owned_by", "genloop");
@@ -345,7 +350,49 @@ void api_handle_models(http_req *req, void *ctx) {
     cJSON_AddNumberToObject(meta, "n_ctx_train", info->n_ctx_train);
     cJSON_AddNumberToObject(meta, "n_vocab", info->n_vocab);
     cJSON_AddNumberToObject(meta, "n_params", (double)info->n_params);
+    return m;
+}
+
+/* The model under its id, then under each alias. */
+void api_handle_models(http_req *req, void *ctx) {
+    api_server *a = ctx;
+    if (api_reply_if_loading(a, req)) return;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    cJSON_AddItemToArray(data, model_object(a, a->model_id));
+    for (const char *p = a->cfg->alias; *p;) {
+        size_t n = strcspn(p, ",");
+        char name[256];
+        snprintf(name, sizeof(name), "%.*s", (int)n, p);
+        if (strcmp(name, a->model_id) != 0) cJSON_AddItemToArray(data, model_object(a, name));
+        p += n + (p[n] == ',');
+    }
     api_reply_json(req, 200, root);
+}
+
+/* GET /v1/models/{id} (client.models.retrieve): any of the model's names. */
+void api_handle_model(http_req *req, void *ctx) {
+    api_server *a = ctx;
+    if (api_reply_if_loading(a, req)) return;
+    const char *id = http_req_path(req) + strlen("/v1/models/");
+    if (!model_matches(a, id)) {
+        params_error e;
+        params_fail(&e, 404, "model", "model_not_found", "The model '%.200s' does not exist; this server has '%s'",
+                    id, a->model_id);
+        api_reply_error(a, req, &e);
+        return;
+    }
+    api_reply_json(req, 200, model_object(a, id));
+}
+
+/* Endpoints of the OpenAI API that clients probe and this server has not. */
+void api_handle_unsupported(http_req *req, void *ctx) {
+    params_error e;
+    params_fail(&e, 404, NULL, "unsupported_endpoint",
+                "%.100s %.200s is not supported by this server (genloop serves /v1/completions, "
+                "/v1/chat/completions and /v1/models)", http_req_method(req), http_req_path(req));
+    api_reply_error(ctx, req, &e);
 }
 
 void api_handle_tokenize(http_req *req, void *ctx) {

@@ -69,6 +69,8 @@ void api_free(api_server *a);
 /* The small endpoints (ctx = api_server), listed in routes.c. */
 void api_handle_health(http_req *req, void *ctx);
 void api_handle_models(http_req *req, void *ctx);
+void api_handle_model(http_req *req, void *ctx);       /* GET /v1/models/{id} */
+void api_handle_unsupported(http_req *req, void *ctx); /* a 404 naming the endpoint */
 void api_handle_tokenize(http_req *req, void *ctx);
 void api_handle_detokenize(http_req *req, void *ctx);
 void api_handle_metrics(http_req *req, void *ctx);

@@ -45,7 +45,12 @@ static const setting settings[] = {
     STR(host, 0, "address to bind"),
     INT(port, 0, 0, 65535, "TCP port; 0 = any free port"),
     STR(model, 'm', "GGUF model file"),
-    STR(alias, 'a', "model id for the API; empty = the file name"),
+    STR(served_model_name, 0, "model id for the API and responses; empty = the first alias, else the file name"),
+    { "alias", 'a', SETTING_LIST, offsetof(config, alias), sizeof(((config *)0)->alias), 0, 0,
+      "another name the model answers to (repeatable, comma list); the first is the model id" },
+    BOOL(strict_model, "answer 404 when a request's `model` is not one of this model's names"),
+    BOOL(lenient_params, "log and ignore unknown request fields instead of answering 400"),
+    INT(shutdown_timeout, 0, 0, 86400, "seconds in-flight requests may take to finish on SIGTERM"),
     STR(chat_template, 0, "chat format: jinja (the model's own), chatml, llama2, llama3, mistral, "
                           "gemma, phi3, zephyr; empty = the model's, else a guess"),
     INT(threads, 't', 0, 1024, "compute threads; 0 = all cores"),
@@ -102,6 +107,7 @@ void config_default(config *c) {
     c->max_stop_bytes = 256;
     c->max_logit_bias = 1024;
     c->metrics_public = 0;
+    c->shutdown_timeout = 30;
 }
 
 static int fail(char *err, size_t err_len, const char *fmt, const char *a, const char *b) {

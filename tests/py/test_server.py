@@ -357,8 +357,9 @@ def test_context_length_exceeded(server):
 def test_404(server):
     status, _, body = request(server.url + "/v1/nothing")
     assert status == 404 and "error" in json.loads(body)
+    # any model name is accepted (--strict-model restores 404: test_clients.py); the reply names the real one
     status, _, r = complete(server, model="gpt-4", max_tokens=1)
-    assert status == 404 and r["error"]["code"] == "model_not_found" and r["error"]["param"] == "model"
+    assert status == 200 and r["model"] == "tiny"
 
 
 def test_405(server):

