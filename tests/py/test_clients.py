@@ -346,3 +346,100 @@ def test_langchain_openai(tiny):
                            temperature=0, max_retries=0)
     text = completion.invoke(PROMPT)
     assert text == ok(complete(tiny, max_tokens=6, temperature=0))["choices"][0]["text"]
+
+
+# ---- graceful drain on SIGTERM -----------------------------------------------------------------
+
+class Stream:
+    """A streaming completion read on a thread: .events, .done, .first (set at the first token)."""
+
+    def __init__(self, server, **body):
+        import requests
+        self.events, self.done, self.error = [], False, None
+        self.first = threading.Event()
+        self.finished = threading.Event()
+        body = dict(body, stream=True, prompt=PROMPT)
+        self.resp = requests.post(server.url + "/v1/completions", json=body, stream=True, timeout=120)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self):
+        try:
+            for line in self.resp.iter_lines():
+                if not line.startswith(b"data: "):
+                    continue
+                if line == b"data: [DONE]":
+                    self.done = True
+                    continue
+                self.events.append(json.loads(line[6:]))
+                self.first.set()
+        except Exception as e:  # the connection cut
+            self.error = e
+        finally:
+            self.first.set()
+            self.finished.set()
+
+    def finish_reasons(self):
+        return [c["finish_reason"] for e in self.events for c in e.get("choices", []) if c["finish_reason"]]
+
+
+def slow(*args):
+    """SmolLM (slower than the tiny model, so requests run for seconds), with a 1-sequence batch."""
+    from server_util import chat_model
+    return Server(chat_model(), "--max-seqs", "1", *args)
+
+
+def test_drain_lets_running_and_queued_requests_finish():
+    s = slow("--shutdown-timeout", "60")
+    try:
+        running = Stream(s, max_tokens=60, ignore_eos=True)
+        queued = Stream(s, max_tokens=20, ignore_eos=True)
+        assert running.first.wait(60)
+        s.proc.send_signal(signal.SIGTERM)
+        assert wait_for(lambda: request(s.url + "/health")[0] == 503, 10)
+        status, _, body = request(s.url + "/health")
+        assert json.loads(body) == {"status": "draining"}
+        code, _, r = complete(s, max_tokens=1)
+        assert code == 503, r
+        for st in (running, queued):
+            assert st.finished.wait(120) and st.done and st.error is None
+            assert st.finish_reasons() == ["length"]
+        assert s.proc.wait(30) == 0
+    finally:
+        code, log = s.stop()
+    assert code == 0 and "draining" in log, log
+
+
+def test_drain_timeout_ends_the_rest_with_an_error_event():
+    s = slow("--shutdown-timeout", "1")
+    try:
+        st = Stream(s, max_tokens=4000, ignore_eos=True)
+        assert st.first.wait(60)
+        t0 = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        assert st.finished.wait(30) and st.done, st.error
+        assert 0.8 < time.time() - t0 < 10
+        errors = [e["error"] for e in st.events if "error" in e]
+        assert len(errors) == 1 and errors[0]["code"] == "server_shutdown", st.events[-3:]
+        assert st.finish_reasons() == []  # OpenAI values only: none for a cut-short choice
+        assert s.proc.wait(30) == 0
+    finally:
+        code, log = s.stop()
+    assert code == 0 and "cancelling 1 request" in log, log
+
+
+def test_second_signal_stops_at_once():
+    s = slow("--shutdown-timeout", "120")
+    try:
+        st = Stream(s, max_tokens=4000, ignore_eos=True)
+        assert st.first.wait(60)
+        s.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        assert s.proc.poll() is None  # still draining
+        t0 = time.time()
+        s.proc.send_signal(signal.SIGTERM)
+        assert s.proc.wait(10) == 0 and time.time() - t0 < 5
+        assert st.finished.wait(10) and not st.done
+    finally:
+        code, log = s.stop()
+    assert "second signal" in log, log

@@ -241,7 +241,7 @@ TOOL = {"type": "function", "function": {"name": "f", "parameters": {}}}
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x"}}}, "response_format"),
     ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
     ({"modalities": ["text", "audio"]}, "modalities"),
-    ({"store": True}, "store"),
+    ({"frobnicate": True}, "frobnicate"),  # unknown (store is accepted: README "Request fields")
     ({"echo": True}, "echo"),
     ({"messages": [{"role": "user", "content": [
         {"type": "text", "text": "what is this?"},
