@@ -43,6 +43,11 @@ typedef struct gl_model_info {
 } gl_model_info;
 
 gl_model *gl_model_load(const char *path, gl_error *err);
+/* The same, calling progress(fraction done, ctx) as the weights are prepared
+ * (the slow part for large models); fraction reaches 1 before it returns. */
+typedef void (*gl_load_progress_fn)(float fraction, void *ctx);
+gl_model *gl_model_load_progress(const char *path, gl_load_progress_fn progress, void *ctx,
+                                 gl_error *err);
 void gl_model_free(gl_model *model);
 const gl_model_info *gl_model_get_info(const gl_model *model);
 

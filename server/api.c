@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "access.h"
 #include "jbuf.h"
@@ -16,24 +17,48 @@
 
 static const double time_buckets[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                        0.5, 1, 2.5, 5, 10, 20, 30, 60 };
+/* whole requests: a long generation on a CPU takes minutes */
+static const double latency_buckets[] = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+                                          20, 30, 60, 120, 300, 600, 1200 };
 static const double token_buckets[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024,
                                         2048, 4096, 8192, 16384, 32768 };
 static const double seq_buckets[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096 };
 #define N_OF(a) (int)(sizeof(a) / sizeof((a)[0]))
 
+/* The model's id: --served-model-name, else the first alias, else the file name. */
+static void set_model_id(api_server *a) {
+    const config *c = a->cfg;
+    if (c->served_model_name[0]) {
+        snprintf(a->model_id, sizeof(a->model_id), "%s", c->served_model_name);
+    } else if (c->alias[0]) {
+        snprintf(a->model_id, sizeof(a->model_id), "%.*s", (int)strcspn(c->alias, ","), c->alias);
+    } else {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s", c->model);
+        snprintf(a->model_id, sizeof(a->model_id), "%s", basename(path));
+    }
+}
+
 void api_init(api_server *a, const config *cfg) {
     memset(a, 0, sizeof(*a));
     a->cfg = cfg;
+    set_model_id(a);
     metrics *r = a->registry = metrics_create("genloop_");
+    metrics_set_const_label(r, "model_name", a->model_id);
     api_metrics *m = &a->m;
     m->ttft = metrics_histogram(r, "time_to_first_token_seconds",
-        "Time from submission to the first generated token.", time_buckets, N_OF(time_buckets));
+        "Time from submission to the first generated token.", latency_buckets, N_OF(latency_buckets));
     m->itl = metrics_histogram(r, "inter_token_latency_seconds",
         "Time between consecutive generated tokens of a request.", time_buckets, N_OF(time_buckets));
     m->e2e = metrics_histogram(r, "e2e_request_latency_seconds",
-        "Time from submission to the end of a request.", time_buckets, N_OF(time_buckets));
+        "Time from submission to the end of a request.", latency_buckets, N_OF(latency_buckets));
     m->queue_time = metrics_histogram(r, "request_queue_time_seconds",
-        "Time a request waited before it was scheduled.", time_buckets, N_OF(time_buckets));
+        "Time a request waited before it was scheduled.", latency_buckets, N_OF(latency_buckets));
+    m->prefill_time = metrics_histogram(r, "request_prefill_time_seconds",
+        "Time from a request's scheduling to its first token (reading the prompt).",
+        latency_buckets, N_OF(latency_buckets));
+    m->decode_time = metrics_histogram(r, "request_decode_time_seconds",
+        "Time from a request's first token to its end.", latency_buckets, N_OF(latency_buckets));
     m->prompt_tokens = metrics_histogram(r, "request_prompt_tokens",
         "Prompt tokens per finished request.", token_buckets, N_OF(token_buckets));
     m->generation_tokens = metrics_histogram(r, "request_generation_tokens",
@@ -77,7 +102,11 @@ void api_note_finished(api_server *a, const gl_event *ev) {
     metrics_observe(m->generation_tokens, ev->n_generated);
     metrics_observe(m->e2e, ev->t_total);
     metrics_observe(m->queue_time, ev->t_queued);
-    if (ev->n_generated > 0) metrics_observe(m->ttft, ev->t_first_token);
+    if (ev->n_generated > 0) {
+        metrics_observe(m->ttft, ev->t_first_token);
+        metrics_observe(m->prefill_time, ev->t_first_token - ev->t_queued);
+        metrics_observe(m->decode_time, ev->t_total - ev->t_first_token);
+    }
 }
 
 void api_free(api_server *a) {
@@ -128,19 +157,23 @@ static void on_ready(api_server *a) {
     /* Without a cap below the context, the context check (context_length_exceeded) rules. */
     a->max_prompt_tokens = c->max_prompt_tokens > 0 && c->max_prompt_tokens < a->n_ctx
                          ? c->max_prompt_tokens : INT_MAX;
-    if (a->cfg->served_model_name[0]) {
-        snprintf(a->model_id, sizeof(a->model_id), "%s", a->cfg->served_model_name);
-    } else if (a->cfg->alias[0]) {
-        snprintf(a->model_id, sizeof(a->model_id), "%.*s", (int)strcspn(a->cfg->alias, ","), a->cfg->alias);
-    } else {
-        char path[1024];
-        snprintf(path, sizeof(path), "%s", a->cfg->model);
-        snprintf(a->model_id, sizeof(a->model_id), "%s", basename(path));
-    }
     if (a->on_model_ready) a->on_model_ready(a);
-    fprintf(stderr, "genloop: model %s loaded (%s, n_ctx %d); ready at %s\n", a->model_id,
-            info->arch ? info->arch : "?", a->n_ctx, a->url);
-    printf("ready: %s\n", a->url);
+    gl_engine_stats st;
+    worker_stats(a->worker, &st);
+    long kv_tokens = (long)st.n_blocks_total * st.block_size;
+    int max_seqs = a->cfg->max_seqs;
+    fprintf(stderr, "genloop: model %s loaded (%s, n_ctx %d)\n", a->model_id,
+            info->arch ? info->arch : "?", a->n_ctx);
+    fprintf(stderr, "genloop: KV cache: %ld tokens (%d blocks of %d); up to %d sequences at once, "
+                    "%ld at full context\n", kv_tokens, st.n_blocks_total, st.block_size, max_seqs,
+            kv_tokens / (a->n_ctx > 0 ? a->n_ctx : 1));
+    fprintf(stderr, "genloop: ready at %s\n", a->url);
+    api_print_status("ready", a->url);
+}
+
+void api_print_status(const char *what, const char *url) {
+    if (isatty(STDOUT_FILENO) && isatty(STDERR_FILENO)) return;
+    printf("%s: %s\n", what, url);
     fflush(stdout);
 }
 

@@ -31,6 +31,7 @@ typedef struct api_job {
 
 typedef struct api_metrics {
     metrics_family *ttft, *itl, *e2e, *queue_time;     /* seconds */
+    metrics_family *prefill_time, *decode_time;        /* seconds: scheduled..first token..end */
     metrics_family *prompt_tokens, *generation_tokens; /* per request */
     metrics_family *prompt_tokens_total, *generation_tokens_total;
     metrics_family *requests_total, *errors_total;     /* {finish_reason}, {code} */
@@ -106,6 +107,10 @@ void api_cancel_all(api_server *a);
 /* Writes the text one token adds (leading space kept) as a JSON string;
  * partial UTF-8 shows as U+FFFD. */
 void api_write_piece(const api_server *a, jbuf *out, int32_t token);
+
+/* "WHAT: URL" on stdout for scripts that start the server; skipped when
+ * stdout is the terminal stderr already writes the same news to. */
+void api_print_status(const char *what, const char *url);
 
 /* Metrics for one finished engine request. */
 void api_note_finished(api_server *a, const gl_event *ev);

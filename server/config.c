@@ -234,6 +234,7 @@ static int flag_matches(const char *flag, const char *name) {
 int config_parse_args(config *c, int argc, char **argv, const char **config_path,
                       bool *help, bool *print, char *err, size_t err_len) {
     int list_seen[N_SETTINGS] = {0}; /* the first --cors-origin replaces the file's list */
+    int seen[N_SETTINGS] = {0};      /* a single-value flag given twice is a mistake, not an override */
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) { *help = true; continue; }
@@ -266,6 +267,8 @@ int config_parse_args(config *c, int argc, char **argv, const char **config_path
         }
         if (!strcmp(name, "config")) { *config_path = value; continue; }
         if (!s) return fail(err, err_len, "unknown option: %s%s", arg, "");
+        if (s->kind != SETTING_LIST && seen[k]++)
+            return fail(err, err_len, "%s given twice (a setting takes one value)%s", arg, "");
         if (s->kind == SETTING_STR) {
             if (set_str(c, s, value, err, err_len)) return -1;
         } else if (s->kind == SETTING_BOOL) {

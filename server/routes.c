@@ -10,6 +10,7 @@
 static const http_route routes[] = {
     /* open: no API key needed */
     { "GET", "/health", api_handle_health, true },
+    { "HEAD", "/health", api_handle_health, true },
     { "GET", "/v1/models", api_handle_models, false },
     { "GET", "/v1/models/*", api_handle_model, false },
     { "POST", "/v1/completions", completions_handle, false },

@@ -10,6 +10,7 @@
  * second signal skips the wait. */
 #include "serve.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -102,6 +103,24 @@ static void on_load_failed(api_server *a) {
     begin_shutdown(s, 1, 0);
 }
 
+/* A missing or unreadable model file fails here, before the port is bound
+ * and "listening" printed; the full check is the load on the worker. */
+static int check_model_file(const char *path, char *err, size_t err_len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, err_len, "%.1000s: %s", path, strerror(errno));
+        return -1;
+    }
+    char magic[4] = {0};
+    size_t n = fread(magic, 1, 4, f);
+    fclose(f);
+    if (n != 4 || memcmp(magic, "GGUF", 4) != 0) {
+        snprintf(err, err_len, "%.1000s: not a GGUF file", path);
+        return -1;
+    }
+    return 0;
+}
+
 int serve_main(int argc, char **argv) {
     static serve_state state;    /* large; lives for the whole process */
     serve_state *s = &state;
@@ -130,6 +149,10 @@ int serve_main(int argc, char **argv) {
     }
     if (config_validate(&s->cfg, err, sizeof(err)) || config_read_api_key(&s->cfg, err, sizeof(err)))
         goto bad_args;
+    if (check_model_file(s->cfg.model, err, sizeof(err))) {
+        fprintf(stderr, "genloop serve: %s\n", err);
+        return 1;
+    }
 
     signal(SIGPIPE, SIG_IGN);
     uv_loop_init(&s->loop);
@@ -160,8 +183,7 @@ int serve_main(int argc, char **argv) {
     snprintf(s->api.url, sizeof(s->api.url), "http://%s%.255s%s:%d", v6 ? "[" : "", s->cfg.host,
              v6 ? "]" : "", http_port(s->http));
     fprintf(stderr, "genloop: listening on %s; loading %s\n", s->api.url, s->cfg.model);
-    printf("listening: %s\n", s->api.url);
-    fflush(stdout);
+    api_print_status("listening", s->api.url);
 
     gl_engine_params ep;
     gl_engine_params_default(&ep);

@@ -443,3 +443,144 @@ def test_second_signal_stops_at_once():
     finally:
         code, log = s.stop()
     assert "second signal" in log, log
+
+
+# ---- metrics --------------------------------------------------------------------------------
+
+def test_metrics_labels_buckets_and_promtool(tiny):
+    import shutil
+    import subprocess
+    ok(complete(tiny, max_tokens=4))
+    status, _, body = request(tiny.url + "/metrics")
+    text = body.decode()
+    series = [l for l in text.splitlines() if l and not l.startswith("#")]
+    assert all('model_name="tiny"' in l for l in series), [l for l in series if "model_name" not in l]
+    assert 'le="0.005"' in text and "0000000" not in text
+    for name in ("request_prefill_time_seconds", "request_decode_time_seconds"):
+        assert f"# TYPE genloop_{name} histogram" in text
+        assert re.search(rf'genloop_{name}_count{{model_name="tiny"}} [1-9]', text), name
+    les = [float(m) for m in re.findall(r'genloop_e2e_request_latency_seconds_bucket\{model_name="tiny",le="([0-9.e+]+)"\}', text)]
+    assert max(les) >= 600
+    promtool = shutil.which("promtool")
+    if promtool:
+        r = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True)
+        assert r.returncode == 0 and not r.stdout.strip() and not r.stderr.strip(), r.stdout + r.stderr
+
+
+def test_cached_prompt_timings_use_computed_tokens(tiny):
+    prompt = "Timings: " + "one two three four five six seven " * 3
+    first = ok(complete(tiny, prompt=prompt, max_tokens=1))
+    again = ok(complete(tiny, prompt=prompt, max_tokens=1))
+    t = again["timings"]
+    assert t["cache_n"] > 0 and t["prompt_n"] + t["cache_n"] == again["usage"]["prompt_tokens"]
+    # the rate is over the computed tokens in the prefill time, so a cache hit does not inflate it
+    assert t["prompt_per_second"] == pytest.approx(t["prompt_n"] / (t["prompt_ms"] / 1e3), rel=1e-3)
+    assert first["timings"]["cache_n"] == 0 or first["timings"]["prompt_n"] > 0
+
+
+# ---- startup, the command line and install-deps ---------------------------------------------
+
+def run_genloop(*args, timeout=120):
+    import subprocess
+    from server_util import binary
+    return subprocess.run([binary(), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+
+
+def test_serve_missing_model_fails_before_listening():
+    r = run_genloop("serve", "-m", "/nonexistent/model.gguf", "--port", "0")
+    assert r.returncode == 1 and "listening" not in r.stdout + r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "/nonexistent/model.gguf" in lines[0] and "No such file" in lines[0], r.stderr
+
+
+def test_serve_startup_log_and_health_head():
+    with Server(tiny_model()) as s:
+        code, _, _ = request(s.url + "/health", method="HEAD")
+        assert code == 200
+        ok(complete(s, max_tokens=1))
+    log = s.log
+    kv = re.search(r"KV cache: (\d+) tokens \((\d+) blocks of (\d+)\); up to (\d+) sequences at once", log)
+    assert kv and int(kv.group(1)) == int(kv.group(2)) * int(kv.group(3)) > 0, log
+    assert log.index("listening on") < log.index("KV cache") < log.index("ready at")
+    # one startup line each (stdout's copies are for scripts reading a pipe)
+    assert log.count("listening on") == 1 and log.count("ready at") == 1
+    # access-log lines start with a UTC timestamp
+    access = [l for l in log.splitlines() if " http #" in l]
+    assert access and all(re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z http #", l) for l in access), access
+
+
+def test_serve_on_a_terminal_prints_each_startup_line_once():
+    import pty
+    import subprocess
+    from server_util import binary
+    master, slave = pty.openpty()
+    proc = subprocess.Popen([binary(), "serve", "-m", tiny_model(), "--port", "0"],
+                            stdin=subprocess.DEVNULL, stdout=slave, stderr=slave)
+    os.close(slave)
+    out = b""
+    try:
+        deadline = time.time() + 30
+        while b"ready at" not in out and time.time() < deadline:
+            import select
+            if select.select([master], [], [], 1)[0]:
+                out += os.read(master, 65536)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        os.close(master)
+    text = out.decode()
+    assert text.count("listening") == 1 and text.count("ready") == 1, text
+
+
+def test_port_in_use_names_the_port():
+    import socket
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(1)
+    port = sock.getsockname()[1]
+    try:
+        r = run_genloop("serve", "-m", tiny_model(), "--port", port)
+    finally:
+        sock.close()
+    lines = r.stderr.strip().splitlines()
+    assert r.returncode == 1 and len(lines) == 1, r.stderr
+    assert f"127.0.0.1:{port}" in lines[0] and "in use" in lines[0] and "port 0" not in lines[0]
+
+
+@pytest.mark.parametrize("cmd", [["serve"], ["generate", "-p", "x"], ["bench"], ["tokenize", "-p", "x"]])
+def test_second_model_flag_is_an_error(cmd):
+    r = run_genloop(*cmd, "-m", tiny_model(), "-m", "/other.gguf")
+    assert r.returncode != 0 and "given twice" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_bench_bad_batch_is_one_line():
+    r = run_genloop("bench", "-m", tiny_model(), "-b", "0")
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "-b" in r.stderr, r.stderr
+
+
+def test_bench_prints_phases_on_stderr():
+    r = run_genloop("bench", "-m", tiny_model(), "-p", 16, "-n", 8, "-b", "1,2", "-r", 2, "-t", 2, "--json")
+    assert r.returncode == 0, r.stderr
+    json.loads(r.stdout)  # stdout stays one JSON object
+    for phase in ("loading", "warm-up", "[1/2] prompt processing: 16 tokens", "[2/2] memory bandwidth",
+                  "[1/2] generation: 8 tokens", "[2/2] batch of 2"):
+        assert phase in r.stderr, (phase, r.stderr)
+
+
+def test_bench_progress_line_on_long_runs():
+    from server_util import chat_model
+    r = run_genloop("bench", "-m", chat_model(), "-p", 2048, "-n", 4, "-b", "1", "-r", 1, "-t", 2, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert re.search(r"genloop bench:   prompt \d+/2048 tokens, generated \d+/\d+", r.stderr), r.stderr
+
+
+def test_install_deps_runtime_is_only_what_serving_needs():
+    import subprocess
+    script = os.path.join(SOURCE, "scripts", "install-deps")
+    runtime = subprocess.run([script, "--runtime", "--list"], capture_output=True, text=True, check=True).stdout.split()
+    full = subprocess.run([script, "--list"], capture_output=True, text=True, check=True).stdout.split()
+    assert set(runtime) < set(full) and "libuv1-dev" in runtime and "meson" in runtime
+    for test_only in ("chromium", "nginx", "prometheus", "clang", "check"):
+        assert test_only in full and test_only not in runtime, test_only
+    assert "scripts/install-deps --runtime" in open(os.path.join(SOURCE, "scripts", "run")).read()
