@@ -584,3 +584,48 @@ def test_install_deps_runtime_is_only_what_serving_needs():
     for test_only in ("chromium", "nginx", "prometheus", "clang", "check"):
         assert test_only in full and test_only not in runtime, test_only
     assert "scripts/install-deps --runtime" in open(os.path.join(SOURCE, "scripts", "run")).read()
+
+
+# ---- genloop chat ---------------------------------------------------------------------------
+
+def test_chat_cli_through_a_pipe():
+    import subprocess
+    from server_util import binary
+    r = subprocess.run([binary(), "chat", "-m", tiny_model(), "-n", "8", "--temp", "0", "-t", "2"],
+                       input="Once upon a time\n/reset\nThe end\n", capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("> ") == 4 and "(conversation reset)" in r.stdout, r.stdout
+    # each turn through the template: chatml here, two turns after the reset start over (nothing cached
+    # past the template's opening), and the stats line says how many tokens were read
+    stats = re.findall(r"\[(\d+) prompt tokens \((\d+) cached\), (\d+) generated", r.stderr)
+    assert len(stats) == 2, r.stderr
+    chatml = "<|im_start|>user\nOnce upon a time<|im_end|>\n<|im_start|>assistant\n"
+    with Server(tiny_model(), "--chat-template", "chatml") as s:
+        assert int(stats[0][0]) == n_prompt(s, chatml)
+
+
+def test_chat_cli_ctrl_c_stops_a_reply():
+    pexpect = pytest.importorskip("pexpect")
+    from server_util import binary, chat_model
+    child = pexpect.spawn(binary(), ["chat", "-m", chat_model(), "--temp", "0", "-t", "2"],
+                          encoding="utf-8", timeout=60)
+    try:
+        child.expect("> ")
+        child.sendline("Write a very long story about a dragon, with many chapters.")
+        child.expect(r"chapters\.\r\n")  # the terminal's echo of the line
+        child.expect(r"\w+ \w+ \w+")  # the reply is streaming
+        t0 = time.time()
+        child.sendintr()
+        child.expect(r"generated, [0-9.]+ tokens/s; stopped\]")
+        child.expect("> ")
+        assert time.time() - t0 < 10
+        child.sendline("/reset")
+        child.expect(r"\(conversation reset\)")
+        child.sendline("Say hi")
+        child.expect(r"\d+ generated")
+        child.expect("> ")
+        child.sendeof()
+        child.expect(pexpect.EOF)
+    finally:
+        child.close()
+    assert child.exitstatus == 0
