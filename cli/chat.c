@@ -77,39 +77,34 @@ static void conv_truncate(conversation *c, int n) {
 }
 
 typedef struct reply {
-    char *text;
+    char *text;              /* what was streamed, for the conversation */
     size_t len, cap;
-    bool finished;
-    gl_finish_reason finish;
+    gl_event end;            /* the FINISHED event (type 0 until it came); its pointers are not kept */
     char error[512];
-    int n_prompt, n_cached, n_generated;
-    double t_first_token, t_total;
 } reply;
+
+static void reply_append(reply *r, const char *text, size_t len) {
+    if (r->len + len + 1 > r->cap) {
+        size_t cap = (r->len + len + 1) * 2;
+        char *t = realloc(r->text, cap);
+        if (!t) return;
+        r->text = t;
+        r->cap = cap;
+    }
+    memcpy(r->text + r->len, text, len);
+    r->len += len;
+}
 
 static void on_event(const gl_event *ev, void *ctx) {
     reply *r = ctx;
     if (ev->text_len) {
         fwrite(ev->text, 1, ev->text_len, stdout);
         fflush(stdout);
-        if (r->len + ev->text_len + 1 > r->cap) {
-            size_t cap = (r->len + ev->text_len + 1) * 2;
-            char *t = realloc(r->text, cap);
-            if (!t) return;
-            r->text = t;
-            r->cap = cap;
-        }
-        memcpy(r->text + r->len, ev->text, ev->text_len);
-        r->len += ev->text_len;
+        reply_append(r, ev->text, ev->text_len);
     }
     if (ev->type != GL_EVENT_FINISHED) return;
-    r->finished = true;
-    r->finish = ev->finish;
+    r->end = *ev;
     if (ev->error) snprintf(r->error, sizeof r->error, "%s", ev->error);
-    r->n_prompt = ev->n_prompt_tokens;
-    r->n_cached = ev->n_cached_tokens;
-    r->n_generated = ev->n_generated;
-    r->t_first_token = ev->t_first_token;
-    r->t_total = ev->t_total;
 }
 
 /* One assistant turn for the conversation so far; its text is added to it. */
@@ -142,7 +137,7 @@ static int answer(gl_engine *e, const gl_model *model, const gl_chat_template *t
     }
     interrupted = 0;
     bool cancelled = false;
-    while (!r.finished) {
+    while (r.end.type != GL_EVENT_FINISHED) {
         if (interrupted && !cancelled) {
             gl_engine_cancel(e, id);
             cancelled = true;
@@ -152,14 +147,17 @@ static int answer(gl_engine *e, const gl_model *model, const gl_chat_template *t
     interrupted = 0;
     printf("\n");
     int rc = 0;
-    if (r.finish == GL_FINISH_ERROR) {
+    const gl_event *end = &r.end;
+    if (end->finish == GL_FINISH_ERROR) {
         fprintf(stderr, "genloop chat: %s\n", r.error);
         rc = -1;
     } else {
-        double decode = r.t_total - r.t_first_token;
-        fprintf(stderr, "[%d prompt tokens (%d cached), %d generated, %.1f tokens/s%s]\n", r.n_prompt,
-                r.n_cached, r.n_generated, decode > 0 && r.n_generated > 1 ? (r.n_generated - 1) / decode : 0.0,
-                r.finish == GL_FINISH_CANCELLED ? "; stopped" : r.finish == GL_FINISH_LENGTH ? "; length limit" : "");
+        double decode = end->t_total - end->t_first_token;
+        fprintf(stderr, "[%d prompt tokens (%d cached), %d generated, %.1f tokens/s%s]\n", end->n_prompt_tokens,
+                end->n_cached_tokens, end->n_generated,
+                decode > 0 && end->n_generated > 1 ? (end->n_generated - 1) / decode : 0.0,
+                end->finish == GL_FINISH_CANCELLED ? "; stopped"
+                : end->finish == GL_FINISH_LENGTH  ? "; length limit" : "");
         if (conv_add(c, "assistant", r.text ? r.text : "", r.len)) rc = -1;
     }
     free(r.text);

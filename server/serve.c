@@ -66,7 +66,9 @@ static void cancel_rest(serve_state *s) {
 static void on_shutdown_tick(uv_timer_t *t) {
     serve_state *s = t->data;
     uint64_t now = uv_now(&s->loop);
-    if (http_active(s->http) == 0 && s->api.n_jobs == 0) finish_shutdown(s);
+    /* Jobs are what a drain waits for (a job lasts until its reply is sent);
+     * a request without one (a stalled upload) does not hold the exit up. */
+    if (s->api.n_jobs == 0) finish_shutdown(s);
     else if (!s->cancelled && now >= s->drain_deadline) cancel_rest(s);
     else if (s->cancelled && now >= s->shutdown_deadline) finish_shutdown(s);
 }

@@ -145,10 +145,10 @@ def sse_events(raw):
     return events, done
 
 
-def metrics(url):
+def metrics(url, headers=None):
     """{'name{labels}': value} from /metrics; the model_name label every
     series carries is left out of the keys (test_clients.py checks it)."""
-    status, _, body = request(url + "/metrics")
+    status, _, body = request(url + "/metrics", headers=headers)
     assert status == 200
     out = {}
     for line in body.decode().splitlines():

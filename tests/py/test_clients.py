@@ -4,6 +4,7 @@ table of the README (every row checked against the server), n > 1 with a
 seed, model names, endpoints we do not have, and progress events.
 
 The tiny stories260K model (context 128) runs with the chatml template."""
+import contextlib
 import json
 import os
 import re
@@ -383,18 +384,23 @@ class Stream:
         return [c["finish_reason"] for e in self.events for c in e.get("choices", []) if c["finish_reason"]]
 
 
-def slow(*args):
-    """SmolLM (slower than the tiny model, so requests run for seconds), with a 1-sequence batch."""
+@contextlib.contextmanager
+def streaming_server(shutdown_timeout, max_tokens=4000):
+    """SmolLM (slower than the tiny model, so requests run for seconds) with a 1-sequence batch,
+    and a long stream that has started; yields both, then stops the server (.code, .log)."""
     from server_util import chat_model
-    return Server(chat_model(), "--max-seqs", "1", *args)
+    s = Server(chat_model(), "--max-seqs", "1", "--shutdown-timeout", str(shutdown_timeout))
+    try:
+        st = Stream(s, max_tokens=max_tokens, ignore_eos=True)
+        assert st.first.wait(60)
+        yield s, st
+    finally:
+        s.code, s.log = s.stop()
 
 
 def test_drain_lets_running_and_queued_requests_finish():
-    s = slow("--shutdown-timeout", "60")
-    try:
-        running = Stream(s, max_tokens=60, ignore_eos=True)
+    with streaming_server(60, max_tokens=60) as (s, running):
         queued = Stream(s, max_tokens=20, ignore_eos=True)
-        assert running.first.wait(60)
         s.proc.send_signal(signal.SIGTERM)
         assert wait_for(lambda: request(s.url + "/health")[0] == 503, 10)
         status, _, body = request(s.url + "/health")
@@ -405,16 +411,11 @@ def test_drain_lets_running_and_queued_requests_finish():
             assert st.finished.wait(120) and st.done and st.error is None
             assert st.finish_reasons() == ["length"]
         assert s.proc.wait(30) == 0
-    finally:
-        code, log = s.stop()
-    assert code == 0 and "draining" in log, log
+    assert s.code == 0 and "draining" in s.log, s.log
 
 
 def test_drain_timeout_ends_the_rest_with_an_error_event():
-    s = slow("--shutdown-timeout", "1")
-    try:
-        st = Stream(s, max_tokens=4000, ignore_eos=True)
-        assert st.first.wait(60)
+    with streaming_server(1) as (s, st):
         t0 = time.time()
         s.proc.send_signal(signal.SIGTERM)
         assert st.finished.wait(30) and st.done, st.error
@@ -423,16 +424,11 @@ def test_drain_timeout_ends_the_rest_with_an_error_event():
         assert len(errors) == 1 and errors[0]["code"] == "server_shutdown", st.events[-3:]
         assert st.finish_reasons() == []  # OpenAI values only: none for a cut-short choice
         assert s.proc.wait(30) == 0
-    finally:
-        code, log = s.stop()
-    assert code == 0 and "cancelling 1 request" in log, log
+    assert s.code == 0 and "cancelling 1 request" in s.log, s.log
 
 
 def test_second_signal_stops_at_once():
-    s = slow("--shutdown-timeout", "120")
-    try:
-        st = Stream(s, max_tokens=4000, ignore_eos=True)
-        assert st.first.wait(60)
+    with streaming_server(120) as (s, st):
         s.proc.send_signal(signal.SIGTERM)
         time.sleep(0.5)
         assert s.proc.poll() is None  # still draining
@@ -440,9 +436,7 @@ def test_second_signal_stops_at_once():
         s.proc.send_signal(signal.SIGTERM)
         assert s.proc.wait(10) == 0 and time.time() - t0 < 5
         assert st.finished.wait(10) and not st.done
-    finally:
-        code, log = s.stop()
-    assert "second signal" in log, log
+    assert "second signal" in s.log, s.log
 
 
 # ---- metrics --------------------------------------------------------------------------------
