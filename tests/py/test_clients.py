@@ -563,10 +563,12 @@ def test_bench_prints_phases_on_stderr():
 
 
 def test_bench_progress_line_on_long_runs():
-    from server_util import chat_model
-    r = run_genloop("bench", "-m", chat_model(), "-p", 2048, "-n", 4, "-b", "1", "-r", 1, "-t", 2, timeout=300)
+    # 2500 tokens: several seconds of decoding at thousands of positions, so progress lines come
+    r = run_genloop("bench", "-m", tiny_model(), "-p", 16, "-n", 2500, "-b", "1", "-r", 1, "-t", 2, "--json",
+                    timeout=300)
     assert r.returncode == 0, r.stderr
-    assert re.search(r"genloop bench:   prompt \d+/2048 tokens, generated \d+/\d+", r.stderr), r.stderr
+    json.loads(r.stdout)
+    assert re.search(r"genloop bench:   prompt 16/16 tokens, generated \d+/2500", r.stderr), r.stderr
 
 
 def test_install_deps_runtime_is_only_what_serving_needs():
