@@ -302,9 +302,9 @@ int params_generation_parse_limits(const cJSON *body, const gl_model *model,
         if (params_get_bool(so, "include_usage", &g->include_usage, e) ||
             params_get_bool(so, "continuous_usage_stats", &g->continuous_usage, e) ||
             params_get_bool(so, "include_obfuscation", &obfuscation, e)) {
-            char key[96];
-            snprintf(key, sizeof(key), "stream_options.%.40s", e->param);
-            snprintf(e->param, sizeof(e->param), "%s", key);
+            char key[sizeof(e->param)];
+            snprintf(key, sizeof(key), "stream_options.%.40s", e->param); /* 15 + 40 < 64 */
+            memcpy(e->param, key, sizeof(key));
             return -1;
         }
     }
