@@ -67,3 +67,12 @@ const char *cli_value(int argc, char **argv, int *i) {
     }
     return argv[++*i];
 }
+
+bool cli_set_once(const char *flag, const char **slot, const char *value) {
+    if (*slot) {
+        fprintf(stderr, "genloop: %s given twice ('%s', then '%s')\n", flag, *slot, value);
+        return false;
+    }
+    *slot = value;
+    return true;
+}

@@ -14,5 +14,8 @@ bool cli_parse_float(const char *flag, const char *s, double lo, double hi, doub
 bool cli_parse_act_bits(const char *flag, const char *s, int *out);
 /* The value after argv[*i] (advancing *i), or NULL after printing an error. */
 const char *cli_value(int argc, char **argv, int *i);
+/* *slot = value unless it was set already: then print "genloop: FLAG given
+ * twice" and return false (a second -m must not silently win). */
+bool cli_set_once(const char *flag, const char **slot, const char *value);
 
 #endif

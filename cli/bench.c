@@ -12,6 +12,7 @@
  * before and after its decode run; the bandwidth printed is the median of
  * those means. */
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,8 +100,22 @@ static double measure_bandwidth(int n_threads, int passes) {
 
 /* ---- engine runs -------------------------------------------------------------- */
 
+/* Each phase is announced on stderr as it starts (stdout holds only the
+ * results, so --json stays one object). */
+static void phase(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "genloop bench: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+    va_end(ap);
+}
+
 typedef struct run_state {
     int n_requests;
+    long prompt_total, prompt_done;   /* tokens, over all requests */
+    long gen_total, gen_done;
+    double t_progress;        /* when the last progress line was printed */
     int n_first;              /* requests that have their first token */
     int n_finished;
     double t_all_first;       /* when the last first token arrived */
@@ -113,7 +128,10 @@ typedef struct run_state {
 static void on_event(const gl_event *ev, void *ctx) {
     run_state *st = ctx;
     intptr_t idx = (intptr_t)ev->user;
-    if (ev->type == GL_EVENT_TOKEN) {
+    if (ev->type == GL_EVENT_PROMPT_PROGRESS && ev->n_processed == ev->n_prompt_tokens) {
+        st->prompt_done += ev->n_prompt_tokens;
+    } else if (ev->type == GL_EVENT_TOKEN) {
+        st->gen_done++;
         if (st->n_first == st->n_requests) st->tokens_after_first++;
         if (!st->got_first[idx]) {
             st->got_first[idx] = 1;
@@ -146,7 +164,7 @@ static int run_requests(gl_engine *e, const gl_model_info *info, int n_req, int 
         for (int i = 0; i < n_prompt; i++)
             prompt[i] = base + (int32_t)(((uint64_t)i * 7919u + (uint64_t)r * 104729u + (uint64_t)salt * 15485863u) % (uint64_t)span);
         gl_request req = {.prompt = prompt, .n_prompt = n_prompt, .max_tokens = max_tokens, .ignore_eos = true,
-                          .prompt_logprobs = -1, .user = (void *)(intptr_t)r};
+                          .prompt_logprobs = -1, .prompt_progress = true, .user = (void *)(intptr_t)r};
         gl_sampling_params_default(&req.sampling);
         req.sampling.temperature = 0;
         gl_error err;
@@ -158,7 +176,17 @@ static int run_requests(gl_engine *e, const gl_model_info *info, int n_req, int 
         }
     }
     free(prompt);
-    while (st->n_finished < n_req) gl_engine_step(e, on_event, st);
+    st->prompt_total = (long)n_req * n_prompt;
+    st->gen_total = (long)n_req * max_tokens;
+    st->t_progress = now_s();
+    while (st->n_finished < n_req) {
+        gl_engine_step(e, on_event, st);
+        if (now_s() - st->t_progress >= 1.0) { /* a line a second while a run is long */
+            st->t_progress = now_s();
+            phase("  prompt %ld/%ld tokens, generated %ld/%ld", st->prompt_done, st->prompt_total,
+                  st->gen_done, st->gen_total);
+        }
+    }
     free(st->got_first);
     if (st->error[0]) {
         fprintf(stderr, "genloop bench: %s\n", st->error);
@@ -191,7 +219,9 @@ static int parse_batches(const char *s, int *out) {
     snprintf(buf, sizeof buf, "%s", s);
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
         long v;
-        if (n == MAX_BATCHES || !cli_parse_int("-b", tok, 1, 256, &v)) return -1;
+        char *end;
+        v = strtol(tok, &end, 10);
+        if (n == MAX_BATCHES || end == tok || *end || v < 1 || v > 256) return -1;
         out[n++] = (int)v;
     }
     return n;
@@ -213,7 +243,7 @@ int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "--json")) {
             json = true;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
-            if (!(model_path = cli_value(argc, argv, &i))) return 2;
+            if (!(v = cli_value(argc, argv, &i)) || !cli_set_once("-m", &model_path, v)) return 2;
         } else if (!strcmp(a, "-p")) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_parse_int(a, v, 1, 1 << 20, &n_prompt)) return 2;
         } else if (!strcmp(a, "-n")) {
@@ -229,8 +259,8 @@ int cmd_bench(int argc, char **argv) {
         } else if (!strcmp(a, "-b")) {
             if (!(v = cli_value(argc, argv, &i))) return 2;
             if ((n_batches = parse_batches(v, batches)) <= 0) {
-                fprintf(stderr, "genloop: invalid value '%s' for -b: expected up to %d sizes like 1,4,16\n", v,
-                        MAX_BATCHES);
+                fprintf(stderr, "genloop: invalid value '%s' for -b: expected up to %d sizes in [1, 256] like 1,4,16\n",
+                        v, MAX_BATCHES);
                 return 2;
             }
         } else {
@@ -246,6 +276,7 @@ int cmd_bench(int argc, char **argv) {
     if (n_threads == 0) n_threads = sysconf(_SC_NPROCESSORS_ONLN) > 0 ? sysconf(_SC_NPROCESSORS_ONLN) : 1;
 
     gl_error err;
+    phase("loading %s", model_path);
     gl_model *model = gl_model_load(model_path, &err);
     if (!model) {
         fprintf(stderr, "genloop bench: %s\n", err.message);
@@ -281,12 +312,16 @@ int cmd_bench(int argc, char **argv) {
     int rc = 0;
     run_state st;
     /* Warm up: page the weights in, start the workers. */
+    phase("warm-up");
     if (run_requests(e, info, 1, 8, 2, 999, &st)) rc = 1;
     for (int r = 0; r < reps && !rc; r++) {
         /* Interleave the measurements so machine noise spreads over all of them. */
+        phase("[%d/%ld] prompt processing: %ld tokens", r + 1, reps, n_prompt);
         if (run_requests(e, info, 1, (int)n_prompt, 1, r, &st)) rc = 1;
         else pp[r] = (double)n_prompt / st.t_first_token;
+        phase("[%d/%ld] memory bandwidth", r + 1, reps);
         bw[r] = measure_bandwidth((int)n_threads, 3);
+        if (!rc) phase("[%d/%ld] generation: %ld tokens at depth %ld", r + 1, reps, n_gen, depth);
         if (!rc && run_requests(e, info, 1, (int)depth, (int)n_gen, 1000 + r, &st) == 0)
             tg[r] = (double)st.tokens_after_first / (now_s() - st.t_all_first);
         else rc = 1;
@@ -299,6 +334,7 @@ int cmd_bench(int argc, char **argv) {
         }
         for (int b = 0; b < n_batches && !rc; b++) {
             double t0;
+            phase("[%d/%ld] batch of %d: %ld tokens each", r + 1, reps, batches[b], n_gen);
             if (run_requests(e, info, batches[b], GEN_PROMPT, (int)n_gen, 2000 + 100 * r + b, &st)) {
                 rc = 1;
                 break;
@@ -306,7 +342,6 @@ int cmd_bench(int argc, char **argv) {
             t0 = st.t_all_first;
             bt[b * reps + r] = (double)st.tokens_after_first / (now_s() - t0);
         }
-        if (!json) fprintf(stderr, "genloop bench: repetition %d/%ld done\n", r + 1, reps);
     }
     if (!rc) {
         double bw_m = median(bw, (int)reps), pp_m = median(pp, (int)reps), tg_m = median(tg, (int)reps);

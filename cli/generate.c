@@ -103,7 +103,7 @@ int cmd_generate(int argc, char **argv) {
             return 0;
         } else if (!strcmp(a, "-m") || !strcmp(a, "--model")) {
             VALUE();
-            model_path = v;
+            if (!cli_set_once("-m", &model_path, v)) return 2;
         } else if (!strcmp(a, "-p") || !strcmp(a, "--prompt")) {
             VALUE();
             prompt = v;

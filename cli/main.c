@@ -14,6 +14,7 @@ static void usage(FILE *out) {
             "\n"
             "commands:\n"
             "  generate   generate text from a prompt, streamed to stdout\n"
+            "  chat       talk to a model in the terminal through its chat template\n"
             "  tokenize   show how a model tokenizes text\n"
             "  serve      run the OpenAI-compatible HTTP server (streaming, metrics, web chat)\n"
             "  bench      measure prompt, generation and batch throughput against memory bandwidth\n"
@@ -40,6 +41,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "tokenize")) return cmd_tokenize(argc - 1, argv + 1);
     if (!strcmp(cmd, "serve")) return serve_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
+    if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
     fprintf(stderr, "genloop: unknown command '%s' (try genloop --help)\n", cmd);
     return 2;
 }

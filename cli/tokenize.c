@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "cli.h"
 #include "genloop.h"
 
@@ -58,7 +59,9 @@ int cmd_tokenize(int argc, char **argv) {
     bool ids_only = false, special = true;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
-        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) model_path = argv[++i];
+        if ((!strcmp(a, "-m") || !strcmp(a, "--model")) && i + 1 < argc) {
+            if (!cli_set_once("-m", &model_path, argv[++i])) return 2;
+        }
         else if ((!strcmp(a, "-p") || !strcmp(a, "--prompt")) && i + 1 < argc) prompt = argv[++i];
         else if (!strcmp(a, "--ids")) ids_only = true;
         else if (!strcmp(a, "--no-special")) special = false;

@@ -1887,6 +1887,12 @@ void gl_chat_template_free(gl_chat_template *t) {
 
 char *gl_chat_template_render(const gl_chat_template *t, const gl_chat_message *msgs, int n,
                               bool add_generation_prompt, gl_error *err) {
+    return gl_chat_template_render_vars(t, msgs, n, add_generation_prompt, NULL, 0, err);
+}
+
+char *gl_chat_template_render_vars(const gl_chat_template *t, const gl_chat_message *msgs, int n,
+                                   bool add_generation_prompt, const gl_chat_var *vars, int n_vars,
+                                   gl_error *err) {
     if (n < 0 || (n > 0 && !msgs)) return gl_error_set(err, "invalid message list"), NULL;
     render *R = calloc(1, sizeof *R);
     if (!R) return gl_error_set(err, "out of memory"), NULL;
@@ -1907,6 +1913,13 @@ char *gl_chat_template_render(const gl_chat_template *t, const gl_chat_message *
         dict_set(R, m.dict, str_of("role"), v_str(str_of(msgs[i].role)));
         dict_set(R, m.dict, str_of("content"), msgs[i].content ? v_str(str_of(msgs[i].content)) : (value){.t = V_NONE});
         list_push(R, messages.list, m);
+    }
+    for (int i = 0; i < n_vars; i++) {
+        const gl_chat_var *v = &vars[i];
+        assign(R, str_of(v->name), v->type == GL_CHAT_VAR_BOOL ? v_bool(v->b)
+                                 : v->type == GL_CHAT_VAR_INT  ? v_int(v->i)
+                                 : v->type == GL_CHAT_VAR_STR  ? v_str(str_of(v->s))
+                                                            : (value){.t = V_NONE});
     }
     assign(R, str_of("messages"), messages);
     assign(R, str_of("bos_token"), v_str(str_of(t->bos)));

@@ -259,6 +259,10 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     for (int i = 0; i < req->n_prompt; i++) sampler_accept(s->sampler, req->prompt[i]);
     s->user = req->user;
     s->ignore_eos = req->ignore_eos;
+    s->min_tokens = req->min_tokens;
+    s->no_prefix_cache = req->no_prefix_cache;
+    s->prompt_progress = req->prompt_progress;
+    s->progress_sent = -1;
     s->prompt_logprobs = req->prompt_logprobs;
     s->n_logprobs = req->sampling.n_logprobs;
     s->logprobs = req->sampling.logprobs;
@@ -436,6 +440,21 @@ static void emit_prompt_logprobs(gl_engine *e, const sched_entry *en, gl_event_f
     }
 }
 
+/* Prefill progress, when asked: processed counts the prompt tokens in the
+ * cache (cached ones included); a preempted sequence's recomputation is not
+ * reported again. */
+static void emit_progress(gl_seq *s, int processed, gl_event_fn fn, void *ctx) {
+    if (processed > s->n_prompt) processed = s->n_prompt;
+    if (!s->prompt_progress || processed <= s->progress_sent || !fn) return;
+    s->progress_sent = processed;
+    double t = now_s();
+    gl_event ev = {.type = GL_EVENT_PROMPT_PROGRESS, .request_id = s->id, .user = s->user, .text = "",
+                   .n_prompt_tokens = s->n_prompt, .n_cached_tokens = s->n_cached, .n_processed = processed,
+                   .t_queued = (s->t_scheduled > 0 ? s->t_scheduled : t) - s->t_submit,
+                   .t_total = t - s->t_submit};
+    fn(&ev, ctx);
+}
+
 /* Sample r's next token from its logits row, append it and stream its
  * text; finish r at an end-of-generation token, a stop string or a limit. */
 static void sample_and_append(gl_engine *e, gl_seq *r, float *row, gl_event_fn fn, void *ctx) {
@@ -445,6 +464,9 @@ static void sample_and_append(gl_engine *e, gl_seq *r, float *row, gl_event_fn f
         return;
     }
     float logprob = NAN;
+    if (r->n_generated < r->min_tokens && !r->ignore_eos)
+        for (int32_t t = 0; t < m->config.n_vocab; t++)
+            if (tok_is_eog(m->tokenizer, t)) row[t] = -INFINITY;
     int32_t tok = sampler_sample(r->sampler, row, r->logprobs ? &logprob : NULL, r->logprobs ? e->top : NULL);
     if (r->t_first_token == 0) r->t_first_token = now_s();
     if ((!r->ignore_eos || r->grammar) && tok_is_eog(m->tokenizer, tok)) {
@@ -480,11 +502,10 @@ static void update_from_output(gl_engine *e, const sched_plan *plan, gl_event_fn
         const sched_entry *en = &plan->entries[si];
         gl_seq *r = en->seq;
         if (r->prompt_logprobs >= 0 && r->num_computed_tokens < r->n_prompt) emit_prompt_logprobs(e, en, fn, ctx);
+        if (r->progress_sent < 0) emit_progress(r, r->num_computed_tokens, fn, ctx); /* the start: the cache hit */
         r->num_computed_tokens += en->n_tokens;
         kv_publish_full_blocks(e->kvm, &r->kv, r->num_computed_tokens);
-        /* HOOK prefill progress: when this entry was a prompt chunk
-         * (num_computed_tokens - n_tokens < n_prompt), it has just been
-         * computed; progress events (num_computed_tokens of n_prompt) go here. */
+        if (r->num_computed_tokens - en->n_tokens < r->n_prompt) emit_progress(r, r->num_computed_tokens, fn, ctx);
         if (en->sample_row < 0) continue; /* mid-prompt chunk */
         float *row = e->logits + (size_t)en->sample_row * (size_t)n_vocab;
         /* HOOK logits constraint: a per-sequence constraint (grammar mask)

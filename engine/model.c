@@ -202,9 +202,11 @@ static gl_tensor *matmul_weight(gl_weights *w, int n_layers, int i) {
  * what the forward pass reads from then on, so the file pages read while
  * packing are handed back: the process keeps one copy of the weights. A
  * matrix that cannot be packed (no memory) is used as it is. */
-static void pack_weights(gl_model *m) {
+static void pack_weights(gl_model *m, gl_load_progress_fn progress, void *ctx) {
     long page = sysconf(_SC_PAGESIZE);
-    for (int i = 0; i <= LAYER_MATRICES * m->config.n_layers; i++) {
+    int n = LAYER_MATRICES * m->config.n_layers + 1;
+    for (int i = 0; i < n; i++) {
+        if (progress) progress((float)i / (float)n, ctx);
         gl_tensor *t = matmul_weight(&m->weights, m->config.n_layers, i);
         if (kern_pack(t) || !t->packed || !m->file->mapped || page <= 0) continue;
         uintptr_t lo = ((uintptr_t)t->data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
@@ -259,6 +261,11 @@ static void fill_info(gl_model *m) {
 }
 
 gl_model *gl_model_load(const char *path, gl_error *err) {
+    return gl_model_load_progress(path, NULL, NULL, err);
+}
+
+gl_model *gl_model_load_progress(const char *path, gl_load_progress_fn progress, void *ctx,
+                                 gl_error *err) {
     gl_model *m = calloc(1, sizeof *m);
     if (!m) {
         gl_error_set(err, "%s: out of memory", path);
@@ -290,8 +297,9 @@ gl_model *gl_model_load(const char *path, gl_error *err) {
         if (load_config(&m->config, f, m->arch, err)) goto fail;
         m->config.n_vocab = tok_n_vocab(m->tokenizer);
         if (load_weights(m, err)) goto fail;
-        pack_weights(m);
+        pack_weights(m, progress, ctx);
     }
+    if (progress) progress(1.0f, ctx);
     fill_info(m);
     return m;
 fail:

@@ -227,7 +227,7 @@ static void plan_admissions(scheduler *sc, int budget) {
     while (*link && budget > 0 && sc->n_running < sc->limits.max_seqs) {
         gl_seq *w = *link;
         /* cached positions produce no logits, so prompt logprobs need them all computed */
-        bool use_cache = sc->prefix_caching && !(w->prompt_logprobs >= 0 && w->prompt_logprobs_sent < w->n_prompt);
+        bool use_cache = sc->prefix_caching && !w->no_prefix_cache && !(w->prompt_logprobs >= 0 && w->prompt_logprobs_sent < w->n_prompt);
         if (use_cache) {
             int cached = kv_get_computed_prefix(sc->kv, &w->kv, w->n_tokens);
             if (cached < 0) {

@@ -36,6 +36,10 @@ typedef struct gl_seq {
     int prompt_logprobs;      /* -1: none, else top alternatives per prompt token */
     int prompt_logprobs_sent; /* prompt tokens already reported */
     bool ignore_eos;
+    int min_tokens;           /* end-of-generation tokens banned below this many generated */
+    bool no_prefix_cache;     /* this request does not read the prefix cache */
+    bool prompt_progress;     /* report prefill progress */
+    int progress_sent;        /* prompt tokens last reported as processed; -1 = none yet */
     gl_sampler *sampler;      /* NULL in scheduler tests */
     struct gr_matcher *grammar; /* NULL, or the constraint on the output (grammar.h) */
     ts_stream *text;          /* stop strings and UTF-8 holdback; NULL in scheduler tests */

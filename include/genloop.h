@@ -43,6 +43,11 @@ typedef struct gl_model_info {
 } gl_model_info;
 
 gl_model *gl_model_load(const char *path, gl_error *err);
+/* The same, calling progress(fraction done, ctx) as the weights are prepared
+ * (the slow part for large models); fraction reaches 1 before it returns. */
+typedef void (*gl_load_progress_fn)(float fraction, void *ctx);
+gl_model *gl_model_load_progress(const char *path, gl_load_progress_fn progress, void *ctx,
+                                 gl_error *err);
 void gl_model_free(gl_model *model);
 const gl_model_info *gl_model_get_info(const gl_model *model);
 
@@ -157,6 +162,9 @@ typedef struct gl_request {
                                  are not applied (the structure ends generation) */
     int prompt_logprobs;      /* -1: none; else report each prompt token's logprob
                                  with this many top alternatives (for echo) */
+    int min_tokens;           /* end-of-generation tokens are banned until this many are generated */
+    bool no_prefix_cache;     /* do not reuse cached prompt blocks for this request */
+    bool prompt_progress;     /* emit GL_EVENT_PROMPT_PROGRESS while the prompt is prefilled */
     void *user;               /* passed back in events */
 } gl_request;
 
@@ -170,6 +178,8 @@ typedef enum gl_event_type {
                                  the first has logprob NAN (nothing predicts it) */
     GL_EVENT_TOKEN,           /* one generated token (text may be empty while held back) */
     GL_EVENT_FINISHED,        /* last event of a request */
+    GL_EVENT_PROMPT_PROGRESS, /* prompt_progress: once at admission (n_processed = n_cached_tokens),
+                                 then after each prefill chunk, the last with n_processed = n_prompt_tokens */
 } gl_event_type;
 
 typedef struct gl_event {
@@ -184,12 +194,13 @@ typedef struct gl_event {
     const gl_top_logprob *top;
     gl_finish_reason finish;  /* FINISHED */
     const char *error;        /* FINISHED with GL_FINISH_ERROR */
-    int n_prompt_tokens;      /* FINISHED: usage */
-    int n_cached_tokens;      /* FINISHED: prompt tokens served from the prefix cache */
+    int n_prompt_tokens;      /* FINISHED, PROMPT_PROGRESS: usage */
+    int n_cached_tokens;      /* FINISHED, PROMPT_PROGRESS: prompt tokens served from the prefix cache */
+    int n_processed;          /* PROMPT_PROGRESS: prompt tokens in the cache so far, cached ones included */
     int n_generated;          /* TOKEN/FINISHED: tokens generated so far */
-    double t_queued;          /* FINISHED: seconds spent waiting */
+    double t_queued;          /* FINISHED, PROMPT_PROGRESS: seconds spent waiting */
     double t_first_token;     /* FINISHED: seconds from submit to the first token */
-    double t_total;           /* FINISHED: seconds from submit to finish */
+    double t_total;           /* FINISHED: seconds from submit to finish; PROMPT_PROGRESS: to now */
 } gl_event;
 
 typedef void (*gl_event_fn)(const gl_event *ev, void *ctx);

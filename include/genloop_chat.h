@@ -55,6 +55,23 @@ void gl_chat_template_free(gl_chat_template *t);
 char *gl_chat_template_render(const gl_chat_template *t, const gl_chat_message *msgs, int n,
                               bool add_generation_prompt, gl_error *err);
 
+/* An extra top-level template variable (a request's chat_template_kwargs,
+ * e.g. enable_thinking): scalars only. */
+typedef enum { GL_CHAT_VAR_NONE, GL_CHAT_VAR_BOOL, GL_CHAT_VAR_INT, GL_CHAT_VAR_STR } gl_chat_var_type;
+typedef struct gl_chat_var {
+    const char *name;
+    gl_chat_var_type type;
+    bool b;                   /* GL_CHAT_VAR_BOOL */
+    long long i;              /* GL_CHAT_VAR_INT */
+    const char *s;            /* GL_CHAT_VAR_STR */
+} gl_chat_var;
+
+/* gl_chat_template_render with n_vars more variables; messages, bos_token,
+ * eos_token and add_generation_prompt cannot be overridden by them. */
+char *gl_chat_template_render_vars(const gl_chat_template *t, const gl_chat_message *msgs, int n,
+                                   bool add_generation_prompt, const gl_chat_var *vars, int n_vars,
+                                   gl_error *err);
+
 /* Format family: "chatml", "llama2", "llama3", "mistral", "gemma", "phi3",
  * "zephyr", or "jinja" for a model template of no known family. */
 const char *gl_chat_template_name(const gl_chat_template *t);

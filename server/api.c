@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "access.h"
 #include "jbuf.h"
@@ -16,24 +17,48 @@
 
 static const double time_buckets[] = { 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
                                        0.5, 1, 2.5, 5, 10, 20, 30, 60 };
+/* whole requests: a long generation on a CPU takes minutes */
+static const double latency_buckets[] = { 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10,
+                                          20, 30, 60, 120, 300, 600, 1200 };
 static const double token_buckets[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024,
                                         2048, 4096, 8192, 16384, 32768 };
 static const double seq_buckets[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096 };
 #define N_OF(a) (int)(sizeof(a) / sizeof((a)[0]))
 
+/* The model's id: --served-model-name, else the first alias, else the file name. */
+static void set_model_id(api_server *a) {
+    const config *c = a->cfg;
+    if (c->served_model_name[0]) {
+        snprintf(a->model_id, sizeof(a->model_id), "%s", c->served_model_name);
+    } else if (c->alias[0]) {
+        snprintf(a->model_id, sizeof(a->model_id), "%.*s", (int)strcspn(c->alias, ","), c->alias);
+    } else {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s", c->model);
+        snprintf(a->model_id, sizeof(a->model_id), "%s", basename(path));
+    }
+}
+
 void api_init(api_server *a, const config *cfg) {
     memset(a, 0, sizeof(*a));
     a->cfg = cfg;
+    set_model_id(a);
     metrics *r = a->registry = metrics_create("genloop_");
+    metrics_set_const_label(r, "model_name", a->model_id);
     api_metrics *m = &a->m;
     m->ttft = metrics_histogram(r, "time_to_first_token_seconds",
-        "Time from submission to the first generated token.", time_buckets, N_OF(time_buckets));
+        "Time from submission to the first generated token.", latency_buckets, N_OF(latency_buckets));
     m->itl = metrics_histogram(r, "inter_token_latency_seconds",
         "Time between consecutive generated tokens of a request.", time_buckets, N_OF(time_buckets));
     m->e2e = metrics_histogram(r, "e2e_request_latency_seconds",
-        "Time from submission to the end of a request.", time_buckets, N_OF(time_buckets));
+        "Time from submission to the end of a request.", latency_buckets, N_OF(latency_buckets));
     m->queue_time = metrics_histogram(r, "request_queue_time_seconds",
-        "Time a request waited before it was scheduled.", time_buckets, N_OF(time_buckets));
+        "Time a request waited before it was scheduled.", latency_buckets, N_OF(latency_buckets));
+    m->prefill_time = metrics_histogram(r, "request_prefill_time_seconds",
+        "Time from a request's scheduling to its first token (reading the prompt).",
+        latency_buckets, N_OF(latency_buckets));
+    m->decode_time = metrics_histogram(r, "request_decode_time_seconds",
+        "Time from a request's first token to its end.", latency_buckets, N_OF(latency_buckets));
     m->prompt_tokens = metrics_histogram(r, "request_prompt_tokens",
         "Prompt tokens per finished request.", token_buckets, N_OF(token_buckets));
     m->generation_tokens = metrics_histogram(r, "request_generation_tokens",
@@ -77,7 +102,11 @@ void api_note_finished(api_server *a, const gl_event *ev) {
     metrics_observe(m->generation_tokens, ev->n_generated);
     metrics_observe(m->e2e, ev->t_total);
     metrics_observe(m->queue_time, ev->t_queued);
-    if (ev->n_generated > 0) metrics_observe(m->ttft, ev->t_first_token);
+    if (ev->n_generated > 0) {
+        metrics_observe(m->ttft, ev->t_first_token);
+        metrics_observe(m->prefill_time, ev->t_first_token - ev->t_queued);
+        metrics_observe(m->decode_time, ev->t_total - ev->t_first_token);
+    }
 }
 
 void api_free(api_server *a) {
@@ -128,17 +157,23 @@ static void on_ready(api_server *a) {
     /* Without a cap below the context, the context check (context_length_exceeded) rules. */
     a->max_prompt_tokens = c->max_prompt_tokens > 0 && c->max_prompt_tokens < a->n_ctx
                          ? c->max_prompt_tokens : INT_MAX;
-    if (a->cfg->alias[0]) {
-        snprintf(a->model_id, sizeof(a->model_id), "%s", a->cfg->alias);
-    } else {
-        char path[1024];
-        snprintf(path, sizeof(path), "%s", a->cfg->model);
-        snprintf(a->model_id, sizeof(a->model_id), "%s", basename(path));
-    }
     if (a->on_model_ready) a->on_model_ready(a);
-    fprintf(stderr, "genloop: model %s loaded (%s, n_ctx %d); ready at %s\n", a->model_id,
-            info->arch ? info->arch : "?", a->n_ctx, a->url);
-    printf("ready: %s\n", a->url);
+    gl_engine_stats st;
+    worker_stats(a->worker, &st);
+    long kv_tokens = (long)st.n_blocks_total * st.block_size;
+    int max_seqs = a->cfg->max_seqs;
+    fprintf(stderr, "genloop: model %s loaded (%s, n_ctx %d)\n", a->model_id,
+            info->arch ? info->arch : "?", a->n_ctx);
+    fprintf(stderr, "genloop: KV cache: %ld tokens (%d blocks of %d); up to %d sequences at once, "
+                    "%ld at full context\n", kv_tokens, st.n_blocks_total, st.block_size, max_seqs,
+            kv_tokens / (a->n_ctx > 0 ? a->n_ctx : 1));
+    fprintf(stderr, "genloop: ready at %s\n", a->url);
+    api_print_status("ready", a->url);
+}
+
+void api_print_status(const char *what, const char *url) {
+    if (isatty(STDOUT_FILENO) && isatty(STDERR_FILENO)) return;
+    printf("%s: %s\n", what, url);
     fflush(stdout);
 }
 
@@ -171,9 +206,16 @@ int api_check_prompt_tokens(const api_server *a, int n, const char *param, param
                        a->max_prompt_tokens);
 }
 
+/* One of the model's names: its id, an alias, general.name, the file name
+ * with or without .gguf. */
 static int model_matches(const api_server *a, const char *name) {
-    if (!strcmp(name, a->model_id) || !strcmp(name, a->cfg->alias[0] ? a->cfg->alias : a->model_id))
-        return 1;
+    if (!strcmp(name, a->model_id)) return 1;
+    size_t len = strlen(name);
+    for (const char *p = a->cfg->alias; *p;) {
+        size_t n = strcspn(p, ",");
+        if (n == len && !strncmp(p, name, n)) return 1;
+        p += n + (p[n] == ',');
+    }
     const gl_model_info *info = gl_model_get_info(a->model);
     if (info->name && !strcmp(name, info->name)) return 1;
     char path[1024];
@@ -190,7 +232,7 @@ int api_check_model(const api_server *a, const cJSON *body, params_error *e) {
     if (!model || cJSON_IsNull(model)) return 0;
     if (!cJSON_IsString(model))
         return params_fail(e, 400, "model", "invalid_type", "'model' must be a string");
-    if (!model_matches(a, model->valuestring))
+    if (a->cfg->strict_model && !model_matches(a, model->valuestring))
         return params_fail(e, 404, "model", "model_not_found",
                            "The model '%.200s' does not exist; this server has '%s'",
                            model->valuestring, a->model_id);
@@ -320,21 +362,17 @@ void api_handle_health(http_req *req, void *ctx) {
     api_server *a = ctx;
     int ok = a->model && !a->shutting_down;
     const char *body = !a->model ? "{\"status\":\"loading model\"}"
-                     : a->shutting_down ? "{\"status\":\"shutting down\"}"
+                     : a->shutting_down ? "{\"status\":\"draining\"}"
                                         : "{\"status\":\"ok\"}";
     if (!ok) http_add_header(req, "Retry-After", "1");
     http_reply(req, ok ? 200 : 503, "application/json", body, strlen(body));
 }
 
-void api_handle_models(http_req *req, void *ctx) {
-    api_server *a = ctx;
-    if (api_reply_if_loading(a, req)) return;
+/* A model object as /v1/models lists it, under the name id. */
+static cJSON *model_object(const api_server *a, const char *id) {
     const gl_model_info *info = gl_model_get_info(a->model);
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "object", "list");
     cJSON *m = cJSON_CreateObject();
-    cJSON_AddItemToArray(cJSON_AddArrayToObject(root, "data"), m);
-    cJSON_AddStringToObject(m, "id", a->model_id);
+    cJSON_AddStringToObject(m, "id", id);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", 0);
     cJSON_AddStringToObject(m, "owned_by", "genloop");
@@ -345,7 +383,49 @@ void api_handle_models(http_req *req, void *ctx) {
     cJSON_AddNumberToObject(meta, "n_ctx_train", info->n_ctx_train);
     cJSON_AddNumberToObject(meta, "n_vocab", info->n_vocab);
     cJSON_AddNumberToObject(meta, "n_params", (double)info->n_params);
+    return m;
+}
+
+/* The model under its id, then under each alias. */
+void api_handle_models(http_req *req, void *ctx) {
+    api_server *a = ctx;
+    if (api_reply_if_loading(a, req)) return;
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "object", "list");
+    cJSON *data = cJSON_AddArrayToObject(root, "data");
+    cJSON_AddItemToArray(data, model_object(a, a->model_id));
+    for (const char *p = a->cfg->alias; *p;) {
+        size_t n = strcspn(p, ",");
+        char name[256];
+        snprintf(name, sizeof(name), "%.*s", (int)n, p);
+        if (strcmp(name, a->model_id) != 0) cJSON_AddItemToArray(data, model_object(a, name));
+        p += n + (p[n] == ',');
+    }
     api_reply_json(req, 200, root);
+}
+
+/* GET /v1/models/{id} (client.models.retrieve): any of the model's names. */
+void api_handle_model(http_req *req, void *ctx) {
+    api_server *a = ctx;
+    if (api_reply_if_loading(a, req)) return;
+    const char *id = http_req_path(req) + strlen("/v1/models/");
+    if (!model_matches(a, id)) {
+        params_error e;
+        params_fail(&e, 404, "model", "model_not_found", "The model '%.200s' does not exist; this server has '%s'",
+                    id, a->model_id);
+        api_reply_error(a, req, &e);
+        return;
+    }
+    api_reply_json(req, 200, model_object(a, id));
+}
+
+/* Endpoints of the OpenAI API that clients probe and this server has not. */
+void api_handle_unsupported(http_req *req, void *ctx) {
+    params_error e;
+    params_fail(&e, 404, NULL, "unsupported_endpoint",
+                "%.100s %.200s is not supported by this server (genloop serves /v1/completions, "
+                "/v1/chat/completions and /v1/models)", http_req_method(req), http_req_path(req));
+    api_reply_error(ctx, req, &e);
 }
 
 void api_handle_tokenize(http_req *req, void *ctx) {

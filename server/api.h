@@ -31,6 +31,7 @@ typedef struct api_job {
 
 typedef struct api_metrics {
     metrics_family *ttft, *itl, *e2e, *queue_time;     /* seconds */
+    metrics_family *prefill_time, *decode_time;        /* seconds: scheduled..first token..end */
     metrics_family *prompt_tokens, *generation_tokens; /* per request */
     metrics_family *prompt_tokens_total, *generation_tokens_total;
     metrics_family *requests_total, *errors_total;     /* {finish_reason}, {code} */
@@ -69,6 +70,8 @@ void api_free(api_server *a);
 /* The small endpoints (ctx = api_server), listed in routes.c. */
 void api_handle_health(http_req *req, void *ctx);
 void api_handle_models(http_req *req, void *ctx);
+void api_handle_model(http_req *req, void *ctx);       /* GET /v1/models/{id} */
+void api_handle_unsupported(http_req *req, void *ctx); /* a 404 naming the endpoint */
 void api_handle_tokenize(http_req *req, void *ctx);
 void api_handle_detokenize(http_req *req, void *ctx);
 void api_handle_metrics(http_req *req, void *ctx);
@@ -104,6 +107,10 @@ void api_cancel_all(api_server *a);
 /* Writes the text one token adds (leading space kept) as a JSON string;
  * partial UTF-8 shows as U+FFFD. */
 void api_write_piece(const api_server *a, jbuf *out, int32_t token);
+
+/* "WHAT: URL" on stdout for scripts that start the server; skipped when
+ * stdout is the terminal stderr already writes the same news to. */
+void api_print_status(const char *what, const char *url);
 
 /* Metrics for one finished engine request. */
 void api_note_finished(api_server *a, const gl_event *ev);

@@ -359,8 +359,105 @@ static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **own
     return 0;
 }
 
+#define CHAT_MAX_VARS 32
+#define CONTINUE_MARK "<|genloop-continue-here|>"
+
+/* How the conversation is rendered: the extensions add_generation_prompt,
+ * continue_final_message and chat_template_kwargs, and reasoning_effort,
+ * which templates that know it (gpt-oss) read as a variable. */
+typedef struct render_opts {
+    bool add_generation_prompt;
+    bool continue_final;     /* the final assistant message is continued, not closed */
+    gl_chat_var vars[CHAT_MAX_VARS];
+    int n_vars;
+} render_opts;
+
+static int parse_render_opts(const cJSON *body, render_opts *o, params_error *e) {
+    o->add_generation_prompt = true;
+    o->continue_final = false;
+    o->n_vars = 0;
+    if (params_get_bool(body, "continue_final_message", &o->continue_final, e)) return -1;
+    if (o->continue_final) o->add_generation_prompt = false;
+    if (params_get_bool(body, "add_generation_prompt", &o->add_generation_prompt, e)) return -1;
+    if (o->continue_final && o->add_generation_prompt)
+        return params_fail(e, 400, "continue_final_message", "invalid_value",
+                           "'continue_final_message' and 'add_generation_prompt' cannot both be true");
+    const cJSON *kw = given(body, "chat_template_kwargs");
+    if (kw && !cJSON_IsObject(kw))
+        return params_fail(e, 400, "chat_template_kwargs", "invalid_type",
+                           "'chat_template_kwargs' must be an object");
+    for (const cJSON *v = kw ? kw->child : NULL; v; v = v->next) {
+        char param[96];
+        snprintf(param, sizeof(param), "chat_template_kwargs.%.60s", v->string);
+        if (o->n_vars == CHAT_MAX_VARS - 1) /* one left for reasoning_effort */
+            return params_fail(e, 400, "chat_template_kwargs", "invalid_value",
+                               "'chat_template_kwargs' takes at most %d entries", CHAT_MAX_VARS - 1);
+        gl_chat_var *cv = &o->vars[o->n_vars++];
+        if (cJSON_IsBool(v)) {
+            *cv = (gl_chat_var){ .name = v->string, .type = GL_CHAT_VAR_BOOL, .b = cJSON_IsTrue(v) };
+        } else if (cJSON_IsNull(v)) {
+            *cv = (gl_chat_var){ .name = v->string, .type = GL_CHAT_VAR_NONE };
+        } else if (cJSON_IsString(v) && params_utf8_valid(v->valuestring, strlen(v->valuestring))) {
+            *cv = (gl_chat_var){ .name = v->string, .type = GL_CHAT_VAR_STR, .s = v->valuestring };
+        } else if (cJSON_IsNumber(v) && v->valuedouble == (double)(long long)v->valuedouble) {
+            *cv = (gl_chat_var){ .name = v->string, .type = GL_CHAT_VAR_INT, .i = (long long)v->valuedouble };
+        } else {
+            return params_fail(e, 400, param, "invalid_type",
+                               "'%s' must be a string, boolean, integer or null", param);
+        }
+    }
+    const cJSON *effort = given(body, "reasoning_effort");
+    if (effort) {
+        if (!cJSON_IsString(effort))
+            return params_fail(e, 400, "reasoning_effort", "invalid_type", "'reasoning_effort' must be a string");
+        o->vars[o->n_vars++] = (gl_chat_var){ .name = "reasoning_effort", .type = GL_CHAT_VAR_STR,
+                                           .s = effort->valuestring };
+    }
+    return 0;
+}
+
+/* continue_final_message: the final message rendered as a closed turn, then
+ * cut where its content ends (found by a mark appended to it). */
+static char *render_continued(const gl_chat_template *t, gl_chat_message *msgs, int n,
+                              const render_opts *o, params_error *e) {
+    char param[64];
+    snprintf(param, sizeof(param), "messages[%d].role", n - 1);
+    if (strcmp(msgs[n - 1].role, "assistant") != 0) {
+        params_fail(e, 400, param, "invalid_value",
+                    "'continue_final_message' needs the final message to be from the assistant");
+        return NULL;
+    }
+    size_t len = strlen(msgs[n - 1].content ? msgs[n - 1].content : "");
+    char *marked = malloc(len + sizeof(CONTINUE_MARK));
+    if (!marked) {
+        params_fail(e, 500, "messages", NULL, "out of memory");
+        return NULL;
+    }
+    memcpy(marked, msgs[n - 1].content ? msgs[n - 1].content : "", len);
+    memcpy(marked + len, CONTINUE_MARK, sizeof(CONTINUE_MARK));
+    const char *orig = msgs[n - 1].content;
+    msgs[n - 1].content = marked;
+    gl_error err = {{0}};
+    char *text = gl_chat_template_render_vars(t, msgs, n, false, o->vars, o->n_vars, &err);
+    msgs[n - 1].content = orig;
+    free(marked);
+    if (!text) {
+        params_fail(e, 400, "messages", "invalid_value", "%s", err.message);
+        return NULL;
+    }
+    char *cut = strstr(text, CONTINUE_MARK);
+    if (!cut) {
+        free(text);
+        params_fail(e, 400, "continue_final_message", "invalid_value",
+                    "the chat template does not show the final message's content as given, so it cannot be continued");
+        return NULL;
+    }
+    *cut = 0;
+    return text;
+}
+
 /* Renders the messages with the template and tokenizes the result. */
-static int build_prompt(chat_job *cj, const cJSON *messages, params_error *e) {
+static int build_prompt(chat_job *cj, const cJSON *messages, const render_opts *o, params_error *e) {
     api_server *a = cj->base.api;
     if (!messages)
         return params_fail(e, 400, "messages", "missing_required_parameter", "'messages' is required");
@@ -400,9 +497,13 @@ static int build_prompt(chat_job *cj, const cJSON *messages, params_error *e) {
                          "This model's chat template is not supported (%s); the server can be "
                          "started with --chat-template NAME to use a built-in format",
                          a->chat_template_error);
-    if (rc == 0) {
+    if (rc == 0 && o->continue_final) {
+        text = render_continued(a->chat_template, msgs, n, o, e);
+        if (!text) rc = -1;
+    } else if (rc == 0) {
         gl_error err = {{0}};
-        text = gl_chat_template_render(a->chat_template, msgs, n, true, &err);
+        text = gl_chat_template_render_vars(a->chat_template, msgs, n, o->add_generation_prompt,
+                                            o->vars, o->n_vars, &err);
         if (!text) rc = params_fail(e, 400, "messages", "invalid_value", "%s", err.message);
     }
     for (int k = 0; owned && k < n; k++) free(owned[k]);
@@ -432,11 +533,15 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
         "stream", "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
         "seed", "user", "logprobs", "top_logprobs", "response_format", "top_k", "min_p",
         "repetition_penalty", "ignore_eos", "grammar", "json_schema",
+        /* llama.cpp server / vLLM extensions (README "Request fields") */
+        "repeat_penalty", "repeat_last_n", "min_tokens", "cache_prompt", "n_probs", "return_progress",
+        "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "reasoning_effort",
         /* known, refused by check_unsupported unless null (or harmless) */
         "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio",
         "modalities", NULL };
     api_server *a = j->api;
-    if (params_check_keys(body, keys, e) || check_unsupported(body, e) || api_check_model(a, body, e))
+    if (params_check_fields(body, keys, a->cfg->lenient_params, e) || check_unsupported(body, e) ||
+        api_check_model(a, body, e))
         return -1;
     const cJSON *user = given(body, "user");
     if (user && !cJSON_IsString(user))
@@ -470,8 +575,19 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
     if (given(body, "top_logprobs") && !cj->logprobs)
         return params_fail(e, 400, "top_logprobs", "invalid_value",
                            "'top_logprobs' needs 'logprobs' set to true");
+    if (given(body, "n_probs")) { /* llama.cpp's name: logprobs with this many alternatives */
+        int np = 0;
+        if (params_get_int(body, "n_probs", 0, CHAT_MAX_TOP_LOGPROBS, &np, e)) return -1;
+        if (given(body, "top_logprobs") && np != cj->top_logprobs)
+            return params_fail(e, 400, "n_probs", "invalid_value", "give 'top_logprobs' or 'n_probs', not both");
+        if (np > 0) {
+            cj->logprobs = true;
+            cj->top_logprobs = np;
+        }
+    }
 
-    if (build_prompt(cj, given(body, "messages"), e)) return -1;
+    render_opts ro;
+    if (parse_render_opts(body, &ro, e) || build_prompt(cj, given(body, "messages"), &ro, e)) return -1;
     int need = cj->n_prompt + (has_mct || has_mt ? j->gen.max_tokens : 1);
     if (need > a->n_ctx)
         return params_fail(e, 400, "messages", "context_length_exceeded",

@@ -227,9 +227,13 @@ static int cmpl_parse(job *j, const cJSON *body, params_error *e) {
     static const char *const keys[] = {
         "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options",
         "logprobs", "echo", "stop", "response_format", "grammar", "json_schema", "presence_penalty", "frequency_penalty", "logit_bias", "seed",
-        "user", "best_of", "suffix", "top_k", "min_p", "repetition_penalty", "ignore_eos", NULL };
+        "user", "best_of", "suffix", "top_k", "min_p", "repetition_penalty", "ignore_eos",
+        /* llama.cpp server / vLLM extensions (README "Request fields") */
+        "repeat_penalty", "repeat_last_n", "min_tokens", "cache_prompt", "n_probs",
+        "return_progress", NULL };
     api_server *a = j->api;
-    if (params_check_keys(body, keys, e) || api_check_model(a, body, e)) return -1;
+    if (params_check_fields(body, keys, a->cfg->lenient_params, e) || api_check_model(a, body, e))
+        return -1;
     const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(body, "suffix");
     if (suffix && !cJSON_IsNull(suffix))
         return params_fail(e, 400, "suffix", "unsupported_parameter", "'suffix' is not supported");
@@ -248,6 +252,15 @@ static int cmpl_parse(job *j, const cJSON *body, params_error *e) {
     if (params_get_int(body, "logprobs", 0, 5, &cj->logprobs, e) ||
         params_get_bool(body, "echo", &cj->echo, e))
         return -1;
+    /* llama.cpp's name for the number of alternatives */
+    const cJSON *n_probs = cJSON_GetObjectItemCaseSensitive(body, "n_probs");
+    if (n_probs && !cJSON_IsNull(n_probs)) {
+        int np = 0;
+        if (params_get_int(body, "n_probs", 0, 5, &np, e)) return -1;
+        if (cj->logprobs >= 0 && cj->logprobs != np)
+            return params_fail(e, 400, "n_probs", "invalid_value", "give 'logprobs' or 'n_probs', not both");
+        if (np > 0) cj->logprobs = np;
+    }
     if (parse_prompts(cj, cJSON_GetObjectItemCaseSensitive(body, "prompt"), e)) return -1;
     if ((long)cj->n_prompts * j->gen.n > 256)
         return params_fail(e, 400, "n", "invalid_value", "'n' times the number of prompts must be at most 256");

@@ -45,7 +45,12 @@ static const setting settings[] = {
     STR(host, 0, "address to bind"),
     INT(port, 0, 0, 65535, "TCP port; 0 = any free port"),
     STR(model, 'm', "GGUF model file"),
-    STR(alias, 'a', "model id for the API; empty = the file name"),
+    STR(served_model_name, 0, "model id for the API and responses; empty = the first alias, else the file name"),
+    { "alias", 'a', SETTING_LIST, offsetof(config, alias), sizeof(((config *)0)->alias), 0, 0,
+      "another name the model answers to (repeatable, comma list); the first is the model id" },
+    BOOL(strict_model, "answer 404 when a request's `model` is not one of this model's names"),
+    BOOL(lenient_params, "log and ignore unknown request fields instead of answering 400"),
+    INT(shutdown_timeout, 0, 0, 86400, "seconds in-flight requests may take to finish on SIGTERM"),
     STR(chat_template, 0, "chat format: jinja (the model's own), chatml, llama2, llama3, mistral, "
                           "gemma, phi3, zephyr; empty = the model's, else a guess"),
     INT(threads, 't', 0, 1024, "compute threads; 0 = all cores"),
@@ -102,6 +107,7 @@ void config_default(config *c) {
     c->max_stop_bytes = 256;
     c->max_logit_bias = 1024;
     c->metrics_public = 0;
+    c->shutdown_timeout = 30;
 }
 
 static int fail(char *err, size_t err_len, const char *fmt, const char *a, const char *b) {
@@ -228,6 +234,7 @@ static int flag_matches(const char *flag, const char *name) {
 int config_parse_args(config *c, int argc, char **argv, const char **config_path,
                       bool *help, bool *print, char *err, size_t err_len) {
     int list_seen[N_SETTINGS] = {0}; /* the first --cors-origin replaces the file's list */
+    int seen[N_SETTINGS] = {0};      /* a single-value flag given twice is a mistake, not an override */
     for (int i = 1; i < argc; i++) {
         const char *arg = argv[i];
         if (!strcmp(arg, "-h") || !strcmp(arg, "--help")) { *help = true; continue; }
@@ -260,6 +267,8 @@ int config_parse_args(config *c, int argc, char **argv, const char **config_path
         }
         if (!strcmp(name, "config")) { *config_path = value; continue; }
         if (!s) return fail(err, err_len, "unknown option: %s%s", arg, "");
+        if (s->kind != SETTING_LIST && seen[k]++)
+            return fail(err, err_len, "%s given twice (a setting takes one value)%s", arg, "");
         if (s->kind == SETTING_STR) {
             if (set_str(c, s, value, err, err_len)) return -1;
         } else if (s->kind == SETTING_BOOL) {

@@ -15,7 +15,11 @@ typedef struct config {
     char host[256];          /* bind address; loopback unless told otherwise */
     int port;                /* 0 = any free port (printed at startup) */
     char model[1024];        /* GGUF path (required) */
-    char alias[256];         /* model id shown by /v1/models; "" = file name */
+    char served_model_name[256]; /* model id shown by /v1/models and in responses; "" = first alias, else file name */
+    char alias[1024];        /* comma list of more names the model answers to (repeatable flag) */
+    int strict_model;        /* a request's `model` must name this model (else 404); off: any name */
+    int lenient_params;      /* unknown request fields are logged and ignored instead of 400 */
+    int shutdown_timeout;    /* seconds running/queued requests may take to finish on SIGTERM */
     char chat_template[64];  /* "" = the model's template (or a guess); else a built-in name or "jinja" */
     int threads;             /* engine compute threads; 0 = all cores */
     int activation_bits;     /* matmul activation precision: 16 or 8 (faster, less precise) */

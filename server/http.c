@@ -11,10 +11,12 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 typedef struct header { char *name, *value; struct header *next; } header;
@@ -52,6 +54,7 @@ struct http_req {
 
 struct http_server {
     uv_loop_t *loop;
+    char start_error[256];   /* MHD's reason when the daemon does not start */
     http_options opt;
     struct MHD_Daemon *daemon;
     uv_poll_t epoll_watch;
@@ -428,6 +431,16 @@ static void on_watch_closed(uv_handle_t *h) {
     handle_closed(s);
 }
 
+/* UTC, to the millisecond: access-log lines from several replicas sort together. */
+static void log_time(char *out, size_t n) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    struct tm tm;
+    gmtime_r(&ts.tv_sec, &tm);
+    size_t k = strftime(out, n, "%Y-%m-%dT%H:%M:%S", &tm);
+    snprintf(out + k, n - k, ".%03ldZ", ts.tv_nsec / 1000000);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     http_server *s = cls;
@@ -436,7 +449,9 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     *con_cls = NULL;
     bool aborted = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || r->client_gone;
     double ms = (double)(uv_hrtime() - r->t_start_ns) / 1e6;
-    fprintf(stderr, "http #%llu %s %s %d%s %.1fms%s%s\n", (unsigned long long)r->seq, r->method,
+    char when[40];
+    log_time(when, sizeof when);
+    fprintf(stderr, "%s http #%llu %s %s %d%s %.1fms%s%s\n", when, (unsigned long long)r->seq, r->method,
             r->path, r->status, aborted ? " (aborted)" : "", ms, r->note[0] ? " " : "", r->note);
     if (r->prev) r->prev->next = r->next; else s->reqs = r->next;
     if (r->next) r->next->prev = r->prev;
@@ -461,6 +476,22 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
 }
 
 /* ---- server ----------------------------------------------------------------- */
+
+/* MHD's own messages: while starting, the reason is kept for http_start's one
+ * line (MHD's text names port 0 when given a socket address); later ones are
+ * logged. */
+static void mhd_log(void *cls, const char *fmt, va_list ap) {
+    http_server *s = cls;
+    char line[256];
+    vsnprintf(line, sizeof line, fmt, ap);
+    line[strcspn(line, "\n")] = 0;
+    if (!s->daemon) { /* still in MHD_start_daemon */
+        const char *reason = strrchr(line, ':');
+        snprintf(s->start_error, sizeof s->start_error, "%s", reason ? reason + 2 : line);
+        return;
+    }
+    fprintf(stderr, "genloop: http: %s\n", line);
+}
 
 http_server *http_start(uv_loop_t *loop, const http_options *opt, char *err, size_t err_len) {
     struct sockaddr_in addr4;
@@ -493,10 +524,11 @@ http_server *http_start(uv_loop_t *loop, const http_options *opt, char *err, siz
                                  (unsigned)(opt->max_connections > 0 ? opt->max_connections : 1024),
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
+                                 MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
                                  MHD_OPTION_END);
     if (!s->daemon) {
-        snprintf(err, err_len, "cannot listen on %s:%d (address in use or not available)",
-                 opt->host, opt->port);
+        snprintf(err, err_len, "cannot listen on %s:%d: %s", opt->host, opt->port,
+                 s->start_error[0] ? s->start_error : "address in use or not available");
         free(s);
         return NULL;
     }

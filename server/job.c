@@ -63,26 +63,36 @@ static void write_head(jbuf *b, const job *j, const char *object) {
 
 void job_write_finish(jbuf *b, const job_seq *s, bool final) {
     jbuf_puts(b, ",\"finish_reason\":");
-    if (!final) { jbuf_puts(b, "null"); return; }
+    if (!final || (s->finish != GL_FINISH_STOP && s->finish != GL_FINISH_LENGTH)) {
+        jbuf_puts(b, "null");
+        return;
+    }
     const char *r = gl_finish_reason_str(s->finish);
     jbuf_str(b, r, strlen(r));
 }
 
 typedef struct job_totals {
     int prompt_tokens, completion_tokens;
+    int cached_tokens;       /* of prompt_tokens, served from the prefix cache */
     double ttft, decode_time;
+    double prefill_time;     /* of the choice that answered first: ttft less its queueing */
     int seqs_with_tokens;
 } job_totals;
 
 static job_totals totals(job *j) {
-    job_totals t = { j->prompt_tokens, 0, INFINITY, 0, 0 };
+    job_totals t = { j->prompt_tokens, 0, 0, INFINITY, 0, 0, 0 };
     double last = 0;
     for (int i = 0; i < j->n_seqs; i++) {
         const job_seq *s = job_seq_at(j, i);
         t.completion_tokens += s->n_generated;
+        /* each prompt counts once in prompt_tokens: its first choice's cache use */
+        if (i % j->gen.n == 0) t.cached_tokens += s->n_cached;
         if (s->n_generated > 0) {
             t.seqs_with_tokens++;
-            if (s->t_first < t.ttft) t.ttft = s->t_first;
+            if (s->t_first < t.ttft) {
+                t.ttft = s->t_first;
+                t.prefill_time = s->t_first - s->t_queued;
+            }
             if (s->t_total > last) last = s->t_total;
         }
     }
@@ -92,18 +102,27 @@ static job_totals totals(job *j) {
 }
 
 static void write_usage(jbuf *b, const job_totals *t) {
-    jbuf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d}",
-                t->prompt_tokens, t->completion_tokens, t->prompt_tokens + t->completion_tokens);
+    jbuf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
+                   "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
+                t->prompt_tokens, t->completion_tokens, t->prompt_tokens + t->completion_tokens,
+                t->cached_tokens);
 }
 
-/* timings: ttft over the first token of any choice; predicted_per_second is
- * the decode rate after each choice's first token. */
+/* timings (llama.cpp server's names): prompt_n counts the prompt tokens
+ * computed, cache_n those served from the prefix cache, and
+ * prompt_per_second is over the computed ones and the prefill time only;
+ * ttft over the first token of any choice; predicted_per_second is the
+ * decode rate after each choice's first token. */
 static void write_timings(jbuf *b, const job_totals *t) {
     int decoded = t->completion_tokens - t->seqs_with_tokens;
-    jbuf_printf(b, "\"timings\":{\"prompt_n\":%d,\"ttft_ms\":", t->prompt_tokens);
+    int computed = t->prompt_tokens - t->cached_tokens;
+    jbuf_printf(b, "\"timings\":{\"cache_n\":%d,\"prompt_n\":%d,\"prompt_ms\":", t->cached_tokens,
+                computed);
+    jbuf_num(b, t->prefill_time * 1e3);
+    jbuf_puts(b, ",\"ttft_ms\":");
     jbuf_num(b, t->ttft * 1e3);
     jbuf_puts(b, ",\"prompt_per_second\":");
-    jbuf_num(b, t->ttft > 0 ? t->prompt_tokens / t->ttft : 0);
+    jbuf_num(b, t->prefill_time > 0 ? computed / t->prefill_time : 0);
     jbuf_printf(b, ",\"predicted_n\":%d,\"predicted_per_second\":", t->completion_tokens);
     jbuf_num(b, t->decode_time > 0 && decoded > 0 ? decoded / t->decode_time : 0);
     jbuf_puts(b, "}");
@@ -127,13 +146,32 @@ jbuf *job_chunk_begin(job *j) {
 void job_chunk_end(job *j, bool with_timings) {
     jbuf *b = &j->chunk;
     jbuf_puts(b, "]");
-    if (j->gen.include_usage) jbuf_puts(b, ",\"usage\":null");
+    if (j->gen.include_usage && j->gen.continuous_usage) {
+        job_totals t = totals(j);
+        jbuf_puts(b, ",");
+        write_usage(b, &t);
+    } else if (j->gen.include_usage) {
+        jbuf_puts(b, ",\"usage\":null");
+    }
     if (with_timings) {
         job_totals t = totals(j);
         jbuf_puts(b, ",");
         write_timings(b, &t);
     }
     jbuf_puts(b, "}\n\n");
+    send_chunk(j);
+}
+
+/* A prompt_progress chunk (PROGRESS_SHAPE.md): no choices. */
+static void stream_progress(job *j, const gl_event *ev) {
+    if (!j->stream_started || !j->req) return;
+    jbuf *b = &j->chunk;
+    jbuf_puts(b, "data: ");
+    write_head(b, j, j->ops->chunk_object);
+    jbuf_printf(b, ",\"choices\":[],\"prompt_progress\":{\"total\":%d,\"cache\":%d,\"processed\":%d,"
+                   "\"time_ms\":", ev->n_prompt_tokens, ev->n_cached_tokens, ev->n_processed);
+    jbuf_num(b, (ev->t_total - ev->t_queued) * 1e3);
+    jbuf_puts(b, "}}\n\n");
     send_chunk(j);
 }
 
@@ -194,7 +232,13 @@ static void job_complete(job *j) {
     } else if (j->gen.stream) {
         for (int i = 0; i < j->n_seqs; i++) stream_flush(job_seq_at(j, i), 0);
         jbuf *b = &j->chunk;
-        if (j->gen.include_usage) {
+        if (j->unfinished_err.status) { /* a choice was cut short: no finish_reason, an error */
+            jbuf_puts(b, "data: {\"error\":{\"message\":");
+            jbuf_str(b, j->unfinished_err.message, strlen(j->unfinished_err.message));
+            jbuf_printf(b, ",\"type\":\"%s\",\"param\":null,\"code\":", j->unfinished_err.type);
+            jbuf_str(b, j->unfinished_err.code, strlen(j->unfinished_err.code));
+            jbuf_puts(b, "}}\n\n");
+        } else if (j->gen.include_usage) {
             jbuf_puts(b, "data: ");
             write_head(b, j, j->ops->chunk_object);
             jbuf_puts(b, ",\"choices\":[],");
@@ -207,6 +251,8 @@ static void job_complete(job *j) {
         send_chunk(j);
         if (j->req) http_stream_end(j->req);
         log_line(j, &t);
+    } else if (j->req && j->unfinished_err.status) {
+        api_reply_error(j->api, j->req, &j->unfinished_err);
     } else if (j->req) {
         reply_whole(j, &t);
         log_line(j, &t);
@@ -222,10 +268,14 @@ static void seq_on_event(api_sink *sink, const gl_event *ev, double t_event) {
     case GL_EVENT_PROMPT_TOKEN:
         if (j->ops->on_prompt_token) j->ops->on_prompt_token(s, ev);
         break;
+    case GL_EVENT_PROMPT_PROGRESS:
+        stream_progress(j, ev);
+        break;
     case GL_EVENT_TOKEN:
         if (s->t_last_token > 0) metrics_observe(a->m.itl, t_event - s->t_last_token);
         s->t_last_token = t_event;
         if (j->scoring_only) break;
+        s->n_generated = ev->n_generated;
         if (j->ops->on_token) j->ops->on_token(s, ev);
         job_seq_append(s, ev->text, ev->text_len);
         if (j->gen.stream) stream_flush(s, 0);
@@ -241,11 +291,19 @@ static void seq_on_event(api_sink *sink, const gl_event *ev, double t_event) {
         s->state = JOB_SEQ_DONE;
         s->finish = shown.finish;
         s->n_generated = shown.n_generated;
+        s->n_cached = ev->n_cached_tokens;
+        s->t_queued = ev->t_queued;
         s->t_first = ev->t_first_token;
         s->t_total = ev->t_total;
         if (ev->finish == GL_FINISH_ERROR && !j->failed && !j->stream_started) {
             j->failed = true;
             params_fail(&j->err, 500, NULL, "engine_error", "%s", ev->error ? ev->error : "engine error");
+        } else if (ev->finish == GL_FINISH_ERROR && !j->unfinished_err.status) {
+            params_fail(&j->unfinished_err, 500, NULL, "engine_error", "%s",
+                        ev->error ? ev->error : "engine error");
+        } else if (ev->finish == GL_FINISH_CANCELLED && !j->unfinished_err.status) {
+            params_fail(&j->unfinished_err, 503, NULL, "server_shutdown",
+                        "The server shut down before this request finished");
         }
         j->n_unfinished--;
         if (j->gen.stream) stream_flush(s, j->n_unfinished == 0);
@@ -274,6 +332,17 @@ static void seq_rejected(job_seq *s, bool queue_full, const char *error) {
 }
 
 /* ---- the handler --------------------------------------------------------------------- */
+
+/* Choice i's sampling seed: the request's for choice 0 (so n=1 and the first
+ * of n choices agree), else a splitmix64 mix of (seed, i), so choices differ
+ * and the whole response is reproducible. */
+static uint64_t choice_seed(uint64_t seed, int i) {
+    if (i == 0) return seed;
+    uint64_t z = seed + (uint64_t)i * 0x9E3779B97F4A7C15ull;
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
 
 void job_handle(http_req *req, api_server *a, const job_ops *ops) {
     if (api_reply_if_loading(a, req)) return;
@@ -323,8 +392,12 @@ void job_handle(http_req *req, api_server *a, const job_ops *ops) {
             .ignore_eos = j->gen.ignore_eos,
             .grammar = j->gen.grammar,
             .prompt_logprobs = -1,
+            .min_tokens = j->gen.min_tokens,
+            .no_prefix_cache = j->gen.no_prefix_cache,
+            .prompt_progress = j->gen.stream && j->gen.return_progress && i == 0,
             .user = &s->sink,
         };
+        if (r.sampling.has_seed) r.sampling.seed = choice_seed(r.sampling.seed, i);
         ops->prepare(s, &r);
         bool queue_full = false;
         gl_error err = {{0}};

@@ -30,7 +30,9 @@ typedef struct job_seq {
     size_t text_bytes;       /* choice text so far, sent or not */
     bool final_sent;         /* stream: the chunk with finish_reason went out */
     int n_generated;
+    int n_cached;            /* prompt tokens served from the prefix cache */
     gl_finish_reason finish;
+    double t_queued;         /* seconds waiting before the prompt was scheduled */
     double t_first, t_total; /* seconds since submit */
     double t_last_token;     /* for inter-token latency */
 } job_seq;
@@ -50,6 +52,7 @@ typedef struct job {
     int n_unfinished;        /* seqs not DONE */
     bool failed;             /* a submit was rejected: err holds the reply */
     params_error err;
+    params_error unfinished_err; /* status 0, or why a choice ended without a finish_reason */
     bool stream_started;
     jbuf chunk;              /* scratch for one SSE chunk */
 } job;
@@ -96,7 +99,8 @@ void job_seq_append(job_seq *s, const char *text, size_t len);
 jbuf *job_chunk_begin(job *j);
 void job_chunk_end(job *j, bool with_timings);
 
-/* A finish_reason, or null while the choice is still going. */
+/* A finish_reason, or null while the choice is still going. A choice that
+ * was cancelled or failed has none: its stream ends with an error event. */
 void job_write_finish(jbuf *b, const job_seq *s, bool final);
 
 #endif

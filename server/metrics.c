@@ -30,6 +30,7 @@ struct metrics_family {
 
 struct metrics {
     char *prefix;
+    char *const_label;       /* `name="escaped value"` on every series, or NULL */
     metrics_family *first, *last;
 };
 
@@ -53,7 +54,24 @@ void metrics_free(metrics *m) {
         free(f);
     }
     free(m->prefix);
+    free(m->const_label);
     free(m);
+}
+
+void metrics_set_const_label(metrics *m, const char *name, const char *value) {
+    size_t n = strlen(name) + 2 * strlen(value) + 4;
+    char *out = malloc(n), *p = out;
+    if (!out) return;
+    p += sprintf(p, "%s=\"", name);
+    for (const char *v = value; *v; v++) { /* the exposition format's three escapes */
+        if (*v == '\\' || *v == '"') *p++ = '\\';
+        if (*v == '\n') { *p++ = '\\'; *p++ = 'n'; continue; }
+        *p++ = *v;
+    }
+    *p++ = '"';
+    *p = 0;
+    free(m->const_label);
+    m->const_label = out;
 }
 
 static metrics_family *add_family(metrics *m, family_kind kind, const char *name,
@@ -156,9 +174,24 @@ static void put(text_buf *b, const char *fmt, ...) {
     }
 }
 
-/* Prometheus floats: integers print without exponent noise. */
+/* Prometheus floats, in the fewest digits that read back the same value
+ * (0.005, not 0.0050000000000000001). */
 static const char *fmt_num(char *out, size_t n, double v) {
-    snprintf(out, n, "%.17g", v);
+    for (int digits = 1; digits <= 17; digits++) {
+        snprintf(out, n, "%.*g", digits, v);
+        if (strtod(out, NULL) == v) break;
+    }
+    return out;
+}
+
+/* A series' label set: the registry's constant label, then name="value"
+ * (name NULL: none); "" when there are none. */
+static const char *label_set(char *out, size_t n, const metrics *m, const char *name,
+                             const char *value) {
+    const char *c = m->const_label;
+    if (!c && !name) out[0] = 0;
+    else if (!name) snprintf(out, n, "{%s}", c);
+    else snprintf(out, n, "{%s%s%s=\"%s\"}", c ? c : "", c ? "," : "", name, value);
     return out;
 }
 
@@ -166,7 +199,7 @@ char *metrics_render(const metrics *m, size_t *len) {
     text_buf b = { malloc(4096), 0, 4096, 0 };
     if (!b.data) return NULL;
     b.data[0] = 0;
-    char num[64], le[64];
+    char num[64], le[64], labels[768];
     static const char *type_names[] = { "counter", "gauge", "histogram" };
     for (const metrics_family *f = m->first; f; f = f->next) {
         put(&b, "# HELP %s %s\n# TYPE %s %s\n", f->name, f->help, f->name, type_names[f->kind]);
@@ -174,23 +207,23 @@ char *metrics_render(const metrics *m, size_t *len) {
             unsigned long long cumulative = 0;
             for (int i = 0; i < f->n_bounds; i++) {
                 cumulative += f->bucket_counts[i];
-                put(&b, "%s_bucket{le=\"%s\"} %llu\n", f->name,
-                    fmt_num(le, sizeof(le), f->bounds[i]), cumulative);
+                put(&b, "%s_bucket%s %llu\n", f->name,
+                    label_set(labels, sizeof(labels), m, "le", fmt_num(le, sizeof(le), f->bounds[i])),
+                    cumulative);
             }
-            put(&b, "%s_bucket{le=\"+Inf\"} %llu\n", f->name, f->count);
-            put(&b, "%s_sum %s\n", f->name, fmt_num(num, sizeof(num), f->sum));
-            put(&b, "%s_count %llu\n", f->name, f->count);
+            put(&b, "%s_bucket%s %llu\n", f->name, label_set(labels, sizeof(labels), m, "le", "+Inf"),
+                f->count);
+            label_set(labels, sizeof(labels), m, NULL, NULL);
+            put(&b, "%s_sum%s %s\n", f->name, labels, fmt_num(num, sizeof(num), f->sum));
+            put(&b, "%s_count%s %llu\n", f->name, labels, f->count);
             continue;
         }
         if (f->n_series == 0 && !f->label_name)
-            put(&b, "%s 0\n", f->name);
+            put(&b, "%s%s 0\n", f->name, label_set(labels, sizeof(labels), m, NULL, NULL));
         for (int i = 0; i < f->n_series; i++) {
             const series *s = &f->series[i];
-            if (s->label_value)
-                put(&b, "%s{%s=\"%s\"} %s\n", f->name, f->label_name, s->label_value,
-                    fmt_num(num, sizeof(num), s->value));
-            else
-                put(&b, "%s %s\n", f->name, fmt_num(num, sizeof(num), s->value));
+            label_set(labels, sizeof(labels), m, s->label_value ? f->label_name : NULL, s->label_value);
+            put(&b, "%s%s %s\n", f->name, labels, fmt_num(num, sizeof(num), s->value));
         }
     }
     if (b.failed) { free(b.data); return NULL; }

@@ -12,6 +12,8 @@ typedef struct metrics metrics;
 typedef struct metrics_family metrics_family;
 
 metrics *metrics_create(const char *prefix);  /* prefix is prepended to every name */
+/* A label every series carries (model_name="..."); value escaped here. */
+void metrics_set_const_label(metrics *m, const char *name, const char *value);
 void metrics_free(metrics *m);
 
 /* label_name NULL = an unlabelled counter. */

@@ -38,6 +38,67 @@ int params_check_keys(const cJSON *body, const char *const *allowed, params_erro
     return 0;
 }
 
+/* The API surface beyond the endpoints' own fields (OpenAI's, llama.cpp
+ * server's, vLLM's). neutral NULL: accepted and ignored, because it cannot
+ * change the output. Else refused unless it holds this JSON value (or null),
+ * because ignoring it would change the result. */
+typedef struct field_rule {
+    const char *name;
+    const char *neutral;
+} field_rule;
+
+static const field_rule field_rules[] = {
+    /* OpenAI: bookkeeping, routing and latency hints */
+    { "store", NULL }, { "metadata", NULL }, { "service_tier", NULL },
+    { "safety_identifier", NULL }, { "prompt_cache_key", NULL }, { "prediction", NULL },
+    /* OpenAI: output changes we do not make */
+    { "verbosity", "\"medium\"" }, { "web_search_options", "null" },
+    /* llama.cpp server: slots and reporting; settings of samplers refused below */
+    { "id_slot", NULL }, { "timings_per_token", NULL }, { "n_keep", NULL },
+    { "mirostat_tau", NULL }, { "mirostat_eta", NULL }, { "dry_base", NULL },
+    { "dry_allowed_length", NULL }, { "dry_penalty_last_n", NULL },
+    { "dry_sequence_breakers", NULL }, { "xtc_threshold", NULL }, { "dynatemp_exponent", NULL },
+    { "typical_p", "1" }, { "mirostat", "0" }, { "tfs_z", "1" }, { "dry_multiplier", "0" },
+    { "xtc_probability", "0" }, { "top_n_sigma", "-1" }, { "dynatemp_range", "0" },
+    { "penalize_nl", "false" }, { "min_keep", "0" }, { "samplers", "null" },
+    { "t_max_predict_ms", "0" }, { "post_sampling_probs", "false" }, { "lora", "[]" },
+    { "n_indent", "0" }, { "return_tokens", "false" },
+    /* vLLM */
+    { "request_id", NULL }, { "stop_token_ids", "[]" }, { "include_stop_str_in_output", "false" },
+    { "skip_special_tokens", "true" }, { "spaces_between_special_tokens", "true" },
+    { "use_beam_search", "false" }, { "length_penalty", "1" }, { "truncate_prompt_tokens", "null" },
+    { "priority", "0" }, { "echo", "false" }, { "chat_template", "null" }, { "documents", "null" },
+    { "prompt_logprobs", "null" },
+};
+
+int params_check_fields(const cJSON *body, const char *const *handled, bool lenient,
+                        params_error *e) {
+    for (const cJSON *item = body->child; item; item = item->next) {
+        const char *key = item->string;
+        int known = 0;
+        for (int i = 0; handled[i] && !known; i++) known = !strcmp(handled[i], key);
+        for (size_t i = 0; !known && i < sizeof(field_rules) / sizeof(field_rules[0]); i++) {
+            const field_rule *r = &field_rules[i];
+            if (strcmp(r->name, key) != 0) continue;
+            known = 1;
+            if (!r->neutral || cJSON_IsNull(item)) break;
+            cJSON *neutral = cJSON_Parse(r->neutral);
+            int same = cJSON_Compare(item, neutral, true);
+            cJSON_Delete(neutral);
+            if (!same)
+                return params_fail(e, 400, key, "unsupported_parameter",
+                                   "'%s' is not supported by this server (only %s is accepted)",
+                                   key, r->neutral);
+        }
+        if (known) continue;
+        if (!lenient)
+            return params_fail(e, 400, key, "unsupported_parameter",
+                               "Unrecognized request argument supplied: %s", key);
+        fprintf(stderr, "genloop: ignoring unknown request field '%.100s' (--lenient-params)\n", key);
+    }
+    return 0;
+}
+
 static int is_integer(const cJSON *v) {
     if (!cJSON_IsNumber(v)) return 0;
     double d = v->valuedouble;
@@ -192,8 +253,26 @@ int params_generation_parse_limits(const cJSON *body, const gl_model *model,
         params_get_int(body, "n", 1, lim->max_n, &g->n, e) ||
         params_get_int(body, max_tokens_key, 0, lim->max_tokens, &g->max_tokens, e) ||
         params_get_bool(body, "stream", &g->stream, e) ||
-        params_get_bool(body, "ignore_eos", &g->ignore_eos, e))
+        params_get_bool(body, "ignore_eos", &g->ignore_eos, e) ||
+        params_get_int(body, "min_tokens", 0, lim->max_tokens, &g->min_tokens, e))
         return -1;
+    bool cache_prompt = true;
+    if (params_get_bool(body, "cache_prompt", &cache_prompt, e) ||
+        params_get_bool(body, "return_progress", &g->return_progress, e))
+        return -1;
+    g->no_prefix_cache = !cache_prompt;
+    if (g->min_tokens > g->max_tokens && field(body, max_tokens_key))
+        return params_fail(e, 400, "min_tokens", "invalid_value",
+                           "'min_tokens' (%d) must not exceed '%s' (%d)", g->min_tokens,
+                           max_tokens_key, g->max_tokens);
+    /* llama.cpp's name for the same penalty, over its last repeat_last_n tokens */
+    if (field(body, "repeat_penalty")) {
+        if (field(body, "repetition_penalty"))
+            return params_fail(e, 400, "repeat_penalty", "invalid_value",
+                               "give 'repetition_penalty' or 'repeat_penalty', not both");
+        if (params_get_number(body, "repeat_penalty", 0, 10, true, &rep, e)) return -1;
+    }
+    if (params_get_int(body, "repeat_last_n", -1, 1 << 24, &sp->penalty_last_n, e)) return -1;
     sp->temperature = (float)temperature;
     sp->top_p = (float)top_p;
     sp->top_k = top_k;
@@ -216,10 +295,16 @@ int params_generation_parse_limits(const cJSON *body, const gl_model *model,
                                "'stream_options' is only allowed when 'stream' is true");
         if (!cJSON_IsObject(so))
             return params_fail(e, 400, "stream_options", "invalid_type", "'stream_options' must be an object");
-        static const char *const so_keys[] = { "include_usage", NULL };
+        static const char *const so_keys[] = { "include_usage", "continuous_usage_stats",
+                                               "include_obfuscation", NULL };
         if (params_check_keys(so, so_keys, e)) return -1;
-        if (params_get_bool(so, "include_usage", &g->include_usage, e)) {
-            snprintf(e->param, sizeof(e->param), "stream_options.include_usage");
+        bool obfuscation = false; /* padding against length side channels: nothing to pad */
+        if (params_get_bool(so, "include_usage", &g->include_usage, e) ||
+            params_get_bool(so, "continuous_usage_stats", &g->continuous_usage, e) ||
+            params_get_bool(so, "include_obfuscation", &obfuscation, e)) {
+            char key[sizeof(e->param)];
+            snprintf(key, sizeof(key), "stream_options.%.40s", e->param); /* 15 + 40 < 64 */
+            memcpy(e->param, key, sizeof(key));
             return -1;
         }
     }

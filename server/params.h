@@ -41,16 +41,29 @@ typedef struct params_generation {
     bool include_usage;      /* stream_options.include_usage */
     bool ignore_eos;         /* extension: generate past end-of-sequence tokens */
     gl_grammar *grammar;     /* owned: the output's constraint (structured.h), or NULL */
+    bool continuous_usage;   /* stream_options.continuous_usage_stats: usage on every chunk */
+    bool no_prefix_cache;    /* cache_prompt: false */
+    int min_tokens;          /* end-of-sequence tokens are banned until this many are generated */
+    bool return_progress;    /* stream: prompt_progress chunks while the prompt is prefilled */
 } params_generation;
 
 /* 400 naming the first key of body not in allowed (NULL-terminated).
  * Returns 0 or -1. */
 int params_check_keys(const cJSON *body, const char *const *allowed, params_error *e);
+/* The request-field check of the completion endpoints (README "Request
+ * fields"): keys in handled are the endpoint's own; the rest of the API
+ * surface is either accepted and ignored (store, metadata, user, ...: they
+ * cannot change the output) or refused with a 400 naming it unless it holds
+ * its neutral value (typical_p 1, use_beam_search false, ...). A key known
+ * to neither is a 400 too, or with lenient a line on stderr. */
+int params_check_fields(const cJSON *body, const char *const *handled, bool lenient,
+                        params_error *e);
 
 /* Reads the sampling/generation fields common to completions and chat:
- * temperature, top_p, top_k, min_p, repetition_penalty, presence_penalty,
- * frequency_penalty, logit_bias, seed, stop, n, stream, stream_options,
- * ignore_eos and the max-tokens field named max_tokens_key, within lim.
+ * temperature, top_p, top_k, min_p, repetition_penalty (or llama.cpp's
+ * repeat_penalty with repeat_last_n), presence_penalty, frequency_penalty,
+ * logit_bias, seed, stop, n, stream, stream_options, ignore_eos, min_tokens,
+ * cache_prompt and the max-tokens field named max_tokens_key, within lim.
  * Returns 0, or -1 with e filled; call params_generation_free either way. */
 int params_generation_parse_limits(const cJSON *body, const gl_model *model,
                                    const params_limits *lim, const char *max_tokens_key,

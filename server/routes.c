@@ -10,7 +10,9 @@
 static const http_route routes[] = {
     /* open: no API key needed */
     { "GET", "/health", api_handle_health, true },
+    { "HEAD", "/health", api_handle_health, true },
     { "GET", "/v1/models", api_handle_models, false },
+    { "GET", "/v1/models/*", api_handle_model, false },
     { "POST", "/v1/completions", completions_handle, false },
     { "POST", "/v1/chat/completions", chat_handle, false },
     /* the web chat UI; public like /health */
@@ -29,6 +31,15 @@ static const http_route routes[] = {
     { "POST", "/tokenize", api_handle_tokenize, false },
     { "POST", "/detokenize", api_handle_detokenize, false },
     { "GET", "/metrics", api_handle_metrics, false },
+    /* not supported: a 404 that says so; a trailing star matches any rest of the path */
+    { "POST", "/v1/embeddings", api_handle_unsupported, true },
+    { "POST", "/v1/responses", api_handle_unsupported, true },
+    { "GET", "/v1/responses/*", api_handle_unsupported, true },
+    { "POST", "/v1/responses/*", api_handle_unsupported, true },
+    { "POST", "/v1/audio/*", api_handle_unsupported, true },
+    { "POST", "/v1/images/*", api_handle_unsupported, true },
+    { "POST", "/v1/moderations", api_handle_unsupported, true },
+    { "POST", "/v1/edits", api_handle_unsupported, true },
 };
 
 const http_route *routes_all(int *n) {

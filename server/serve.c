@@ -2,11 +2,15 @@
  * signals, and an orderly shutdown.
  *
  * Startup listens first and loads the model on the worker thread, so
- * /health answers 503 during the load. Shutdown stops accepting, cancels
- * every request, gives them a few seconds to finish their replies, then
- * closes connections, joins the worker and frees everything. */
+ * /health answers 503 during the load. SIGTERM/SIGINT drains: new requests
+ * get 503 (/health says "draining"), running and queued ones may finish for
+ * --shutdown-timeout seconds; then the rest are cancelled (their streams end
+ * with an error event), given a few seconds to send that, and the process
+ * closes connections, joins the worker, frees everything and exits 0. A
+ * second signal skips the wait. */
 #include "serve.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdio.h>
@@ -20,7 +24,7 @@
 #include "routes.h"
 #include "worker.h"
 
-#define SHUTDOWN_GRACE_MS 5000
+#define CANCEL_GRACE_MS 5000   /* for cancelled requests to send their last bytes */
 
 typedef struct serve_state {
     uv_loop_t loop;
@@ -30,7 +34,9 @@ typedef struct serve_state {
     worker *worker;
     uv_signal_t sigint, sigterm;
     uv_timer_t shutdown_timer;
-    uint64_t shutdown_deadline;
+    uint64_t drain_deadline;     /* loop ms: cancel what still runs */
+    uint64_t shutdown_deadline;  /* loop ms: close everything */
+    bool cancelled;              /* the drain's time ran out */
     int exit_code;
     bool stopping;
 } serve_state;
@@ -48,36 +54,73 @@ static void finish_shutdown(serve_state *s) {
     uv_close((uv_handle_t *)&s->shutdown_timer, NULL);
 }
 
-static void on_shutdown_tick(uv_timer_t *t) {
-    serve_state *s = t->data;
-    if ((http_active(s->http) == 0 && s->api.n_jobs == 0) || uv_now(&s->loop) >= s->shutdown_deadline)
-        finish_shutdown(s);
+static void cancel_rest(serve_state *s) {
+    if (s->cancelled) return;
+    s->cancelled = true;
+    if (s->api.n_jobs > 0)
+        fprintf(stderr, "genloop: cancelling %d request(s) still running\n", s->api.n_jobs);
+    api_cancel_all(&s->api);
+    s->shutdown_deadline = uv_now(&s->loop) + CANCEL_GRACE_MS;
 }
 
-static void begin_shutdown(serve_state *s, int exit_code) {
+static void on_shutdown_tick(uv_timer_t *t) {
+    serve_state *s = t->data;
+    uint64_t now = uv_now(&s->loop);
+    /* Jobs are what a drain waits for (a job lasts until its reply is sent);
+     * a request without one (a stalled upload) does not hold the exit up. */
+    if (s->api.n_jobs == 0) finish_shutdown(s);
+    else if (!s->cancelled && now >= s->drain_deadline) cancel_rest(s);
+    else if (s->cancelled && now >= s->shutdown_deadline) finish_shutdown(s);
+}
+
+/* drain_ms 0: cancel at once (a failed load, a second signal). */
+static void begin_shutdown(serve_state *s, int exit_code, uint64_t drain_ms) {
     if (s->stopping) return;
     s->stopping = true;
     s->exit_code = exit_code;
     s->api.shutting_down = true;
-    fprintf(stderr, "genloop: shutting down\n");
-    http_stop_accepting(s->http);
-    api_cancel_all(&s->api);
-    s->shutdown_deadline = uv_now(&s->loop) + SHUTDOWN_GRACE_MS;
+    if (drain_ms > 0 && s->api.n_jobs > 0)
+        fprintf(stderr, "genloop: draining: %d request(s) may finish within %llu s; a second signal stops now\n",
+                s->api.n_jobs, (unsigned long long)(drain_ms / 1000));
+    else
+        fprintf(stderr, "genloop: shutting down\n");
+    s->drain_deadline = uv_now(&s->loop) + drain_ms;
+    if (drain_ms == 0) cancel_rest(s);
     uv_timer_start(&s->shutdown_timer, on_shutdown_tick, 0, 10);
 }
 
 static void on_signal(uv_signal_t *h, int signum) {
     serve_state *s = h->data;
-    if (s->stopping) {
-        fprintf(stderr, "genloop: second signal; still shutting down\n");
+    if (!s->stopping) {
+        begin_shutdown(s, 0, (uint64_t)s->cfg.shutdown_timeout * 1000);
         return;
     }
-    begin_shutdown(s, 0);
+    fprintf(stderr, "genloop: second signal: stopping now\n");
+    api_cancel_all(&s->api);
+    finish_shutdown(s);
 }
 
 static void on_load_failed(api_server *a) {
     serve_state *s = (serve_state *)((char *)a - offsetof(serve_state, api));
-    begin_shutdown(s, 1);
+    begin_shutdown(s, 1, 0);
+}
+
+/* A missing or unreadable model file fails here, before the port is bound
+ * and "listening" printed; the full check is the load on the worker. */
+static int check_model_file(const char *path, char *err, size_t err_len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, err_len, "%.1000s: %s", path, strerror(errno));
+        return -1;
+    }
+    char magic[4] = {0};
+    size_t n = fread(magic, 1, 4, f);
+    fclose(f);
+    if (n != 4 || memcmp(magic, "GGUF", 4) != 0) {
+        snprintf(err, err_len, "%.1000s: not a GGUF file", path);
+        return -1;
+    }
+    return 0;
 }
 
 int serve_main(int argc, char **argv) {
@@ -108,6 +151,10 @@ int serve_main(int argc, char **argv) {
     }
     if (config_validate(&s->cfg, err, sizeof(err)) || config_read_api_key(&s->cfg, err, sizeof(err)))
         goto bad_args;
+    if (check_model_file(s->cfg.model, err, sizeof(err))) {
+        fprintf(stderr, "genloop serve: %s\n", err);
+        return 1;
+    }
 
     signal(SIGPIPE, SIG_IGN);
     uv_loop_init(&s->loop);
@@ -138,8 +185,7 @@ int serve_main(int argc, char **argv) {
     snprintf(s->api.url, sizeof(s->api.url), "http://%s%.255s%s:%d", v6 ? "[" : "", s->cfg.host,
              v6 ? "]" : "", http_port(s->http));
     fprintf(stderr, "genloop: listening on %s; loading %s\n", s->api.url, s->cfg.model);
-    printf("listening: %s\n", s->api.url);
-    fflush(stdout);
+    api_print_status("listening", s->api.url);
 
     gl_engine_params ep;
     gl_engine_params_default(&ep);

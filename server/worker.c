@@ -6,6 +6,7 @@
  * so steady-state token events allocate nothing. */
 #include "worker.h"
 
+#include <stdio.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
@@ -132,10 +133,25 @@ static void on_engine_event(const gl_event *e, void *ctx) {
     post(ctx, &msg);
 }
 
+/* Load progress on stderr, at most once a second: a small model loads
+ * before the first line is due and prints none. */
+typedef struct load_log {
+    double t_start, t_last;
+} load_log;
+
+static void on_load_progress(float fraction, void *ctx) {
+    load_log *l = ctx;
+    double now = worker_now();
+    if (now - l->t_last < 1.0) return;
+    l->t_last = now;
+    fprintf(stderr, "genloop: loading model: %3.0f%% (%.0f s)\n", fraction * 100.0, now - l->t_start);
+}
+
 static void *worker_main(void *arg) {
     worker *w = arg;
     gl_error err = {{0}};
-    w->model = gl_model_load(w->model_path, &err);
+    load_log log = { worker_now(), worker_now() };
+    w->model = gl_model_load_progress(w->model_path, on_load_progress, &log, &err);
     if (w->model) w->engine = gl_engine_create(w->model, &w->params, &err);
     if (!w->engine) {
         worker_msg failed = {.type = WORKER_LOAD_FAILED, .t_event = worker_now()};

@@ -77,4 +77,10 @@ def test_k8s_manifests():
     assert any(m["mountPath"] == "/models" for m in c["volumeMounts"])
     assert "/models/model.gguf" in c["args"]
     assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+    # the grace period covers the preStop sleep, the drain and the cancel grace (serve.c)
+    args = c["args"]
+    drain = int(args[args.index("--shutdown-timeout") + 1])
+    pre_stop = c["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[0] == "sleep"
+    assert pod["spec"]["terminationGracePeriodSeconds"] == int(pre_stop[1]) + drain + 5
     assert svc["spec"]["ports"][0]["targetPort"] in port_names | {8080}

@@ -107,10 +107,7 @@ def test_401_counted_and_before_body(server):
 
 
 def metrics_with_key(server):
-    status, _, body = request(server.url + "/metrics", headers=auth())
-    assert status == 200
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-            for line in body.decode().splitlines() if line and not line.startswith("#")}
+    return metrics(server.url, headers=auth())
 
 
 def test_metrics_public():
