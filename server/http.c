@@ -17,6 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "utf8.h"
+
 typedef struct header { char *name, *value; struct header *next; } header;
 
 struct http_req {
@@ -305,10 +307,15 @@ uint64_t http_req_seq(const http_req *r) { return r->seq; }
 
 void http_req_log(http_req *r, const char *fmt, ...) {
     size_t used = strlen(r->note);
+    char text[sizeof(r->note) + 4];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r->note + used, sizeof(r->note) - used, fmt, ap);
+    vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    /* cut where the note is full, but not inside a character */
+    size_t n = utf8_cut(text, sizeof(r->note) - 1 - used);
+    memcpy(r->note + used, text, n);
+    r->note[used + n] = 0;
 }
 
 void http_req_on_close(http_req *r, void (*fn)(void *, bool), void *data) {
