@@ -283,7 +283,8 @@ int api_admit(http_req *req, const http_route *route, void *ctx) {
 
 void api_http_error(http_req *req, int status, const char *message, void *ctx) {
     params_error e;
-    const char *code = status == 404 ? "not_found" : status == 405 ? "method_not_allowed"
+    const char *code = status == 400 ? "invalid_request" : status == 404 ? "not_found"
+                     : status == 405 ? "method_not_allowed"
                      : status == 413 ? "request_too_large" : NULL;
     params_fail(&e, status, NULL, code, "%s", message);
     api_reply_error(ctx, req, &e);

@@ -392,6 +392,10 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
+        /* Both framings at once is how requests are smuggled past proxies. */
+        if (!r->status && cl && MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                            MHD_HTTP_HEADER_TRANSFER_ENCODING))
+            error_reply(r, 400, "Content-Length and Transfer-Encoding must not come together");
         if (!r->status && cl && strtoull(cl, NULL, 10) > s->opt.max_body_bytes) {
             r->body_too_large = true;
             error_reply(r, 413, "Request body too large");

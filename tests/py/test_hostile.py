@@ -311,6 +311,18 @@ def test_chunked_upload_within_limit(server):
     assert got.startswith(b"HTTP/1.1 200") and b'"tokens"' in got, got[:300]
 
 
+def test_content_length_with_chunked_refused(server):
+    """Both framings in one request (a smuggling pattern): 400, and closed."""
+    sock = socket.create_connection(("127.0.0.1", server.port))
+    sock.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+    got, closed = read_to_close(sock, 10)
+    sock.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    assert closed and head.startswith(b"HTTP/1.1 400"), got[:300]
+    assert json.loads(body)["error"]["code"] == "invalid_request"
+
+
 @pytest.mark.parametrize("value", [b"-1", b"abc", b"1e3", b"", b"0x10", b"18446744073709551616"])
 def test_malformed_content_length(server, value):
     """libmicrohttpd answers these itself, before genloop sees the request;
