@@ -12,6 +12,7 @@
 
 #include "access.h"
 #include "jbuf.h"
+#include "utf8.h"
 
 /* ---- metrics ------------------------------------------------------------------ */
 
@@ -234,8 +235,8 @@ int api_check_model(const api_server *a, const cJSON *body, params_error *e) {
         return params_fail(e, 400, "model", "invalid_type", "'model' must be a string");
     if (a->cfg->strict_model && !model_matches(a, model->valuestring))
         return params_fail(e, 404, "model", "model_not_found",
-                           "The model '%.200s' does not exist; this server has '%s'",
-                           model->valuestring, a->model_id);
+                           "The model '%.*s' does not exist; this server has '%s'",
+                           (int)utf8_cut(model->valuestring, 200), model->valuestring, a->model_id);
     return 0;
 }
 
@@ -324,7 +325,8 @@ int api_admit(http_req *req, const http_route *route, void *ctx) {
 
 void api_http_error(http_req *req, int status, const char *message, void *ctx) {
     params_error e;
-    const char *code = status == 404 ? "not_found" : status == 405 ? "method_not_allowed"
+    const char *code = status == 400 ? "invalid_request" : status == 404 ? "not_found"
+                     : status == 405 ? "method_not_allowed"
                      : status == 413 ? "request_too_large" : NULL;
     params_fail(&e, status, NULL, code, "%s", message);
     api_reply_error(ctx, req, &e);
@@ -339,11 +341,28 @@ int api_reply_if_loading(api_server *a, http_req *req) {
     return 1;
 }
 
+/* True when only JSON whitespace is left in s[0..len). */
+static int only_space(const char *s, size_t len) {
+    for (size_t i = 0; i < len; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\n' && s[i] != '\r') return 0;
+    return 1;
+}
+
 cJSON *api_parse_body(api_server *a, http_req *req) {
     params_error e;
-    cJSON *body = cJSON_ParseWithLength(http_req_body(req), http_req_body_len(req));
-    if (!body) {
+    const char *text = http_req_body(req), *end = NULL;
+    size_t len = http_req_body_len(req);
+    /* cJSON keeps a raw NUL inside a string, but hands strings over as C
+     * strings: the text after it would silently go missing. */
+    int has_nul = memchr(text, 0, len) != NULL;
+    cJSON *body = has_nul ? NULL : cJSON_ParseWithLengthOpts(text, len, &end, 0);
+    if (has_nul) {
+        params_fail(&e, 400, NULL, "invalid_json", "The request body must not contain NUL bytes");
+    } else if (!body) {
         params_fail(&e, 400, NULL, "invalid_json", "The request body is not valid JSON");
+    } else if (!only_space(end, len - (size_t)(end - text))) {
+        params_fail(&e, 400, NULL, "invalid_json",
+                    "The request body has data after its JSON value (at byte %zu)", (size_t)(end - text));
     } else if (!cJSON_IsObject(body)) {
         params_fail(&e, 400, NULL, "invalid_json", "The request body must be a JSON object");
     } else if (params_json_has_nul(http_req_body(req), http_req_body_len(req))) {

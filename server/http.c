@@ -19,6 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "utf8.h"
+
 typedef struct header { char *name, *value; struct header *next; } header;
 
 struct http_req {
@@ -32,6 +34,7 @@ struct http_req {
     char *body;
     size_t body_len, body_cap;
     bool body_too_large;
+    bool upload_cut;         /* body over the limit while MHD still reads it: reply raw */
     bool dispatched;         /* handler called */
     int status;              /* of the response made, 0 = none yet */
     struct MHD_Response *response; /* made, not yet queued */
@@ -157,8 +160,46 @@ void http_add_header(http_req *r, const char *name, const char *value) {
     r->headers = h;
 }
 
+/* The connection's socket, or -1. */
+static int conn_fd(http_req *r) {
+    const union MHD_ConnectionInfo *info = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    return info ? info->connect_fd : -1;
+}
+
+/* A reply while MHD is still reading the body: libmicrohttpd 0.9.75 takes
+ * no response then (MHD_queue_response fails until the upload ends, and a
+ * chunked upload need never end). So it goes to the socket from here, the
+ * write side is shut (the client sees the reply end), what has arrived is
+ * read and dropped (so the close that follows is a FIN, not a reset, if
+ * the client has stopped sending), and the caller has MHD close the
+ * connection. */
+static void reply_raw(http_req *r, int status, const char *content_type, const char *body,
+                      size_t len) {
+    char head[2048];
+    int n = snprintf(head, sizeof(head), "HTTP/1.1 %d %s\r\nConnection: close\r\nContent-Length: %zu\r\n",
+                     status, MHD_get_reason_phrase_for((unsigned)status), len);
+    if (content_type)
+        n += snprintf(head + n, sizeof(head) - (size_t)n, "Content-Type: %s\r\n", content_type);
+    for (header *h = r->headers; h && (size_t)n < sizeof(head); h = h->next)
+        n += snprintf(head + n, sizeof(head) - (size_t)n, "%s: %s\r\n", h->name, h->value);
+    int fd = conn_fd(r);
+    if (fd < 0 || (size_t)n + 2 >= sizeof(head)) return;
+    memcpy(head + n, "\r\n", 2);
+    n += 2;
+    if (send(fd, head, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n)
+        send(fd, body, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    shutdown(fd, SHUT_WR);
+    char drop[16384];
+    for (int i = 0; i < 64 && recv(fd, drop, sizeof(drop), MSG_DONTWAIT) > 0; i++) {}
+}
+
 void http_reply(http_req *r, int status, const char *content_type, const char *body, size_t len) {
     if (r->status) return;  /* one response per request */
+    if (r->upload_cut) {
+        reply_raw(r, status, content_type, body, len);
+        r->status = status;
+        return;
+    }
     struct MHD_Response *resp =
         MHD_create_response_from_buffer(len, (void *)body, MHD_RESPMEM_MUST_COPY);
     if (!resp) return;
@@ -183,12 +224,6 @@ static ssize_t stream_reader(void *cls, uint64_t pos, char *buf, size_t max) {
     if (r->stream_ended) return MHD_CONTENT_READER_END_OF_STREAM;
     suspend(r);
     return 0;
-}
-
-/* The connection's socket, or -1. */
-static int conn_fd(http_req *r) {
-    const union MHD_ConnectionInfo *info = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    return info ? info->connect_fd : -1;
 }
 
 void http_stream_start(http_req *r, int status, const char *content_type) {
@@ -275,10 +310,15 @@ uint64_t http_req_seq(const http_req *r) { return r->seq; }
 
 void http_req_log(http_req *r, const char *fmt, ...) {
     size_t used = strlen(r->note);
+    char text[sizeof(r->note) + 4];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(r->note + used, sizeof(r->note) - used, fmt, ap);
+    vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    /* cut where the note is full, but not inside a character */
+    size_t n = utf8_cut(text, sizeof(r->note) - 1 - used);
+    memcpy(r->note + used, text, n);
+    r->note[used + n] = 0;
 }
 
 void http_req_on_close(http_req *r, void (*fn)(void *, bool), void *data) {
@@ -355,6 +395,10 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         }
         const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                      MHD_HTTP_HEADER_CONTENT_LENGTH);
+        /* Both framings at once is how requests are smuggled past proxies. */
+        if (!r->status && cl && MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                            MHD_HTTP_HEADER_TRANSFER_ENCODING))
+            error_reply(r, 400, "Content-Length and Transfer-Encoding must not come together");
         if (!r->status && cl && strtoull(cl, NULL, 10) > s->opt.max_body_bytes) {
             r->body_too_large = true;
             error_reply(r, 413, "Request body too large");
@@ -370,6 +414,11 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
                 free(r->body);
                 r->body = NULL;
                 r->body_len = r->body_cap = 0;
+                /* Answer now, then close: a chunked upload need never end. */
+                r->upload_cut = true;
+                error_reply(r, 413, "Request body too large");
+                *upload_size = 0;
+                return MHD_NO;
             } else {
                 if (need + 1 > r->body_cap) {
                     size_t cap = r->body_cap ? r->body_cap : 1024;
@@ -441,6 +490,18 @@ static void log_time(char *out, size_t n) {
     snprintf(out + k, n - k, ".%03ldZ", ts.tv_nsec / 1000000);
 }
 
+/* A client that shut its write side after the request has nothing more
+ * to send; MHD (edge-triggered epoll) may already have had the end-of-file
+ * event while the request was in hand, and would then keep the connection
+ * in CLOSE-WAIT until the idle timeout. The reply is in the kernel's
+ * buffer by now, so shutting the socket both ways still delivers it, and
+ * MHD sees the connection end. Pipelined bytes leave it open. */
+static void close_if_half_closed(http_req *r) {
+    int fd = conn_fd(r);
+    char byte;
+    if (fd >= 0 && recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) shutdown(fd, SHUT_RDWR);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     http_server *s = cls;
@@ -453,6 +514,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     log_time(when, sizeof when);
     fprintf(stderr, "%s http #%llu %s %s %d%s %.1fms%s%s\n", when, (unsigned long long)r->seq, r->method,
             r->path, r->status, aborted ? " (aborted)" : "", ms, r->note[0] ? " " : "", r->note);
+    if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) close_if_half_closed(r);
     if (r->prev) r->prev->next = r->next; else s->reqs = r->next;
     if (r->next) r->next->prev = r->prev;
     s->n_reqs--;
@@ -473,6 +535,29 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
                           enum MHD_ConnectionNotificationCode toe) {
     http_server *s = cls;
     if (toe == MHD_CONNECTION_NOTIFY_CLOSED) s->run_pending = true;
+}
+
+static int hex_digit(char c) {
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+         : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* MHD's own %XX decoding turns %00 into a NUL that ends the path
+ * ("/app.js%00.html" would route as "/app.js"). This one decodes the rest
+ * and keeps %00 as sent, so such a path matches no route. */
+static size_t unescape(void *cls, struct MHD_Connection *conn, char *s) {
+    char *out = s;
+    for (const char *p = s; *p; p++) {
+        int hi = p[0] == '%' ? hex_digit(p[1]) : -1, lo = hi >= 0 ? hex_digit(p[2]) : -1;
+        if (lo >= 0 && (hi | lo)) {
+            *out++ = (char)(hi * 16 + lo);
+            p += 2;
+        } else {
+            *out++ = *p;
+        }
+    }
+    *out = 0;
+    return (size_t)(out - s);
 }
 
 /* ---- server ----------------------------------------------------------------- */
@@ -525,6 +610,7 @@ http_server *http_start(uv_loop_t *loop, const http_options *opt, char *err, siz
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                                  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+                                 MHD_OPTION_UNESCAPE_CALLBACK, unescape, NULL,
                                  MHD_OPTION_END);
     if (!s->daemon) {
         snprintf(err, err_len, "cannot listen on %s:%d: %s", opt->host, opt->port,

@@ -43,7 +43,7 @@ typedef struct http_options {
      * may add headers, or reply (e.g. 401, a CORS preflight) and return 1 to
      * end the request there; 0 goes on. NULL = admit everything. */
     int (*admit)(http_req *req, const http_route *route, void *ctx);
-    /* Formats errors found by this module (404, 405, 413); the reply must be
+    /* Formats errors found by this module (400, 404, 405, 413); the reply must be
      * made with http_reply*. */
     void (*error)(http_req *req, int status, const char *message, void *ctx);
     void *ctx;               /* passed to handlers, admit and error */

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
 void jbuf_free(jbuf *b) { free(b->data); memset(b, 0, sizeof(*b)); }
 
 void jbuf_clear(jbuf *b) {
@@ -47,22 +49,6 @@ void jbuf_printf(jbuf *b, const char *fmt, ...) {
     b->len += (size_t)n;
 }
 
-/* Length of the valid UTF-8 sequence at p (1..4), or 0 if invalid. */
-static int utf8_seq_len(const unsigned char *p, const unsigned char *end) {
-    unsigned c = p[0];
-    int n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3
-          : (c & 0xF8) == 0xF0 ? 4 : 0;
-    if (n == 0 || end - p < n) return 0;
-    unsigned cp = n == 1 ? c : c & (0x7F >> n);
-    for (int i = 1; i < n; i++) {
-        if ((p[i] & 0xC0) != 0x80) return 0;
-        cp = (cp << 6) | (p[i] & 0x3F);
-    }
-    static const unsigned min_cp[5] = { 0, 0, 0x80, 0x800, 0x10000 };
-    if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return 0;
-    return n;
-}
-
 void jbuf_str(jbuf *b, const char *s, size_t n) {
     const unsigned char *p = (const unsigned char *)s, *end = p + n;
     jbuf_raw(b, "\"", 1);
@@ -79,7 +65,7 @@ void jbuf_str(jbuf *b, const char *s, size_t n) {
         else if (c == '\t') { jbuf_raw(b, "\\t", 2); p++; }
         else if (c < 0x20) { jbuf_printf(b, "\\u%04x", c); p++; }
         else {
-            int len = utf8_seq_len(p, end);
+            int len = utf8_char_len((const char *)p, (const char *)end);
             if (len) { jbuf_raw(b, (const char *)p, (size_t)len); p += len; }
             else { jbuf_raw(b, "\xEF\xBF\xBD", 3); p++; }
         }

@@ -362,6 +362,11 @@ void job_handle(http_req *req, api_server *a, const job_ops *ops) {
     j->base.destroy = job_destroy;
     int rc = ops->parse(j, body, &e);
     cJSON_Delete(body);
+    /* More sequences than the waiting queue holds would get 503 forever. */
+    if (rc == 0 && j->n_seqs > a->cfg->max_waiting)
+        rc = params_fail(&e, 400, "n", "invalid_value",
+                         "This request has %d sequences (prompts x n), but this server queues at "
+                         "most %d (--max-waiting); send fewer", j->n_seqs, a->cfg->max_waiting);
     if (rc == 0) {
         j->seqs = calloc((size_t)j->n_seqs, ops->seq_size);
         if (!j->seqs) rc = params_fail(&e, 500, NULL, NULL, "out of memory");

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "utf8.h"
+
 int params_fail(params_error *e, int status, const char *param, const char *code,
                 const char *fmt, ...) {
     e->status = status;
@@ -14,11 +16,14 @@ int params_fail(params_error *e, int status, const char *param, const char *code
             : status >= 500 ? "server_error"
                             : "invalid_request_error";
     e->code = code;
-    snprintf(e->param, sizeof(e->param), "%s", param ? param : "");
+    /* Messages quote request bytes: keep them valid UTF-8 for the JSON reply. */
+    char text[2 * sizeof(e->message)];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(e->message, sizeof(e->message), fmt, ap);
+    vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
+    utf8_clean(e->message, sizeof(e->message), text, strlen(text));
+    utf8_clean(e->param, sizeof(e->param), param ? param : "", param ? strlen(param) : 0);
     return -1;
 }
 
@@ -219,8 +224,8 @@ static int parse_logit_bias(const cJSON *body, const gl_model *model, const para
         long id = strtol(item->string, &end, 10);
         if (!item->string[0] || *end || id < 0 || id >= n_vocab)
             return params_fail(e, 400, "logit_bias", "invalid_value",
-                               "'logit_bias' key '%.32s' is not a token id in 0..%d", item->string,
-                               n_vocab - 1);
+                               "'logit_bias' key '%.*s' is not a token id in 0..%d",
+                               (int)utf8_cut(item->string, 32), item->string, n_vocab - 1);
         if (!cJSON_IsNumber(item) || item->valuedouble < -100 || item->valuedouble > 100)
             return params_fail(e, 400, "logit_bias", "invalid_value",
                                "'logit_bias' values must be numbers in [-100, 100]");

@@ -8,6 +8,7 @@
 #include "jbuf.h"
 #include "params.h"
 #include "testutil.h"
+#include "utf8.h"
 
 static int parse(const char *json, params_generation *g, params_error *e) {
     cJSON *body = cJSON_Parse(json);
@@ -94,8 +95,25 @@ START_TEST(test_jbuf_json) {
 }
 END_TEST
 
+START_TEST(test_utf8_cut_and_clean) {
+    const char *euro = "aaa\xe2\x82\xac";                    /* "aaa" + U+20AC, 6 bytes */
+    ck_assert_uint_eq(utf8_cut(euro, 4), 3);                   /* not inside the euro sign */
+    ck_assert_uint_eq(utf8_cut(euro, 6), 6);
+    ck_assert_uint_eq(utf8_cut(euro, 100), 6);
+    char out[8];
+    utf8_clean(out, sizeof out, "m\xff", 2);
+    ck_assert_str_eq(out, "m\xef\xbf\xbd");
+    utf8_clean(out, 6, euro, 6);                               /* room for 5 bytes: the euro sign goes */
+    ck_assert_str_eq(out, "aaa");
+    params_error e;
+    params_fail(&e, 400, "\xff", NULL, "key '%.*s' bad", (int)utf8_cut(euro, 5), euro);
+    ck_assert_str_eq(e.param, "\xef\xbf\xbd");
+    ck_assert_str_eq(e.message, "key 'aaa' bad");
+}
+END_TEST
+
 int main(void) {
     const TTest *tests[] = {test_defaults_and_fields, test_errors_name_the_field, test_unknown_key,
-                            test_utf8_and_nul, test_jbuf_json};
+                            test_utf8_and_nul, test_jbuf_json, test_utf8_cut_and_clean};
     return test_run_tests("server_params", tests, (int)(sizeof tests / sizeof tests[0])) ? 1 : 0;
 }

@@ -54,6 +54,9 @@ static void check_error(const params_error *e) {
     CHECK(e->message[0]);
     CHECK(memchr(e->param, 0, sizeof e->param));
     CHECK(memchr(e->message, 0, sizeof e->message));
+    /* they quote request bytes and go back to the client in JSON */
+    CHECK(fuzz_utf8_valid(e->param, strlen(e->param)));
+    CHECK(fuzz_utf8_valid(e->message, strlen(e->message)));
 }
 
 /* lim NULL: params_generation_parse with its default limits (4 stops of

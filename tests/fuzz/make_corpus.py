@@ -164,6 +164,21 @@ def request_seeds():
         put("fuzz_request", "req_%d.json" % i, json.dumps(r))
     put("fuzz_request", "escapes.json", '{"prompt":"\\ud83d\\ude00 \\u0000 \\ud800","stop":["\\n"]}')
     put("fuzz_request", "not_object.json", '[1, "two", null, true, 1.5e-3]')
+    # the hostile inputs of tests/py/test_hostile.py (issue 20)
+    hostile = {
+        "nul": b'{"prompt":"Once upon\x00 a time","echo":true,"max_tokens":1}',
+        "bad_utf8_key": b'{"prompt":"x","\xff":1}',
+        "bad_utf8_model": b'{"prompt":"x","model":"m\xff"}',
+        "logit_bias_cut": ('{"prompt":"x","logit_bias":{"%s":1}}' % ("a" * 31 + "\u20ac")).encode(),
+        "trailing": b'{"prompt":"x"}{"prompt":"y"} xyz',
+        "surrogates": b'{"prompt":["\\ud800","\\udc00x","\xed\xa0\x80","\\ud83d\\ude00"]}',
+        "numbers": b'{"prompt":[9223372036854775808],"temperature":1e999,"seed":9223372036854775808,'
+                   b'"n":-0,"top_k":1e-400,"max_tokens":1.5}',
+        "nesting": b'{"prompt":' + b"[" * 200 + b"]" * 200 + b',"stop":[[[["a"]]]]}',
+        "long_key": ('{"prompt":"x","%s":1}' % ("\u20ac" * 40)).encode(),
+    }
+    for name, data in hostile.items():
+        put("fuzz_request", "hostile_%s.json" % name, data)
 
 
 CHATML_LIKE = ("{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\n' + "

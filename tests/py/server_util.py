@@ -52,7 +52,7 @@ class Server:
     def __init__(self, model, *args, wait_ready=True, timeout=60):
         self.proc = subprocess.Popen(
             [binary(), "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", *args],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="backslashreplace")
         # Drain stderr as it comes: the access log of a few thousand requests
         # fills a pipe, and a server blocked writing its log answers nothing.
         self._err = []
