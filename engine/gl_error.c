@@ -4,13 +4,16 @@
 #include <stdio.h>
 #include <string.h>
 
+int gl_error_vset(gl_error *err, const char *fmt, va_list ap) {
+    if (err) vsnprintf(err->message, sizeof err->message, fmt, ap);
+    return -1;
+}
+
 int gl_error_set(gl_error *err, const char *fmt, ...) {
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err->message, sizeof err->message, fmt, ap);
-        va_end(ap);
-    }
+    va_list ap;
+    va_start(ap, fmt);
+    gl_error_vset(err, fmt, ap);
+    va_end(ap);
     return -1;
 }
 

@@ -127,14 +127,13 @@ static void where(const parser *ps, const char *at, int *line, int *col) {
 __attribute__((format(printf, 3, 4))) static void fail_at(parser *ps, const char *at, const char *fmt, ...) {
     if (ps->failed) return;
     ps->failed = true;
-    char msg[400];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
     int line, col;
     where(ps, at, &line, &col);
-    gl_error_set(ps->err, "grammar: line %d, column %d: %s", line, col, msg);
+    va_list ap;
+    va_start(ap, fmt);
+    gl_error_vset(ps->err, fmt, ap);
+    va_end(ap);
+    gl_error_prefix(ps->err, "grammar: line %d, column %d", line, col);
 }
 
 static bool grow(void **arr, int *cap, int need, size_t elem) {

@@ -93,12 +93,11 @@ typedef struct compiler {
 __attribute__((format(printf, 2, 3))) static int fail(compiler *c, const char *fmt, ...) {
     if (c->failed) return -1;
     c->failed = true;
-    char msg[400];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
+    gl_error_vset(c->err, fmt, ap);
     va_end(ap);
-    gl_error_set(c->err, "json_schema at %s: %s", c->path[0] ? c->path : "/", msg);
+    gl_error_prefix(c->err, "json_schema at %s", c->path[0] ? c->path : "/");
     return -1;
 }
 
