@@ -22,7 +22,7 @@ TIMEOUT_S = 60  # the server's idle timeout: the tests must see closes long befo
 @pytest.fixture(scope="module")
 def server():
     with Server(tiny_model(), "--max-waiting", str(MAX_WAITING), "--max-body-bytes", str(MAX_BODY),
-                "--timeout", str(TIMEOUT_S), "--chat-template", "chatml") as s:
+                "--timeout", str(TIMEOUT_S), "--chat-template", "chatml", "--strict-model") as s:
         yield s
 
 
