@@ -39,6 +39,8 @@ struct gl_engine {
     float *logits;            /* [max_logits][n_vocab] */
     gl_top_logprob *top;      /* [20] */
     gr_vocab *vocab;          /* token bytes for grammar masks */
+    int32_t *eog_ids;         /* end-of-generation tokens, banned under min_tokens */
+    int n_eog;
 
     /* shared with submitting threads, under mutex */
     pthread_mutex_t mutex;
@@ -99,7 +101,7 @@ const char *gl_finish_reason_str(gl_finish_reason r) {
 
 /* ---- lifetime ----------------------------------------------------------------- */
 
-static gr_vocab *engine_vocab(const gl_model *m) {
+static gr_vocab *engine_vocab(gl_engine *e, const gl_model *m) {
     int n = m->config.n_vocab;
     const char **pieces = malloc((size_t)n * sizeof *pieces);
     size_t *lens = malloc((size_t)n * sizeof *lens);
@@ -110,7 +112,11 @@ static gr_vocab *engine_vocab(const gl_model *m) {
             pieces[t] = tok_piece(m->tokenizer, t, &lens[t]);
             if (!pieces[t]) lens[t] = 0;
             eog[t] = tok_is_eog(m->tokenizer, t);
+            e->n_eog += eog[t];
         }
+        e->eog_ids = malloc((size_t)(e->n_eog ? e->n_eog : 1) * sizeof *e->eog_ids);
+        for (int t = 0, k = 0; e->eog_ids && t < n; t++)
+            if (eog[t]) e->eog_ids[k++] = t;
         v = gr_vocab_new(n, pieces, lens, eog);
     }
     free(pieces);
@@ -180,12 +186,12 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     e->sched = e->kvm ? sched_create(&limits, e->kvm, p.prefix_caching) : NULL;
     e->logits = malloc((size_t)limits.max_logits * (size_t)c->n_vocab * sizeof(float));
     e->top = calloc(20, sizeof *e->top);
-    e->vocab = engine_vocab(model);
+    e->vocab = engine_vocab(e, model);
     e->b_tokens = malloc((size_t)T * sizeof(int32_t));
     e->b_positions = malloc((size_t)T * sizeof(int32_t));
     e->b_seq_of_token = malloc((size_t)T * sizeof(int32_t));
     e->b_tables = malloc((size_t)p.max_seqs * sizeof *e->b_tables);
-    if (!e->sched || !e->logits || !e->top || !e->vocab || !e->b_tokens || !e->b_positions || !e->b_seq_of_token || !e->b_tables) {
+    if (!e->sched || !e->logits || !e->top || !e->vocab || !e->eog_ids || !e->b_tokens || !e->b_positions || !e->b_seq_of_token || !e->b_tables) {
         gl_error_set(err, "out of memory for the engine's buffers");
         goto fail;
     }
@@ -210,6 +216,7 @@ void gl_engine_free(gl_engine *e) {
     free(e->logits);
     free(e->top);
     gr_vocab_free(e->vocab);
+    free(e->eog_ids);
     free(e->cancel_ids);
     free(e->b_tokens);
     free(e->b_positions);
@@ -465,8 +472,7 @@ static void sample_and_append(gl_engine *e, gl_seq *r, float *row, gl_event_fn f
     }
     float logprob = NAN;
     if (r->n_generated < r->min_tokens && !r->ignore_eos)
-        for (int32_t t = 0; t < m->config.n_vocab; t++)
-            if (tok_is_eog(m->tokenizer, t)) row[t] = -INFINITY;
+        for (int i = 0; i < e->n_eog; i++) row[e->eog_ids[i]] = -INFINITY;
     int32_t tok = sampler_sample(r->sampler, row, r->logprobs ? &logprob : NULL, r->logprobs ? e->top : NULL);
     if (r->t_first_token == 0) r->t_first_token = now_s();
     if ((!r->ignore_eos || r->grammar) && tok_is_eog(m->tokenizer, tok)) {
