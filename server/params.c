@@ -130,7 +130,9 @@ int params_get_number(const cJSON *body, const char *key, double lo, double hi, 
     if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
         return params_fail(e, 400, key, "invalid_type", "'%s' must be a number", key);
     double d = v->valuedouble;
-    if (d < lo || d > hi || (lo_open && d == lo))
+    /* every field is kept as a float: 1e-50 passes "> 0" as a double and
+     * becomes 0 as a float (found by fuzz_request) */
+    if (d < lo || d > hi || (lo_open && (float)d <= (float)lo))
         return params_fail(e, 400, key, "invalid_value", "'%s' must be in %c%g, %g], got %g", key,
                            lo_open ? '(' : '[', lo, hi, d);
     *out = d;

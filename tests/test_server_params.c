@@ -52,6 +52,8 @@ START_TEST(test_errors_name_the_field) {
         {"{\"stream\":1}", "stream"},
         {"{\"stream_options\":{\"include_usage\":true}}", "stream_options"},
         {"{\"seed\":1.5}", "seed"},
+        {"{\"top_p\":1e-50}", "top_p"},   /* > 0 as a double, 0 as the float it is kept in */
+        {"{\"repetition_penalty\":1e-300}", "repetition_penalty"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         params_generation g;
