@@ -3,6 +3,8 @@
  * simd_impl.h (each instruction set) define ATTEND_NAME and four vector
  * helpers, then include this file:
  *   ATTEND_ROW(src, dst, n, f16)   n cache values (F16 or F32) to floats
+ *   ATTEND_ROW_Q8(src, sc, per, dst, n)  n Q8_0 codes to floats: code i times
+ *                                  fp16 scale sc[i / per]
  *   ATTEND_AXPY(y, a, x, n)        y += a * x
  *   ATTEND_SCALE(y, a, n)          y *= a
  *   ATTEND_EXP_SUM(y, n, m)        y = exp(y - m), returning the sum of the new y
@@ -17,16 +19,20 @@
 #define ATTEND_BLOCK_SCORES ATTEND_CAT(ATTEND_NAME, generic_scores)
 #define ATTEND_BLOCK_PV ATTEND_CAT(ATTEND_NAME, generic_pv)
 
-/* The generic block steps, from the four helpers (NAME_generic_scores and
+/* The generic block steps, from the helpers (NAME_generic_scores and
  * NAME_generic_pv); an implementation may define its own ATTEND_SCORES /
  * ATTEND_PV (same arguments) before including, and fall back to these. A
  * "row" is one query head of one token; all rows of a call share the block.
  *   scores: score[g * bs + j] = sum_d q[g][d] * K[d][j] for j < n, K channel d at k + d * k_stride
- *   pv:     out[g][i] += sum_{j < n[g]} score[g * bs + j] * V_j[i], V_j at v + j * v_stride */
-static void ATTEND_BLOCK_SCORES(const uint8_t *k, size_t k_stride, const float *const *q, int nr, int hd, int n, bool f16, float *score, int bs, float *row) {
+ *           (Q8_0: its scales at ks + (d / qc) * bs)
+ *   pv:     out[g][i] += sum_{j < n[g]} score[g * bs + j] * V_j[i], V_j at v + j * v_stride
+ *           (Q8_0: its scales at vs + j * (hd / qc)) */
+static void ATTEND_BLOCK_SCORES(const uint8_t *k, const uint16_t *ks, size_t k_stride, const float *const *q, int nr,
+                                int hd, int n, gl_kv_type type, int qc, float *score, int bs, float *row) {
     for (int g = 0; g < nr; g++) memset(score + g * bs, 0, (size_t)n * sizeof *score);
     for (int d = 0; d < hd; d++) {
-        ATTEND_ROW(k + (size_t)d * k_stride, row, n, f16);
+        if (type == GL_KV_Q8_0) ATTEND_ROW_Q8(k + (size_t)d * k_stride, ks + (size_t)(d / qc) * bs, 1, row, n);
+        else ATTEND_ROW(k + (size_t)d * k_stride, row, n, type == GL_KV_F16);
         for (int g = 0; g < nr; g++) ATTEND_AXPY(score + g * bs, q[g][d], row, n);
     }
 }
@@ -34,9 +40,11 @@ static void ATTEND_BLOCK_SCORES(const uint8_t *k, size_t k_stride, const float *
 #define ATTEND_SCORES ATTEND_BLOCK_SCORES
 #endif
 
-static void ATTEND_BLOCK_PV(const uint8_t *v, size_t v_stride, const float *score, int nr, const int *n, int hd, bool f16, float *const *out, int bs, float *row) {
+static void ATTEND_BLOCK_PV(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int nr,
+                            const int *n, int hd, gl_kv_type type, int qc, float *const *out, int bs, float *row) {
     for (int j = 0; j < n[nr - 1]; j++) {
-        ATTEND_ROW(v + (size_t)j * v_stride, row, hd, f16);
+        if (type == GL_KV_Q8_0) ATTEND_ROW_Q8(v + (size_t)j * v_stride, vs + (size_t)j * (hd / qc), qc, row, hd);
+        else ATTEND_ROW(v + (size_t)j * v_stride, row, hd, type == GL_KV_F16);
         for (int g = 0; g < nr; g++)
             if (j < n[g]) ATTEND_AXPY(out[g], score[g * bs + j], row, hd);
     }
@@ -78,11 +86,17 @@ static void ATTEND_CAT(ATTEND_NAME, generic_softmax)(float *sg, int n, int bs, f
 static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int seg, float *part, float *scratch) {
     int hd = a->head_dim, group = a->n_heads / a->n_kv_heads, bs = a->block_size, nr = nt * nh;
     int kv_dim = a->n_kv_heads * hd, seg_len = kern_attend_segment(bs);
-    size_t es = a->f16 ? 2 : 4, block_bytes = (size_t)kv_dim * (size_t)bs * es, tok_stride = (size_t)a->n_heads * hd;
+    bool q8 = a->type == GL_KV_Q8_0;
+    int qc = q8 ? a->q8_chunk : 1;
+    size_t es = a->type == GL_KV_F32 ? 4 : q8 ? 1 : 2, tok_stride = (size_t)a->n_heads * hd;
+    /* Q8_0 scales follow a block's codes; sc_bytes of them are this group's */
+    size_t sc_at = q8 ? kern_kv_q8_scales(kv_dim, bs) : 0, sc_bytes = q8 ? 2 * (size_t)(hd / qc) * (size_t)bs : 0;
+    size_t block_bytes = q8 ? sc_at + 2 * (size_t)(kv_dim / qc) * (size_t)bs : (size_t)kv_dim * (size_t)bs * es;
     size_t channel0 = (size_t)(h0 / group) * (size_t)hd; /* this group's first K/V channel */
     const int32_t *table = a->block_tables[a->seq_of_token[t0]];
     /* this group's K and V in cache block 0; block b is b * block_bytes on */
     const uint8_t *k0 = a->k + channel0 * (size_t)bs * es, *v0 = a->v + channel0 * (size_t)bs * es;
+    const uint8_t *ks0 = a->k + sc_at + (size_t)(h0 / group) * sc_bytes, *vs0 = a->v + sc_at + (size_t)(h0 / group) * sc_bytes;
     const float *q[KERN_ATTEND_MAX_ROWS];
     float *out[KERN_ATTEND_MAX_ROWS], *seg_out[KERN_ATTEND_MAX_ROWS];
     int pos[KERN_ATTEND_MAX_ROWS], n[KERN_ATTEND_MAX_ROWS], lo[KERN_ATTEND_MAX_ROWS];
@@ -114,7 +128,9 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
             while (r1 < nr && lo[r1] < p0 + bs) r1++; /* rows ..r1-1 have begun their window */
             if (r0 >= r1) continue;
             for (int r = r0; r < r1; r++) n[r] = pos[r] + 1 - p0 < bs ? pos[r] + 1 - p0 : bs;
-            const uint8_t *k = k0 + (size_t)table[p0 / bs] * block_bytes, *v = v0 + (size_t)table[p0 / bs] * block_bytes;
+            size_t at = (size_t)table[p0 / bs] * block_bytes;
+            const uint8_t *k = k0 + at, *v = v0 + at;
+            const uint16_t *ks = (const uint16_t *)(ks0 + at), *vs = (const uint16_t *)(vs0 + at);
             /* The next block is anywhere in the pool, so no hardware prefetcher
              * guesses it: ask for it while this one runs. Into L2, not L1: the
              * 64 lines of a block hold L1's few miss buffers, and the requests
@@ -127,15 +143,20 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
                     __builtin_prefetch(kn + off, 0, 2);
                     __builtin_prefetch(vn + off, 0, 2);
                 }
+                size_t next = (size_t)table[p0 / bs + 1] * block_bytes;
+                for (size_t off = 0; off < sc_bytes; off += 64) {
+                    __builtin_prefetch(ks0 + next + off, 0, 2);
+                    __builtin_prefetch(vs0 + next + off, 0, 2);
+                }
             }
-            ATTEND_SCORES(k, (size_t)bs * es, q + r0, r1 - r0, hd, n[r1 - 1], a->f16, score + r0 * bs, bs, row);
+            ATTEND_SCORES(k, ks, (size_t)bs * es, q + r0, r1 - r0, hd, n[r1 - 1], a->type, qc, score + r0 * bs, bs, row);
             /* Positions before a row's window score -inf: exp gives them exactly
              * 0, so they add nothing to the sum or the output. */
             for (int r = r0; r < r1; r++)
                 for (int j = 0; j < lo[r] - p0; j++) score[r * bs + j] = -INFINITY;
             for (int r = r0; r < r1; r++)
                 ATTEND_SOFTMAX(score + r * bs, n[r], bs, scale, &mx[r], &sum[r], seg_out[r], hd);
-            ATTEND_PV(v, (size_t)hd * es, score + r0 * bs, r1 - r0, n + r0, hd, a->f16, seg_out + r0, bs, row);
+            ATTEND_PV(v, vs, (size_t)hd * es, score + r0 * bs, r1 - r0, n + r0, hd, a->type, qc, seg_out + r0, bs, row);
         }
         for (int r = 0; r < nr; r++) {
             if (sg == s_first) run_mx[r] = mx[r], run_sum[r] = sum[r];
@@ -154,6 +175,7 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
 
 #undef ATTEND_NAME
 #undef ATTEND_ROW
+#undef ATTEND_ROW_Q8
 #undef ATTEND_EXP_SUM
 #undef ATTEND_SCORES
 #undef ATTEND_PV

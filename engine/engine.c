@@ -89,6 +89,22 @@ void gl_engine_params_default(gl_engine_params *p) {
 
 bool gl_activation_bits_valid(int bits) { return bits == 8 || bits == 16; }
 
+static const char *const kv_type_names[] = {[GL_KV_F16] = "f16", [GL_KV_Q8_0] = "q8_0", [GL_KV_F32] = "f32"};
+
+bool gl_kv_type_parse(const char *s, gl_kv_type *out) {
+    for (int t = 0; t < (int)(sizeof kv_type_names / sizeof *kv_type_names); t++) {
+        if (s && !strcmp(s, kv_type_names[t])) {
+            *out = (gl_kv_type)t;
+            return true;
+        }
+    }
+    return false;
+}
+
+const char *gl_kv_type_name(gl_kv_type t) {
+    return (unsigned)t < sizeof kv_type_names / sizeof *kv_type_names ? kv_type_names[t] : "?";
+}
+
 const char *gl_finish_reason_str(gl_finish_reason r) {
     switch (r) {
     case GL_FINISH_STOP: return "stop";
@@ -139,6 +155,10 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
         gl_error_set(err, "invalid engine parameters");
         return NULL;
     }
+    if ((unsigned)p.kv_type > GL_KV_F32) {
+        gl_error_set(err, "kv_type must be f16, q8_0 or f32");
+        return NULL;
+    }
     if (!gl_activation_bits_valid(p.activation_bits)) {
         gl_error_set(err, "activation_bits must be 8 or 16, got %d", p.activation_bits);
         return NULL;
@@ -155,14 +175,14 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     e->next_id = 1;
 
     int kv_dim = c->n_kv_heads * c->head_dim;
-    size_t block_bytes = kv_block_bytes(c->n_layers, kv_dim, p.block_size, !p.kv_f32);
+    size_t block_bytes = kv_block_bytes(c->n_layers, kv_dim, c->head_dim, p.block_size, p.kv_type);
     int n_blocks = p.kv_cache_tokens > 0 ? (p.kv_cache_tokens + p.block_size - 1) / p.block_size
                                          : (int)(((size_t)p.kv_cache_mib << 20) / block_bytes);
     if (n_blocks < 1) {
         gl_error_set(err, "KV cache of %d MiB holds no block of %zu bytes", p.kv_cache_mib, block_bytes);
         goto fail;
     }
-    e->kv = kv_create(c->n_layers, c->n_kv_heads, c->head_dim, p.block_size, n_blocks, !p.kv_f32, err);
+    e->kv = kv_create(c->n_layers, c->n_kv_heads, c->head_dim, p.block_size, n_blocks, p.kv_type, err);
     if (!e->kv) goto fail;
     /* One sequence must always fit the pool on its own, so preemption can
      * always make progress: the pool caps the context. */
@@ -197,6 +217,7 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     }
     e->stats.n_blocks_total = n_blocks;
     e->stats.block_size = p.block_size;
+    e->stats.kv_capacity_tokens = n_blocks * p.block_size;
     e->published = e->stats;
     return e;
 fail:

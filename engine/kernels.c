@@ -846,6 +846,10 @@ static void row_scalar(const uint8_t *src, float *dst, int n, bool f16) {
     }
 }
 
+static void row_q8_scalar(const uint8_t *src, const uint16_t *sc, int per, float *dst, int n) {
+    for (int i = 0; i < n; i++) dst[i] = (float)(int8_t)src[i] * gl_fp16_to_fp32(sc[i / per]);
+}
+
 static void axpy_scalar(float *y, float a, const float *x, int n) {
     for (int i = 0; i < n; i++) y[i] += a * x[i];
 }
@@ -862,6 +866,7 @@ static float exp_sum_scalar(float *y, int n, float m) {
 
 #define ATTEND_NAME attend_scalar
 #define ATTEND_ROW row_scalar
+#define ATTEND_ROW_Q8 row_q8_scalar
 #define ATTEND_AXPY axpy_scalar
 #define ATTEND_SCALE scale_scalar
 #define ATTEND_EXP_SUM exp_sum_scalar

@@ -11,6 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "genloop.h"
+
 /* A weight matrix as stored in GGUF: n_rows rows of n_cols elements. */
 typedef struct gl_tensor {
     uint32_t type;            /* gl_type id */
@@ -95,8 +97,17 @@ typedef struct kern_attn {
     const uint8_t *v;         /* this layer's V: [n_blocks][n_kv_heads][block_size][head_dim] */
     int block_size;           /* positions per cache block */
     int window;               /* > 0: token t sees only positions[t] - window + 1 .. positions[t] */
-    bool f16;                 /* K/V are IEEE half, else float */
+    gl_kv_type type;          /* K/V element type; Q8_0 blocks carry scales (kern_kv_q8_scales) */
+    int q8_chunk;             /* Q8_0: channels of a head per scale; head_dim is a multiple */
 } kern_attn;
+
+/* Q8_0 K (or V) of one cache block: kv_dim * block_size int8 codes laid
+ * out as F16's values, then at this offset (even, so the fp16 scales are
+ * aligned) the scales: K [kv_dim / q8_chunk][block_size], V
+ * [n_kv_heads][block_size][head_dim / q8_chunk]. */
+static inline size_t kern_kv_q8_scales(int kv_dim, int block_size) {
+    return ((size_t)kv_dim * (size_t)block_size + 1) & ~(size_t)1;
+}
 
 /* -1 only when a per-thread buffer cannot be allocated. */
 int kern_attention(kern_pool *p, const kern_attn *a);

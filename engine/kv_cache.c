@@ -1,6 +1,7 @@
 /* kv_cache.c -- block pool, reference counts, LRU free queue, prefix hash map. */
 #include "kv_cache.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,8 +9,24 @@
 #include "kernels.h"
 #include "quant.h"
 
-size_t kv_block_bytes(int n_layers, int kv_dim, int block_size, bool f16) {
-    return 2 * (size_t)n_layers * (size_t)kv_dim * (size_t)block_size * (f16 ? 2 : 4);
+int kv_q8_chunk(int head_dim) {
+    int c = 32;
+    while (c > 1 && head_dim % c) c--;
+    return c;
+}
+
+/* One block's K (or V) of one layer. */
+static size_t block_stride(int kv_dim, int head_dim, int block_size, gl_kv_type type) {
+    size_t n = (size_t)kv_dim * (size_t)block_size;
+    switch (type) {
+    case GL_KV_F32: return 4 * n;
+    case GL_KV_Q8_0: return kern_kv_q8_scales(kv_dim, block_size) + 2 * n / (size_t)kv_q8_chunk(head_dim);
+    default: return 2 * n;
+    }
+}
+
+size_t kv_block_bytes(int n_layers, int kv_dim, int head_dim, int block_size, gl_kv_type type) {
+    return 2 * (size_t)n_layers * block_stride(kv_dim, head_dim, block_size, type);
 }
 
 /* ---- free queue ------------------------------------------------------------ */
@@ -94,8 +111,10 @@ static void touch_pages(uint8_t *p, size_t n) {
     for (size_t i = 0; i < n; i += 4096) v[i] = 0;
 }
 
-gl_kv_cache *kv_create(int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks, bool f16, gl_error *err) {
-    if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0 || block_size <= 0 || n_blocks <= 0) {
+gl_kv_cache *kv_create(int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks, gl_kv_type type,
+                       gl_error *err) {
+    if (n_layers <= 0 || n_kv_heads <= 0 || head_dim <= 0 || block_size <= 0 || n_blocks <= 0 ||
+        (unsigned)type > GL_KV_F32) {
         gl_error_set(err, "KV cache: invalid shape (%d layers, %d heads of %d, %d-token blocks, %d blocks)",
                      n_layers, n_kv_heads, head_dim, block_size, n_blocks);
         return NULL;
@@ -108,11 +127,13 @@ gl_kv_cache *kv_create(int n_layers, int n_kv_heads, int head_dim, int block_siz
     kv->head_dim = head_dim;
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
-    kv->f16 = f16;
-    kv->elem_size = f16 ? 2 : 4;
+    kv->type = type;
+    kv->elem_size = type == GL_KV_F32 ? 4 : type == GL_KV_F16 ? 2 : 1;
+    kv->q8_chunk = kv_q8_chunk(head_dim);
+    kv->block_stride = block_stride(kv_dim, head_dim, block_size, type);
     kv->n_buckets = 1;
     while (kv->n_buckets < 2 * n_blocks) kv->n_buckets *= 2;
-    size_t half = kv_block_bytes(n_layers, kv_dim, block_size, f16) / 2 * (size_t)n_blocks;
+    size_t half = kv->block_stride * (size_t)n_layers * (size_t)n_blocks;
     size_t nb = (size_t)n_blocks;
     kv->k = malloc(half);
     kv->v = malloc(half);
@@ -140,7 +161,7 @@ gl_kv_cache *kv_create(int n_layers, int n_kv_heads, int head_dim, int block_siz
 oom:
     kv_free(kv);
     gl_error_set(err, "KV cache: cannot allocate %d blocks of %zu bytes", n_blocks,
-                 kv_block_bytes(n_layers, kv_dim, block_size, f16));
+                 kv_block_bytes(n_layers, kv_dim, head_dim, block_size, type));
     return NULL;
 }
 
@@ -179,7 +200,43 @@ void kv_release_block(gl_kv_cache *kv, int block) {
 
 int kv_n_free(const gl_kv_cache *kv) { return kv->n_free; }
 
+/* n values into int8 codes at q[i * q_stride] with one fp16 scale: the
+ * largest magnitude becomes +-127. The codes divide by the scale as stored,
+ * so dequantising (code * scale) rounds each value to its nearest code. */
+static uint16_t quantize_q8(const float *x, int n, int8_t *q, size_t q_stride) {
+    float amax = 0;
+    for (int i = 0; i < n; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
+    uint16_t h = gl_fp32_to_fp16(amax / 127.0f);
+    float d = gl_fp16_to_fp32(h), id = d > 0 ? 1.0f / d : 0.0f;
+    for (int i = 0; i < n; i++) {
+        float c = roundf(x[i] * id);
+        q[(size_t)i * q_stride] = (int8_t)(c > 127 ? 127 : c < -127 ? -127 : c);
+    }
+    return h;
+}
+
+static void store_q8(gl_kv_cache *kv, int layer, int block, int slot, const float *k, const float *v) {
+    int hd = kv->head_dim, qc = kv->q8_chunk, bs = kv->block_size;
+    size_t n = kern_kv_q8_scales(kv->kv_dim, bs);
+    int8_t *kq = (int8_t *)kv_k_block(kv, layer, block), *vq = (int8_t *)kv_v_block(kv, layer, block);
+    uint16_t *ks = (uint16_t *)((uint8_t *)kq + n), *vs = (uint16_t *)((uint8_t *)vq + n);
+    for (int c = 0; c < kv->kv_dim / qc; c++) { /* K channel-major: codes bs apart */
+        uint16_t s = quantize_q8(k + (size_t)c * qc, qc, kq + (size_t)c * qc * bs + slot, (size_t)bs);
+        ks[(size_t)c * bs + slot] = s;
+    }
+    for (int h = 0; h < kv->kv_dim / hd; h++) {
+        int8_t *row = vq + ((size_t)h * bs + slot) * hd;
+        uint16_t *rs = vs + ((size_t)h * bs + slot) * (hd / qc);
+        for (int c = 0; c < hd / qc; c++) rs[c] = quantize_q8(v + (size_t)h * hd + c * qc, qc, row + c * qc, 1);
+    }
+}
+
 void kv_store(gl_kv_cache *kv, int layer, int block, int slot, const float *k, const float *v) {
+    if (kv->type == GL_KV_Q8_0) {
+        store_q8(kv, layer, block, slot, k, v);
+        return;
+    }
+    bool f16 = kv->type == GL_KV_F16;
     uint8_t *kd = (uint8_t *)kv_k_block(kv, layer, block) + (size_t)slot * kv->elem_size;
     size_t k_stride = (size_t)kv->block_size * kv->elem_size; /* K is channel-major */
     /* V head by head: head h's row of this slot */
@@ -187,10 +244,10 @@ void kv_store(gl_kv_cache *kv, int layer, int block, int slot, const float *k, c
     size_t v_head = (size_t)kv->block_size * (size_t)kv->head_dim * kv->elem_size;
     for (int h = 0; h < kv->kv_dim / kv->head_dim; h++) {
         const float *vh = v + (size_t)h * (size_t)kv->head_dim;
-        if (kv->f16) kern_to_f16(vh, (uint16_t *)(vd + (size_t)h * v_head), kv->head_dim);
+        if (f16) kern_to_f16(vh, (uint16_t *)(vd + (size_t)h * v_head), kv->head_dim);
         else memcpy(vd + (size_t)h * v_head, vh, (size_t)kv->head_dim * 4);
     }
-    if (!kv->f16) {
+    if (!f16) {
         for (int i = 0; i < kv->kv_dim; i++) memcpy(kd + (size_t)i * k_stride, &k[i], 4);
         return;
     }

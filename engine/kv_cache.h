@@ -27,9 +27,11 @@ typedef struct gl_kv_cache {
     int head_dim;             /* channels of one KV head */
     int block_size;           /* positions per block */
     int n_blocks;             /* blocks in the pool */
-    bool f16;                 /* K/V stored as IEEE half, else float */
-    size_t elem_size;         /* 2 or 4 */
-    uint8_t *k, *v;           /* [n_layers][n_blocks] blocks of block_size x kv_dim (kv_k_block, kv_v_block) */
+    gl_kv_type type;          /* element type of K and V */
+    size_t elem_size;         /* bytes of one value: 4, 2, or 1 (Q8_0, scales apart) */
+    int q8_chunk;             /* Q8_0: channels of a head sharing one scale (kv_q8_chunk) */
+    size_t block_stride;      /* bytes of one block's K (or V) of one layer, scales included */
+    uint8_t *k, *v;           /* [n_layers][n_blocks] blocks of block_stride bytes (kv_k_block, kv_v_block) */
     int *ref_count;           /* [n_blocks] sequences holding each block */
     int *free_prev, *free_next; /* [n_blocks] LRU free queue links, -1 = none */
     int free_head, free_tail; /* oldest and newest free block, -1 when empty */
@@ -43,10 +45,14 @@ typedef struct gl_kv_cache {
     int n_buckets;            /* power of two */
 } gl_kv_cache;
 
-gl_kv_cache *kv_create(int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks, bool f16, gl_error *err);
+gl_kv_cache *kv_create(int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks, gl_kv_type type,
+                       gl_error *err);
 void kv_free(gl_kv_cache *kv);
 /* Bytes one block takes (K and V, all layers): for sizing the pool. */
-size_t kv_block_bytes(int n_layers, int kv_dim, int block_size, bool f16);
+size_t kv_block_bytes(int n_layers, int kv_dim, int head_dim, int block_size, gl_kv_type type);
+/* Q8_0 scale groups: 32 channels of a head, or for a head dim that is not a
+ * multiple of 32 (tiny test models) its largest divisor below 32. */
+int kv_q8_chunk(int head_dim);
 
 /* Take the least recently freed block (ref count 1), evicting it from the
  * prefix cache; -1 when every block is in use. */
@@ -66,21 +72,22 @@ int kv_lookup(const gl_kv_cache *kv, uint64_t hash, uint64_t parent_hash, const 
 void kv_register(gl_kv_cache *kv, int block, uint64_t hash, uint64_t parent_hash, const int32_t *tokens);
 
 /* K of one block of one layer, channel-major: [kv_dim][block_size], so that
- * attention scores a block's positions with one vector per channel. */
+ * attention scores a block's positions with one vector per channel. Q8_0
+ * follows the int8 values with their fp16 scales, [kv_dim / q8_chunk][block_size]:
+ * a scale group's scales of a block's positions are one vector too. */
 static inline void *kv_k_block(const gl_kv_cache *kv, int layer, int block) {
-    size_t idx = ((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * (size_t)kv->block_size;
-    return kv->k + idx * (size_t)kv->kv_dim * kv->elem_size;
+    return kv->k + ((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * kv->block_stride;
 }
 /* V of one block of one layer, head by head: [n_kv_heads][block_size][head_dim],
  * so that a KV group's V rows of a block are one contiguous run, which
- * attention reads (and prefetches) as such. */
+ * attention reads (and prefetches) as such. Q8_0 follows the int8 values
+ * with their fp16 scales, [n_kv_heads][block_size][head_dim / q8_chunk]. */
 static inline void *kv_v_block(const gl_kv_cache *kv, int layer, int block) {
-    size_t idx = ((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * (size_t)kv->block_size;
-    return kv->v + idx * (size_t)kv->kv_dim * kv->elem_size;
+    return kv->v + ((size_t)layer * (size_t)kv->n_blocks + (size_t)block) * kv->block_stride;
 }
 
 /* Store one position's K and V (kv_dim floats each), converting to the
- * cache's element type. */
+ * cache's element type (Q8_0: each scale group's largest magnitude maps to 127). */
 void kv_store(gl_kv_cache *kv, int layer, int block, int slot, const float *k, const float *v);
 
 #endif

@@ -519,7 +519,7 @@ int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_ca
                           .head_dim = c->head_dim, .q = rs->q, .out = rs->att, .positions = b->positions,
                           .seq_of_token = b->seq_of_token, .block_tables = b->block_tables,
                           .k = kv_k_block(kv, l, 0), .v = kv_v_block(kv, l, 0), .block_size = kv->block_size,
-                          .window = swa ? c->sliding_window : 0, .f16 = kv->f16};
+                          .window = swa ? c->sliding_window : 0, .type = kv->type, .q8_chunk = kv->q8_chunk};
         if (kern_attention(pool, &attn)) return gl_error_set(err, "out of memory for attention scratch");
         kern_matmul(pool, &L->wo, rs->att, T, rs->proj);
         add_sublayer(c, rs->x, rs->proj, &L->attn_post_norm, T);

@@ -682,31 +682,38 @@ DEFINE_PACKED_ROWS(packed_rows_q5_k, tile_k16, GL_TYPE_Q5_K) /* packed_rows_q5_k
  * over the channels in registers, four partial sums per head (a fixed order
  * whatever the number of heads), instead of through memory. Blocks wider
  * than 16 take the generic steps. */
-static void CAT(FN(attend), generic_scores)(const uint8_t *k, size_t k_stride, const float *const *q, int nr, int hd,
-                                            int n, bool f16, float *score, int bs, float *row);
-static void CAT(FN(attend), generic_pv)(const uint8_t *v, size_t v_stride, const float *score, int nr, const int *n,
-                                        int hd, bool f16, float *const *out, int bs, float *row);
+static void CAT(FN(attend), generic_scores)(const uint8_t *k, const uint16_t *ks, size_t k_stride, const float *const *q,
+                                            int nr, int hd, int n, gl_kv_type type, int qc, float *score, int bs, float *row);
+static void CAT(FN(attend), generic_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int nr,
+                                        const int *n, int hd, gl_kv_type type, int qc, float *const *out, int bs, float *row);
 
-INLINE __m512 k_channel(const uint8_t *k, __mmask16 km, bool f16) {
-    return f16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, k)) : _mm512_maskz_loadu_ps(km, k);
+/* KT, the element type, is a constant in each copy of the tiles below. */
+INLINE __m512 k_channel(const uint8_t *k, __mmask16 km, const gl_kv_type KT, __m512 scale) {
+    if (KT == GL_KV_Q8_0) return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(km, k))), scale);
+    return KT == GL_KV_F16 ? _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, k)) : _mm512_maskz_loadu_ps(km, k);
 }
 
-/* ng heads (1-4) of one block, each channel's K converted once. ng and f16
- * are constants in each copy, so the 16 accumulators stay in registers and
- * the loop carries no per-head tests (with them as variables the compiler
- * keeps the accumulators on the stack). */
-INLINE void attend_scores_tile(const uint8_t *k, size_t k_stride, const float *const *qg, const int NG, int hd,
-                               __mmask16 km, const bool F16, float *score, int bs) {
+/* ng heads (1-4) of one block, each channel's K converted once. ng and the
+ * element type are constants in each copy, so the 16 accumulators stay in
+ * registers and the loop carries no per-head tests (with them as variables
+ * the compiler keeps the accumulators on the stack). Q8_0 codes become
+ * values (code times its position's scale) before the multiply-adds, as in
+ * the generic steps. */
+INLINE void attend_scores_tile(const uint8_t *k, const uint16_t *ks, size_t k_stride, const float *const *qg,
+                               const int NG, int hd, int qc, __mmask16 km, const gl_kv_type KT, float *score, int bs) {
     __m512 acc[4][4]; /* [row][channel % 4] */
 #pragma GCC unroll 4
     for (int g = 0; g < NG; g++)
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) acc[g][c] = _mm512_setzero_ps();
-    /* hd % 4 == 0 (attend_scores): a tail loop's variable index would put acc in memory */
+    __m512 sv = _mm512_setzero_ps();
+    /* hd % 4 == 0 and qc % 4 == 0 (attend_scores): a tail loop's variable index would put acc in memory */
     for (int d = 0; d < hd; d += 4) {
+        if (KT == GL_KV_Q8_0 && d % qc == 0)
+            sv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, ks + (size_t)(d / qc) * bs));
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
-            __m512 kv = k_channel(k + (size_t)(d + c) * k_stride, km, F16);
+            __m512 kv = k_channel(k + (size_t)(d + c) * k_stride, km, KT, sv);
 #pragma GCC unroll 4
             for (int g = 0; g < NG; g++) acc[g][c] = _mm512_fmadd_ps(_mm512_set1_ps(qg[g][d + c]), kv, acc[g][c]);
         }
@@ -720,28 +727,33 @@ INLINE void attend_scores_tile(const uint8_t *k, size_t k_stride, const float *c
     }
 }
 
-#define ATTEND_TILE_CASES(CALL, f16)           \
+#define ATTEND_TILE_CASES(CALL, KT)            \
     switch (ng) {                              \
-    case 1: CALL(1, f16); break;               \
-    case 2: CALL(2, f16); break;               \
-    case 3: CALL(3, f16); break;               \
-    default: CALL(4, f16); break;              \
+    case 1: CALL(1, KT); break;                \
+    case 2: CALL(2, KT); break;                \
+    case 3: CALL(3, KT); break;                \
+    default: CALL(4, KT); break;               \
+    }
+#define ATTEND_TYPE_CASES(CALL)                                          \
+    switch (type) {                                                      \
+    case GL_KV_F16: ATTEND_TILE_CASES(CALL, GL_KV_F16) break;            \
+    case GL_KV_Q8_0: ATTEND_TILE_CASES(CALL, GL_KV_Q8_0) break;          \
+    default: ATTEND_TILE_CASES(CALL, GL_KV_F32) break;                   \
     }
 
 /* attend_scores_avx512 */
-static void FN(attend_scores)(const uint8_t *k, size_t k_stride, const float *const *q, int nr, int hd, int n,
-                              bool f16, float *score, int bs, float *row) {
-    if (bs > 16 || hd % 4) {
-        CAT(FN(attend), generic_scores)(k, k_stride, q, nr, hd, n, f16, score, bs, row);
+static void FN(attend_scores)(const uint8_t *k, const uint16_t *ks, size_t k_stride, const float *const *q, int nr,
+                              int hd, int n, gl_kv_type type, int qc, float *score, int bs, float *row) {
+    if (bs > 16 || hd % 4 || (type == GL_KV_Q8_0 && qc % 4)) {
+        CAT(FN(attend), generic_scores)(k, ks, k_stride, q, nr, hd, n, type, qc, score, bs, row);
         return;
     }
     __mmask16 km = (__mmask16)((1u << n) - 1);
     for (int g0 = 0; g0 < nr; g0 += 4) {
         int ng = nr - g0 < 4 ? nr - g0 : 4;
         float *sg = score + (size_t)g0 * bs;
-#define SCORES_CALL(NG, F16) attend_scores_tile(k, k_stride, q + g0, NG, hd, km, F16, sg, bs)
-        if (f16) ATTEND_TILE_CASES(SCORES_CALL, true)
-        else ATTEND_TILE_CASES(SCORES_CALL, false)
+#define SCORES_CALL(NG, KT) attend_scores_tile(k, ks, k_stride, q + g0, NG, hd, qc, km, KT, sg, bs)
+        ATTEND_TYPE_CASES(SCORES_CALL)
 #undef SCORES_CALL
     }
 }
@@ -774,15 +786,21 @@ static void FN(attend_softmax)(float *sg, int n, int bs, float scale, float *mx,
     *sum += _mm512_reduce_add_ps(e);
 }
 
-/* Position j's V row (channels from vj) into the outputs of heads
- * g_first..NG-1, each weighted by its score; with check, only the heads
- * whose count n[g] reaches j. */
-INLINE void attend_pv_position(const uint8_t *vj, const float *score, int j, int bs, const int g_first, const int NG,
-                               const int NC, const bool F16, const bool check, const int *n, __m512 o[4][4]) {
+/* Position j's V row (channels from vj; Q8_0 scales of this tile's channels
+ * from sj) into the outputs of heads g_first..NG-1, each weighted by its
+ * score; with check, only the heads whose count n[g] reaches j. */
+INLINE void attend_pv_position(const uint8_t *vj, const uint16_t *sj, int qc, const float *score, int j, int bs,
+                               const int g_first, const int NG, const int NC, const gl_kv_type KT, const bool check,
+                               const int *n, __m512 o[4][4]) {
     __m512 vv[4] = {0}; /* zeros only for the compiler's warnings: the copies never read them */
 #pragma GCC unroll 4
-    for (int c = 0; c < NC; c++)
-        vv[c] = F16 ? _mm512_cvtph_ps(load256(vj + 32 * c)) : _mm512_loadu_ps((const float *)vj + 16 * c);
+    for (int c = 0; c < NC; c++) {
+        if (KT == GL_KV_Q8_0)
+            vv[c] = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(vj + 16 * c)))),
+                                  _mm512_set1_ps(f16_at((const uint8_t *)(sj + 16 * c / qc))));
+        else if (KT == GL_KV_F16) vv[c] = _mm512_cvtph_ps(load256(vj + 32 * c));
+        else vv[c] = _mm512_loadu_ps((const float *)vj + 16 * c);
+    }
 #pragma GCC unroll 4
     for (int g = g_first; g < NG; g++) {
         if (check && j >= n[g]) continue;
@@ -792,22 +810,27 @@ INLINE void attend_pv_position(const uint8_t *vj, const float *score, int j, int
     }
 }
 
-/* out += p V for NG heads (1-4) over NC vectors of channels from c0 (NG
- * and NC constants in the usual copies, as above): the outputs stay in
- * registers while the block's V rows go by. Rows come in token order, so
- * their counts n[g] never fall; the positions all of them read run without
- * per-head tests. */
-INLINE void attend_pv_tile(const uint8_t *v, size_t v_stride, const float *score, const int NG, const int *n, int c0,
-                           const int NC, const bool F16, float *const *out, int bs) {
+/* out += p V for NG heads (1-4) over NC vectors of channels from c0 (NG,
+ * NC and the element type constants in the usual copies, as above): the
+ * outputs stay in registers while the block's V rows go by. Rows come in
+ * token order, so their counts n[g] never fall; the positions all of them
+ * read run without per-head tests. */
+INLINE void attend_pv_tile(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, const int NG,
+                           const int *n, int hd, int qc, int c0, const int NC, const gl_kv_type KT, float *const *out,
+                           int bs) {
     __m512 o[4][4];
 #pragma GCC unroll 4
     for (int g = 0; g < 4; g++)
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) o[g][c] = g < NG && c < NC ? _mm512_loadu_ps(out[g] + c0 + 16 * c) : _mm512_setzero_ps();
-    const uint8_t *vc = v + (size_t)c0 * (F16 ? 2 : 4);
+    const uint8_t *vc = v + (size_t)c0 * (KT == GL_KV_F32 ? 4 : KT == GL_KV_F16 ? 2 : 1);
+    int spr = KT == GL_KV_Q8_0 ? hd / qc : 0; /* scales per V row */
+    const uint16_t *sc = KT == GL_KV_Q8_0 ? vs + c0 / qc : vs;
     int j = 0;
-    for (; j < n[0]; j++) attend_pv_position(vc + (size_t)j * v_stride, score, j, bs, 0, NG, NC, F16, false, n, o);
-    for (; j < n[NG - 1]; j++) attend_pv_position(vc + (size_t)j * v_stride, score, j, bs, 1, NG, NC, F16, true, n, o);
+    for (; j < n[0]; j++)
+        attend_pv_position(vc + (size_t)j * v_stride, sc + (size_t)j * spr, qc, score, j, bs, 0, NG, NC, KT, false, n, o);
+    for (; j < n[NG - 1]; j++)
+        attend_pv_position(vc + (size_t)j * v_stride, sc + (size_t)j * spr, qc, score, j, bs, 1, NG, NC, KT, true, n, o);
 #pragma GCC unroll 4
     for (int g = 0; g < NG; g++)
 #pragma GCC unroll 4
@@ -815,10 +838,10 @@ INLINE void attend_pv_tile(const uint8_t *v, size_t v_stride, const float *score
 }
 
 /* attend_pv_avx512 */
-static void FN(attend_pv)(const uint8_t *v, size_t v_stride, const float *score, int nr, const int *n, int hd,
-                          bool f16, float *const *out, int bs, float *row) {
-    if (hd % 16 || hd > 256) {
-        CAT(FN(attend), generic_pv)(v, v_stride, score, nr, n, hd, f16, out, bs, row);
+static void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int nr,
+                          const int *n, int hd, gl_kv_type type, int qc, float *const *out, int bs, float *row) {
+    if (hd % 16 || hd > 256 || (type == GL_KV_Q8_0 && qc % 16)) {
+        CAT(FN(attend), generic_pv)(v, vs, v_stride, score, nr, n, hd, type, qc, out, bs, row);
         return;
     }
     for (int c0 = 0; c0 < hd; c0 += 64) {
@@ -826,15 +849,15 @@ static void FN(attend_pv)(const uint8_t *v, size_t v_stride, const float *score,
         for (int g0 = 0; g0 < nr; g0 += 4) {
             int ng = nr - g0 < 4 ? nr - g0 : 4;
             const float *sg = score + (size_t)g0 * bs;
-#define PV_CALL(NG, F16) attend_pv_tile(v, v_stride, sg, NG, n + g0, c0, 4, F16, out + g0, bs)
-            if (nc < 4) attend_pv_tile(v, v_stride, sg, ng, n + g0, c0, nc, f16, out + g0, bs); /* head dims not a multiple of 64 */
-            else if (f16) ATTEND_TILE_CASES(PV_CALL, true)
-            else ATTEND_TILE_CASES(PV_CALL, false)
+#define PV_CALL(NG, KT) attend_pv_tile(v, vs, v_stride, sg, NG, n + g0, hd, qc, c0, 4, KT, out + g0, bs)
+            if (nc < 4) attend_pv_tile(v, vs, v_stride, sg, ng, n + g0, hd, qc, c0, nc, type, out + g0, bs); /* head dims not a multiple of 64 */
+            else ATTEND_TYPE_CASES(PV_CALL)
 #undef PV_CALL
         }
     }
 }
 #undef ATTEND_TILE_CASES
+#undef ATTEND_TYPE_CASES
 #define ATTEND_SCORES FN(attend_scores)
 #define ATTEND_PV FN(attend_pv)
 #define ATTEND_SOFTMAX FN(attend_softmax)

@@ -616,6 +616,25 @@ INLINE void kv_row_to_float(const uint8_t *src, float *dst, int n, bool f16) {
     }
 }
 
+/* Q8_0 codes times their fp16 scales sc[i / per]: per is 1 (a K channel,
+ * a scale per position) or the scale group (a V row). */
+INLINE void kv_row_q8_to_float(const uint8_t *src, const uint16_t *sc, int per, float *dst, int n) {
+    int i = 0;
+    if (per == 1) {
+        for (; i + 8 <= n; i += 8) {
+            __m256 c = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(src + i))));
+            __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(sc + i)));
+            _mm256_storeu_ps(dst + i, _mm256_mul_ps(c, d));
+        }
+    } else if (per % 8 == 0) {
+        for (; i + 8 <= n; i += 8) {
+            __m256 c = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(src + i))));
+            _mm256_storeu_ps(dst + i, _mm256_mul_ps(c, _mm256_set1_ps(f16_at((const uint8_t *)(sc + i / per)))));
+        }
+    }
+    for (; i < n; i++) dst[i] = (float)(int8_t)src[i] * f16_at((const uint8_t *)(sc + i / per));
+}
+
 INLINE void axpy_f32(float *y, float a, const float *x, int n) {
     int i = 0;
 #if SIMD_AVX512

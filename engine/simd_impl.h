@@ -5,6 +5,7 @@
  * impl_avx512) that kernels.c picks from. */
 #define ATTEND_NAME FN(attend)
 #define ATTEND_ROW kv_row_to_float
+#define ATTEND_ROW_Q8 kv_row_q8_to_float
 #define ATTEND_AXPY axpy_f32
 #define ATTEND_SCALE scale_f32
 #define ATTEND_EXP_SUM exp_sum_f32

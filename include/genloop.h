@@ -118,12 +118,24 @@ const char *gl_json_schema_gbnf_common(void);
 /* ---- engine ----------------------------------------------------------------- */
 typedef struct gl_engine gl_engine;
 
+/* Element type of the KV cache (README "KV cache"). */
+typedef enum gl_kv_type {
+    GL_KV_F16 = 0,            /* IEEE half: the default */
+    GL_KV_Q8_0,               /* 8-bit values, an fp16 scale per 32 channels of a head:
+                                 ~1.9x the tokens of F16 in the same memory */
+    GL_KV_F32,                /* float: twice F16's memory, for reference runs */
+} gl_kv_type;
+
+/* "f16", "q8_0" or "f32"; false for anything else. */
+bool gl_kv_type_parse(const char *s, gl_kv_type *out);
+const char *gl_kv_type_name(gl_kv_type t);
+
 typedef struct gl_engine_params {
     int n_threads;            /* compute threads; 0 = all cores */
     int kv_cache_tokens;      /* KV pool size in tokens; 0 = from kv_cache_mib */
     int kv_cache_mib;         /* KV pool size in MiB when kv_cache_tokens is 0 */
     int block_size;           /* tokens per KV block */
-    bool kv_f32;              /* F32 K/V instead of F16 */
+    gl_kv_type kv_type;       /* K/V element type */
     int max_batch_tokens;     /* token budget of one step */
     int max_seqs;             /* sequences running at once */
     int max_waiting;          /* waiting-queue bound; submit fails beyond it */
@@ -211,6 +223,7 @@ typedef struct gl_engine_stats {
     int n_blocks_total;
     int n_blocks_used;        /* held by running sequences */
     int block_size;
+    int kv_capacity_tokens;   /* n_blocks_total * block_size */
     uint64_t n_preemptions;
     uint64_t prefix_queries;  /* prompt tokens looked up in the prefix cache */
     uint64_t prefix_hits;     /* of which found */

@@ -54,7 +54,7 @@ int main(int argc, char **argv) {
     if (!p) return 1;
     kern_attn a = {.n_tokens = n_seqs, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .q = q, .out = out,
                    .positions = positions, .seq_of_token = seq_of, .block_tables = tables, .block_size = BLOCK,
-                   .f16 = true};
+                   .type = GL_KV_F16};
     for (int r = -1; r < reps; r++) {
         double t0 = bench_now();
         for (int l = 0; l < n_layers; l++) {

@@ -10,6 +10,7 @@
  * a token's outputs must not change with the number of tokens or rows in the
  * call, the thread count, or the attention work split. */
 #include "kernels.h"
+#include "kv_cache.h"
 #include "quant.h"
 #include "simd.h"
 #include "testutil.h"
@@ -519,22 +520,42 @@ END_TEST
 
 typedef struct attn_fixture {
     int n_heads, n_kv_heads, head_dim, block_size, n_blocks, n_seqs;
-    bool f16;
+    gl_kv_type type;
+    int qc;                   /* Q8_0 scale group (kv_q8_chunk) */
+    size_t stride;            /* bytes of one block's K (or V) */
     uint8_t *k, *v;
     int32_t *tables[3];
 } attn_fixture;
 
 static void attn_setup(attn_fixture *f) {
     int kv_dim = f->n_kv_heads * f->head_dim;
-    size_t es = f->f16 ? 2 : 4, n = (size_t)f->n_blocks * (size_t)f->block_size * (size_t)kv_dim;
-    f->k = malloc(n * es);
-    f->v = malloc(n * es);
-    for (size_t i = 0; i < n; i++) {
-        float kv[2] = {rnd_uniform(-3, 3), rnd_uniform(-1, 1)};
-        for (int j = 0; j < 2; j++) {
-            uint8_t *dst = (j ? f->v : f->k) + i * es;
-            if (f->f16) put_f16(dst, kv[j]);
-            else memcpy(dst, &kv[j], 4);
+    size_t per_block = (size_t)f->block_size * (size_t)kv_dim;
+    f->qc = kv_q8_chunk(f->head_dim);
+    f->stride = f->type == GL_KV_Q8_0 ? kern_kv_q8_scales(kv_dim, f->block_size) + 2 * per_block / (size_t)f->qc
+                : per_block * (f->type == GL_KV_F16 ? 2 : 4);
+    f->k = malloc((size_t)f->n_blocks * f->stride);
+    f->v = malloc((size_t)f->n_blocks * f->stride);
+    if (f->type == GL_KV_Q8_0) {
+        /* random codes (-127..127) and scales, so K values lie within +-3 and V within +-1 */
+        for (size_t i = 0; i < (size_t)f->n_blocks * f->stride; i++) {
+            f->k[i] = (uint8_t)(int8_t)((int)(rnd() % 255) - 127);
+            f->v[i] = (uint8_t)(int8_t)((int)(rnd() % 255) - 127);
+        }
+        size_t sc = kern_kv_q8_scales(kv_dim, f->block_size);
+        for (int b = 0; b < f->n_blocks; b++)
+            for (size_t i = 0; i < per_block / (size_t)f->qc; i++) {
+                put_f16(f->k + (size_t)b * f->stride + sc + 2 * i, rnd_uniform(0, 3.0f / 127));
+                put_f16(f->v + (size_t)b * f->stride + sc + 2 * i, rnd_uniform(0, 1.0f / 127));
+            }
+    } else {
+        size_t es = f->type == GL_KV_F16 ? 2 : 4, n = (size_t)f->n_blocks * per_block;
+        for (size_t i = 0; i < n; i++) {
+            float kv[2] = {rnd_uniform(-3, 3), rnd_uniform(-1, 1)};
+            for (int j = 0; j < 2; j++) {
+                uint8_t *dst = (j ? f->v : f->k) + i * es;
+                if (f->type == GL_KV_F16) put_f16(dst, kv[j]);
+                else memcpy(dst, &kv[j], 4);
+            }
         }
     }
     /* Each sequence owns a shuffled third of the blocks. */
@@ -551,27 +572,37 @@ static void attn_setup(attn_fixture *f) {
 }
 
 /* Channel i of a cached position: K is channel-major within a block, V
- * position-major within each head's part of the block. */
+ * position-major within each head's part of the block; Q8_0 codes are
+ * laid out the same, their scales after them (kern_kv_q8_scales). */
 static float kv_value(const attn_fixture *f, const uint8_t *base, int block, int slot, int i) {
     size_t kv_dim = (size_t)(f->n_kv_heads * f->head_dim), bs = (size_t)f->block_size, hd = (size_t)f->head_dim;
-    size_t idx = base == f->k ? ((size_t)block * kv_dim + (size_t)i) * bs + (size_t)slot
-                              : (size_t)block * bs * kv_dim + ((size_t)i / hd * bs + (size_t)slot) * hd + (size_t)i % hd;
-    if (f->f16) {
+    bool is_k = base == f->k;
+    size_t idx = is_k ? (size_t)i * bs + (size_t)slot : ((size_t)i / hd * bs + (size_t)slot) * hd + (size_t)i % hd;
+    const uint8_t *blk = base + (size_t)block * f->stride;
+    if (f->type == GL_KV_Q8_0) {
+        size_t qc = (size_t)f->qc;
+        size_t si = is_k ? (size_t)i / qc * bs + (size_t)slot
+                         : ((size_t)i / hd * bs + (size_t)slot) * (hd / qc) + (size_t)i % hd / qc;
         uint16_t h;
-        memcpy(&h, base + 2 * idx, 2);
+        memcpy(&h, blk + kern_kv_q8_scales((int)kv_dim, (int)bs) + 2 * si, 2);
+        return (float)(int8_t)blk[idx] * gl_fp16_to_fp32(h);
+    }
+    if (f->type == GL_KV_F16) {
+        uint16_t h;
+        memcpy(&h, blk + 2 * idx, 2);
         return gl_fp16_to_fp32(h);
     }
     float v;
-    memcpy(&v, base + 4 * idx, 4);
+    memcpy(&v, blk + 4 * idx, 4);
     return v;
 }
 
 /* blocks_per_seq past 16 gives contexts of several attention segments
  * (kern_attend_segment): seq 0's chunk then crosses from one to the next,
  * and a token alone on two threads has its segments split over them. */
-static void attention_case(bool f16, int n_heads, int n_kv_heads, int head_dim, int blocks_per_seq) {
+static void attention_case(gl_kv_type type, int n_heads, int n_kv_heads, int head_dim, int blocks_per_seq) {
     attn_fixture f = {.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim, .block_size = 16,
-                      .n_blocks = 3 * blocks_per_seq, .n_seqs = 3, .f16 = f16};
+                      .n_blocks = 3 * blocks_per_seq, .n_seqs = 3, .type = type};
     attn_setup(&f);
     /* Prompt chunks (runs of one sequence at consecutive positions, which
      * share K/V blocks in tiles of the batch) among single decode tokens:
@@ -592,7 +623,7 @@ static void attention_case(bool f16, int n_heads, int n_kv_heads, int head_dim, 
     for (int i = 0; i < T * D; i++) q[i] = rnd_uniform(-1, 1);
     kern_attn a = {.n_tokens = T, .n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim, .q = q,
                    .out = out, .positions = positions, .seq_of_token = seq_of_token,
-                   .block_tables = (const int32_t *const *)f.tables, .k = f.k, .v = f.v, .block_size = 16, .f16 = f16};
+                   .block_tables = (const int32_t *const *)f.tables, .k = f.k, .v = f.v, .block_size = 16, .type = type, .q8_chunk = f.qc};
     const char *backends[] = {"scalar", "avx2", "auto"};
     for (int b = 0; b < 3; b++) {
         if (kern_set_backend(backends[b])) continue;
@@ -647,14 +678,29 @@ static void attention_case(bool f16, int n_heads, int n_kv_heads, int head_dim, 
 }
 
 START_TEST(attention_matches_reference) {
-    attention_case(true, 9, 3, 64, 10);
-    attention_case(false, 9, 3, 64, 10);
-    attention_case(true, 8, 8, 8, 10);   /* stories260K-like: head_dim 8 */
-    attention_case(true, 4, 1, 20, 10);  /* head_dim with a tail */
-    attention_case(true, 16, 2, 96, 10); /* 8 heads to a group, channels in 64 + 32 */
-    attention_case(false, 8, 1, 128, 10);
-    attention_case(true, 9, 3, 64, 40);  /* SmolLM2's heads over up to 640 positions: 3 segments */
-    attention_case(false, 4, 2, 32, 40);
+    attention_case(GL_KV_F16, 9, 3, 64, 10);
+    attention_case(GL_KV_F32, 9, 3, 64, 10);
+    attention_case(GL_KV_F16, 8, 8, 8, 10);   /* stories260K-like: head_dim 8 */
+    attention_case(GL_KV_F16, 4, 1, 20, 10);  /* head_dim with a tail */
+    attention_case(GL_KV_F16, 16, 2, 96, 10); /* 8 heads to a group, channels in 64 + 32 */
+    attention_case(GL_KV_F32, 8, 1, 128, 10);
+    attention_case(GL_KV_F16, 9, 3, 64, 40);  /* SmolLM2's heads over up to 640 positions: 3 segments */
+    attention_case(GL_KV_F32, 4, 2, 32, 40);
+}
+END_TEST
+
+/* Q8_0 K/V (codes and fp16 scales) against the same double reference: the
+ * AVX-512 tiles (scale groups of 32 and 16), the generic steps (groups of
+ * 8 and 20, and blocks wider than 16 are not used here), every head dim. */
+START_TEST(attention_q8_0_matches_reference) {
+    attention_case(GL_KV_Q8_0, 9, 3, 64, 10);  /* SmolLM2 */
+    attention_case(GL_KV_Q8_0, 8, 8, 8, 10);   /* stories260K-like: one scale per head row of 8 */
+    attention_case(GL_KV_Q8_0, 4, 1, 20, 10);  /* scale group 20: generic steps */
+    attention_case(GL_KV_Q8_0, 16, 2, 96, 10); /* channels in 64 + 32 */
+    attention_case(GL_KV_Q8_0, 8, 1, 128, 10);
+    attention_case(GL_KV_Q8_0, 4, 2, 256, 10); /* gemma3's head dim */
+    attention_case(GL_KV_Q8_0, 4, 2, 48, 10);  /* scale group 24 */
+    attention_case(GL_KV_Q8_0, 9, 3, 64, 40);  /* 3 segments */
 }
 END_TEST
 
@@ -672,6 +718,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, to_f16_matches_reference);
     tcase_add_test(tc, backend_selection);
     tcase_add_test(tc, attention_matches_reference);
+    tcase_add_test(tc, attention_q8_0_matches_reference);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -20,7 +20,7 @@ typedef struct fixture {
 static fixture setup(int n_blocks, int max_batch_tokens, int max_seqs, bool prefix_caching) {
     gl_error err;
     fixture f;
-    f.pool = kv_create(1, 1, 1, BS, n_blocks, false, &err);
+    f.pool = kv_create(1, 1, 1, BS, n_blocks, GL_KV_F32, &err);
     ck_assert_ptr_nonnull(f.pool);
     f.kvm = kv_manager_create(f.pool, prefix_caching);
     sched_limits lim = {.max_batch_tokens = max_batch_tokens, .max_seqs = max_seqs, .max_logits = max_seqs + 8};
