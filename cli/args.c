@@ -60,6 +60,14 @@ bool cli_parse_act_bits(const char *flag, const char *s, int *out) {
     return true;
 }
 
+bool cli_parse_kv_type(const char *flag, const char *s, gl_kv_type *out) {
+    if (!gl_kv_type_parse(s, out)) {
+        fprintf(stderr, "genloop: invalid value '%s' for %s: expected f16, q8_0 or f32\n", s, flag);
+        return false;
+    }
+    return true;
+}
+
 const char *cli_value(int argc, char **argv, int *i) {
     if (*i + 1 >= argc) {
         fprintf(stderr, "genloop: option %s needs a value\n", argv[*i]);

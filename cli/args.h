@@ -5,6 +5,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "genloop.h"
+
 /* Parse a whole string as a number in [lo, hi]; on failure print
  * "genloop: invalid value 'x' for --flag: ..." and return false. */
 bool cli_parse_int(const char *flag, const char *s, long lo, long hi, long *out);
@@ -12,6 +14,8 @@ bool cli_parse_u64(const char *flag, const char *s, uint64_t *out);
 bool cli_parse_float(const char *flag, const char *s, double lo, double hi, double *out);
 /* --activation-bits: 8 or 16; otherwise print the error and return false. */
 bool cli_parse_act_bits(const char *flag, const char *s, int *out);
+/* --kv-type: f16, q8_0 or f32; otherwise print the error and return false. */
+bool cli_parse_kv_type(const char *flag, const char *s, gl_kv_type *out);
 /* The value after argv[*i] (advancing *i), or NULL after printing an error. */
 const char *cli_value(int argc, char **argv, int *i);
 /* *slot = value unless it was set already: then print "genloop: FLAG given

@@ -210,6 +210,7 @@ static void usage(FILE *out) {
             "  -b LIST             batch sizes for aggregate generation, e.g. 1,4,16 (default 1,2,4,8,16)\n"
             "  -r N                repetitions, the median is reported (default 3)\n"
             "  --activation-bits N matmul activation precision: 16 (default) or 8 (faster, less precise)\n"
+            "  --kv-type T         KV cache element type: f16 (default), q8_0 or f32\n"
             "  --json              print one JSON object instead of a table\n");
 }
 
@@ -235,6 +236,7 @@ int cmd_bench(int argc, char **argv) {
     gl_engine_params defaults;
     gl_engine_params_default(&defaults);
     int act_bits = defaults.activation_bits;
+    gl_kv_type kv_type = defaults.kv_type;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v;
         if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -256,6 +258,8 @@ int cmd_bench(int argc, char **argv) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_parse_int(a, v, 1, 1000, &reps)) return 2;
         } else if (!strcmp(a, "--activation-bits")) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_parse_act_bits(a, v, &act_bits)) return 2;
+        } else if (!strcmp(a, "--kv-type")) {
+            if (!(v = cli_value(argc, argv, &i)) || !cli_parse_kv_type(a, v, &kv_type)) return 2;
         } else if (!strcmp(a, "-b")) {
             if (!(v = cli_value(argc, argv, &i))) return 2;
             if ((n_batches = parse_batches(v, batches)) <= 0) {
@@ -298,6 +302,7 @@ int cmd_bench(int argc, char **argv) {
     ep.n_ctx = ctx;
     ep.prefix_caching = false;
     ep.activation_bits = act_bits;
+    ep.kv_type = kv_type;
     gl_engine *e = gl_engine_create(model, &ep, &err);
     if (!e) {
         fprintf(stderr, "genloop bench: %s\n", err.message);
@@ -348,11 +353,11 @@ int cmd_bench(int argc, char **argv) {
         for (int b = 0; b < n_batches; b++) bt_med[b] = median(bt + b * reps, (int)reps);
         double roof_m = median(roof, (int)reps);
         if (json) {
-            printf("{\"model\": \"%s\", \"threads\": %ld, \"activation_bits\": %d, \"n_prompt\": %ld, "
+            printf("{\"model\": \"%s\", \"threads\": %ld, \"activation_bits\": %d, \"kv_type\": \"%s\", \"n_prompt\": %ld, "
                    "\"n_gen\": %ld, \"depth\": %ld, \"reps\": %ld, "
                    "\"pp_tokens_per_s\": %.2f, \"tg_tokens_per_s\": %.2f, \"bandwidth_gb_per_s\": %.2f, "
                    "\"weight_bytes_per_token\": %llu, \"roofline_fraction\": %.4f, \"batch_tg_tokens_per_s\": {",
-                   info->name, n_threads, act_bits, n_prompt, n_gen, depth, reps, pp_m, tg_m, bw_m,
+                   info->name, n_threads, act_bits, gl_kv_type_name(kv_type), n_prompt, n_gen, depth, reps, pp_m, tg_m, bw_m,
                    (unsigned long long)info->weight_bytes, roof_m);
             for (int b = 0; b < n_batches; b++) printf("%s\"%d\": %.2f", b ? ", " : "", batches[b], bt_med[b]);
             printf("}}\n");
@@ -360,6 +365,7 @@ int cmd_bench(int argc, char **argv) {
             printf("model               %s\n", info->name);
             printf("threads             %ld\n", n_threads);
             printf("activations         %d-bit\n", act_bits);
+            printf("kv cache            %s\n", gl_kv_type_name(kv_type));
             printf("bandwidth           %.2f GB/s\n", bw_m);
             printf("weights per token   %.1f MB\n", (double)info->weight_bytes / 1e6);
             printf("pp%-5ld             %.1f tokens/s\n", n_prompt, pp_m);

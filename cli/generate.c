@@ -29,6 +29,7 @@ static void usage(FILE *out) {
             "  -t, --threads N         compute threads (default: all cores)\n"
             "  -c, --ctx N             context length (default: the model's)\n"
             "      --activation-bits N matmul activation precision: 16 (default) or 8 (faster, less precise)\n"
+            "      --kv-type T         KV cache element type: f16 (default), q8_0 (half the memory) or f32\n"
             "  -h, --help              this text\n",
             MAX_STOPS);
 }
@@ -85,6 +86,7 @@ int cmd_generate(int argc, char **argv) {
     gl_engine_params defaults;
     gl_engine_params_default(&defaults);
     int act_bits = defaults.activation_bits;
+    gl_kv_type kv_type = defaults.kv_type;
     gl_sampling_params sp;
     gl_sampling_params_default(&sp);
     sp.temperature = 0.8f;
@@ -158,6 +160,9 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "--activation-bits")) {
             VALUE();
             if (!cli_parse_act_bits(a, v, &act_bits)) return 2;
+        } else if (!strcmp(a, "--kv-type")) {
+            VALUE();
+            if (!cli_parse_kv_type(a, v, &kv_type)) return 2;
         } else {
             fprintf(stderr, "genloop generate: unknown option '%s' (try --help)\n", a);
             return 2;
@@ -202,6 +207,7 @@ int cmd_generate(int argc, char **argv) {
     ep.kv_cache_tokens = ep.n_ctx;
     ep.max_seqs = 1;
     ep.activation_bits = act_bits;
+    ep.kv_type = kv_type;
     engine = gl_engine_create(model, &ep, &err);
     if (!engine) {
         fprintf(stderr, "genloop: %s\n", err.message);

@@ -79,6 +79,7 @@ void api_init(api_server *a, const config *cfg) {
     m->running = metrics_gauge(r, "requests_running", "Sequences in the running batch.");
     m->waiting = metrics_gauge(r, "requests_waiting", "Requests queued in the engine.");
     m->kv_usage = metrics_gauge(r, "kv_cache_usage_ratio", "Fraction of KV cache blocks in use.");
+    m->kv_capacity = metrics_gauge(r, "kv_cache_capacity_tokens", "Tokens the KV cache holds (all sequences together).");
     m->preemptions = metrics_counter(r, "num_preemptions_total",
         "Sequences preempted to free KV cache.", NULL);
     m->prefix_queries = metrics_counter(r, "prefix_cache_queries_total",
@@ -161,12 +162,13 @@ static void on_ready(api_server *a) {
     if (a->on_model_ready) a->on_model_ready(a);
     gl_engine_stats st;
     worker_stats(a->worker, &st);
-    long kv_tokens = (long)st.n_blocks_total * st.block_size;
+    long kv_tokens = st.kv_capacity_tokens;
     int max_seqs = a->cfg->max_seqs;
     fprintf(stderr, "genloop: model %s loaded (%s, n_ctx %d)\n", a->model_id,
             info->arch ? info->arch : "?", a->n_ctx);
-    fprintf(stderr, "genloop: KV cache: %ld tokens (%d blocks of %d); up to %d sequences at once, "
-                    "%ld at full context\n", kv_tokens, st.n_blocks_total, st.block_size, max_seqs,
+    fprintf(stderr, "genloop: KV cache: %ld tokens (%s, %d MiB, %d blocks of %d); up to %d sequences at once, "
+                    "%ld at full context\n", kv_tokens, a->cfg->kv_type, a->cfg->kv_cache_mib, st.n_blocks_total,
+            st.block_size, max_seqs,
             kv_tokens / (a->n_ctx > 0 ? a->n_ctx : 1));
     fprintf(stderr, "genloop: ready at %s\n", a->url);
     api_print_status("ready", a->url);
@@ -549,6 +551,7 @@ void api_handle_metrics(http_req *req, void *ctx) {
         metrics_set(a->m.waiting, NULL, st.n_waiting);
         metrics_set(a->m.kv_usage, NULL,
                     st.n_blocks_total > 0 ? (double)st.n_blocks_used / st.n_blocks_total : 0);
+        metrics_set(a->m.kv_capacity, NULL, st.kv_capacity_tokens);
         metrics_set(a->m.preemptions, NULL, (double)st.n_preemptions);
         metrics_set(a->m.prefix_queries, NULL, (double)st.prefix_queries);
         metrics_set(a->m.prefix_hits, NULL, (double)st.prefix_hits);

@@ -35,7 +35,7 @@ typedef struct api_metrics {
     metrics_family *prompt_tokens, *generation_tokens; /* per request */
     metrics_family *prompt_tokens_total, *generation_tokens_total;
     metrics_family *requests_total, *errors_total;     /* {finish_reason}, {code} */
-    metrics_family *running, *waiting, *kv_usage;
+    metrics_family *running, *waiting, *kv_usage, *kv_capacity;
     metrics_family *preemptions, *prefix_queries, *prefix_hits;
     metrics_family *engine_steps;                      /* forward passes */
     metrics_family *batch_size, *batch_tokens;         /* per forward pass */

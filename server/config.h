@@ -24,6 +24,7 @@ typedef struct config {
     int threads;             /* engine compute threads; 0 = all cores */
     int activation_bits;     /* matmul activation precision: 16 or 8 (faster, less precise) */
     int kv_cache_mib;        /* KV pool size */
+    char kv_type[16];        /* KV element type: f16, q8_0 (about half the memory a token) or f32 */
     int block_size;          /* tokens per KV block */
     int max_batch_tokens;    /* token budget of one engine step */
     int max_seqs;            /* sequences decoded together */
