@@ -82,9 +82,12 @@ static void teardown(void) {
     cJSON_Delete(reference);
 }
 
+static gl_kv_type kv_type = GL_KV_F16; /* of the engines make_engine creates */
+
 static gl_engine *make_engine(int kv_tokens, int max_batch_tokens, int max_seqs) {
     gl_engine_params p;
     gl_engine_params_default(&p);
+    p.kv_type = kv_type;
     p.n_threads = 2;
     p.kv_cache_tokens = kv_tokens;
     p.max_batch_tokens = max_batch_tokens;
@@ -165,6 +168,7 @@ END_TEST
 /* 16 requests of mixed prompts arriving at staggered steps, in a pool so
  * small that some must be preempted: each output equals its solo run. */
 static void check_batch_invariance(int kv_tokens, int max_batch_tokens) {
+    gl_error err;
     const cJSON *cases = cJSON_GetObjectItem(reference, "cases");
     int32_t prompts[3][64], wants[3][128];
     int n_prompts[3];
@@ -173,9 +177,21 @@ static void check_batch_invariance(int kv_tokens, int max_batch_tokens) {
         n_prompts[c] = json_ids(cJSON_GetObjectItem(cs, "prompt_token_ids"), prompts[c]);
         json_ids(cJSON_GetObjectItem(cs, "generated_token_ids"), wants[c]);
     }
+    if (kv_type != GL_KV_F16) { /* another cache type: each prompt's own solo run is the reference */
+        gl_engine *solo = make_engine(0, 512, 1);
+        for (int c = 0; c < 3; c++) {
+            req_out o = {0};
+            gl_request r = greedy_request(prompts[c], n_prompts[c], 40, &o);
+            r.ignore_eos = true;
+            ck_assert(gl_engine_submit(solo, &r, NULL, &err) > 0);
+            run_until_idle(solo);
+            ck_assert_int_eq(o.n_tokens, 40);
+            memcpy(wants[c], o.tokens, 40 * sizeof(int32_t));
+        }
+        gl_engine_free(solo);
+    }
     gl_engine *e = make_engine(kv_tokens, max_batch_tokens, 16);
     int submitted = 0;
-    gl_error err;
     for (int step = 0; step < 100000; step++) {
         if (submitted < 16 && step % 3 == 0) {
             int c = submitted % 3;
@@ -213,6 +229,34 @@ START_TEST(batch_invariance) { check_batch_invariance(4096, 512); }
 END_TEST
 
 START_TEST(batch_invariance_small_budget_and_preemption) { check_batch_invariance(160, 24); }
+END_TEST
+
+static int long_prompt(int case_index, int32_t prompt[70]);
+
+/* The same with Q8_0 K/V (stories260K's head dim 8: one scale per head
+ * row), against each prompt's solo run; then a prefix cache hit. */
+START_TEST(q8_0_batch_invariance_preemption_prefix_cache) {
+    kv_type = GL_KV_Q8_0;
+    check_batch_invariance(4096, 512);
+    memset(outs, 0, sizeof outs);
+    check_batch_invariance(160, 24);
+    gl_engine *e = make_engine(0, 512, 4);
+    int32_t prompt[70];
+    int n = long_prompt(0, prompt);
+    gl_error err;
+    memset(outs, 0, sizeof outs);
+    for (int i = 0; i < 2; i++) {
+        gl_request r = greedy_request(prompt, n, 10, &outs[i]);
+        r.ignore_eos = true;
+        ck_assert(gl_engine_submit(e, &r, NULL, &err) > 0);
+        run_until_idle(e);
+    }
+    ck_assert_int_eq(outs[1].n_cached, 48);
+    ck_assert_mem_eq(outs[0].tokens, outs[1].tokens, 10 * sizeof(int32_t));
+    assert_pool_empty(e);
+    gl_engine_free(e);
+    kv_type = GL_KV_F16;
+}
 END_TEST
 
 START_TEST(stop_string_and_max_tokens) {
@@ -492,6 +536,7 @@ int main(void) {
     tcase_add_test(tc, greedy_matches_reference);
     tcase_add_test(tc, batch_invariance);
     tcase_add_test(tc, batch_invariance_small_budget_and_preemption);
+    tcase_add_test(tc, q8_0_batch_invariance_preemption_prefix_cache);
     tcase_add_test(tc, stop_string_and_max_tokens);
     tcase_add_test(tc, context_limit_and_errors);
     tcase_add_test(tc, cancel_frees_within_a_step);
