@@ -1,37 +1,44 @@
 /* bench_attention.c -- decode attention timed in isolation (a benchmark, not
- * a test): N_SEQS sequences of CTX cached positions each (F16 K/V, blocks of
+ * a test): N_SEQS sequences of CTX cached positions each (F16 K/V or KV_TYPE, blocks of
  * 16 placed at random in the pool, as a long-running server leaves them),
  * one new token per sequence, over N_LAYERS layers of their own cache so the
  * K/V comes from memory as in a real decode step. Prints the median time per
  * step and the K/V bytes read per second.
  *
- *   bench_attention N_HEADS N_KV_HEADS HEAD_DIM CTX N_LAYERS THREADS [N_SEQS] [REPS]
+ *   bench_attention N_HEADS N_KV_HEADS HEAD_DIM CTX N_LAYERS THREADS [N_SEQS] [REPS] [f16|q8_0|f32]
  *   (SmolLM2: 9 3 64; TinyLlama: 32 4 64) */
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bench_util.h"
 #include "kernels.h"
+#include "kv_cache.h"
 #include "quant.h"
 
 #define BLOCK 16
 
 int main(int argc, char **argv) {
     if (argc < 7) {
-        fprintf(stderr, "usage: bench_attention N_HEADS N_KV_HEADS HEAD_DIM CTX N_LAYERS THREADS [N_SEQS] [REPS]\n");
+        fprintf(stderr, "usage: bench_attention N_HEADS N_KV_HEADS HEAD_DIM CTX N_LAYERS THREADS [N_SEQS] [REPS] [KV_TYPE]\n");
         return 2;
     }
     int n_heads = atoi(argv[1]), n_kv = atoi(argv[2]), hd = atoi(argv[3]), ctx = atoi(argv[4]);
     int n_layers = atoi(argv[5]), threads = atoi(argv[6]);
     int n_seqs = argc > 7 ? atoi(argv[7]) : 1, reps = argc > 8 ? atoi(argv[8]) : 11;
+    gl_kv_type type = GL_KV_F16;
+    if (argc > 9 && !gl_kv_type_parse(argv[9], &type)) {
+        fprintf(stderr, "bench_attention: KV_TYPE is f16, q8_0 or f32\n");
+        return 2;
+    }
     if (n_heads <= 0 || n_kv <= 0 || n_heads % n_kv || hd <= 0 || ctx <= 0 || n_layers <= 0 || threads <= 0 ||
         n_seqs <= 0 || reps <= 0) {
         fprintf(stderr, "bench_attention: bad arguments\n");
         return 2;
     }
     int kv_dim = n_kv * hd, blocks_per_seq = (ctx + BLOCK - 1) / BLOCK, n_blocks = blocks_per_seq * n_seqs;
-    size_t layer_bytes = (size_t)n_blocks * BLOCK * kv_dim * 2;
-    uint16_t *k = malloc(layer_bytes * n_layers), *v = malloc(layer_bytes * n_layers);
+    size_t stride = kv_block_bytes(1, kv_dim, hd, BLOCK, type) / 2, layer_bytes = (size_t)n_blocks * stride;
+    uint8_t *k = malloc(layer_bytes * n_layers), *v = malloc(layer_bytes * n_layers);
     float *q = malloc(sizeof(float) * n_seqs * n_heads * hd), *out = malloc(sizeof(float) * n_seqs * n_heads * hd);
     int32_t *table = malloc(sizeof(int32_t) * n_blocks), *positions = malloc(sizeof(int32_t) * n_seqs);
     int32_t *seq_of = malloc(sizeof(int32_t) * n_seqs);
@@ -39,10 +46,25 @@ int main(int argc, char **argv) {
     double *ts = malloc(sizeof(double) * reps);
     if (!k || !v || !q || !out || !table || !positions || !seq_of || !tables || !ts) return 1;
     srand(1);
-    for (size_t i = 0; i < layer_bytes / 2 * n_layers; i++) {
-        k[i] = gl_fp32_to_fp16((float)rand() / RAND_MAX - 0.5f);
-        v[i] = gl_fp32_to_fp16((float)rand() / RAND_MAX - 0.5f);
+    /* F16 or F32 values in -0.5..0.5; Q8_0 codes with scales of 0.5 / 127 */
+    size_t es = type == GL_KV_F32 ? 4 : type == GL_KV_F16 ? 2 : 1, n_values = layer_bytes * n_layers / es;
+    uint16_t q8_scale = gl_fp32_to_fp16(0.5f / 127);
+    for (size_t i = 0; i < n_values; i++) {
+        for (int t = 0; t < 2; t++) {
+            uint8_t *dst = (t ? v : k) + i * es;
+            float x = (float)rand() / RAND_MAX - 0.5f;
+            uint16_t h = gl_fp32_to_fp16(x);
+            if (type == GL_KV_F32) memcpy(dst, &x, 4);
+            else if (type == GL_KV_F16) memcpy(dst, &h, 2);
+            else *dst = (uint8_t)(int8_t)(x * 254);
+        }
     }
+    if (type == GL_KV_Q8_0)
+        for (size_t b = 0; b < (size_t)n_blocks * n_layers; b++)
+            for (size_t off = kern_kv_q8_scales(kv_dim, BLOCK); off < stride; off += 2) {
+                memcpy(k + b * stride + off, &q8_scale, 2);
+                memcpy(v + b * stride + off, &q8_scale, 2);
+            }
     for (int i = 0; i < n_seqs * n_heads * hd; i++) q[i] = (float)rand() / RAND_MAX - 0.5f;
     for (int i = 0; i < n_blocks; i++) table[i] = i;
     for (int i = n_blocks - 1; i > 0; i--) { /* shuffled: blocks anywhere in the pool */
@@ -54,7 +76,7 @@ int main(int argc, char **argv) {
     if (!p) return 1;
     kern_attn a = {.n_tokens = n_seqs, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .q = q, .out = out,
                    .positions = positions, .seq_of_token = seq_of, .block_tables = tables, .block_size = BLOCK,
-                   .type = GL_KV_F16};
+                   .type = type, .q8_chunk = kv_q8_chunk(hd)};
     for (int r = -1; r < reps; r++) {
         double t0 = bench_now();
         for (int l = 0; l < n_layers; l++) {
@@ -65,8 +87,8 @@ int main(int argc, char **argv) {
         if (r >= 0) ts[r] = bench_now() - t0;
     }
     double med = bench_median(ts, reps);
-    printf("%s attention %d/%d heads x %d, ctx %d, %d layers, %d seqs, %d threads: %.3f ms/step  %.1f GB/s K/V\n",
-           kern_backend(), n_heads, n_kv, hd, ctx, n_layers, n_seqs, threads, med * 1e3,
+    printf("%s attention %s %d/%d heads x %d, ctx %d, %d layers, %d seqs, %d threads: %.3f ms/step  %.1f GB/s K/V\n",
+           kern_backend(), gl_kv_type_name(type), n_heads, n_kv, hd, ctx, n_layers, n_seqs, threads, med * 1e3,
            2.0 * layer_bytes * n_layers / med * 1e-9);
     kern_pool_free(p);
     free(k), free(v), free(q), free(out), free(table), free(positions), free(seq_of), free(tables), free(ts);
