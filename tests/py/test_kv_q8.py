@@ -96,3 +96,20 @@ def test_bad_kv_type_is_one_line(cmd):
     assert out.returncode != 0
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "q8_0" in lines[0] and "q4_0" in lines[0], out.stderr
+
+
+def test_kv_type_config_key(tmp_path):
+    cfg = tmp_path / "c.json"
+    cfg.write_text('{"kv_type": "q8_0"}')
+    out = subprocess.run([binary(), "serve", "--config", str(cfg), "--print-config"],
+                         capture_output=True, text=True, check=True)
+    assert '"kv_type":\t"q8_0"' in out.stdout
+    out = subprocess.run([binary(), "serve", "--config", str(cfg), "--kv-type", "f32", "--print-config"],
+                         capture_output=True, text=True, check=True)
+    assert '"kv_type":\t"f32"' in out.stdout
+    cfg.write_text('{"kv_type": "int4"}')
+    out = subprocess.run([binary(), "serve", "--config", str(cfg), "-m", tiny_model()],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and len(out.stderr.strip().splitlines()) == 1 and "kv_type" in out.stderr
+    out = subprocess.run([binary(), "serve", "--help"], capture_output=True, text=True, check=True)
+    assert "--kv-type" in out.stdout and "q8_0" in out.stdout
