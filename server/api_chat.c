@@ -54,6 +54,9 @@ void chat_setup(api_server *a) {
         return;
     }
     const gl_chat_template *t = a->chat_template;
+    /* Its own tool section is used only where it writes the calls as the grammar does. */
+    a->chat_tools_native = gl_chat_template_has_tools(t) && gl_chat_template_is_model_source(t) &&
+                           info->chat_template && strstr(info->chat_template, "<tool_call>");
     const char *origin = gl_chat_template_is_model_source(t) ? "the model's own template"
                        : name ? "built-in, as asked by --chat-template"
                        : info->chat_template ? "built-in, standing in for the model's template that cannot be parsed"
@@ -294,7 +297,10 @@ static int flatten_content(const cJSON *content, int i, const char **text, char 
     return 0;
 }
 
-static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **owned, params_error *e) {
+/* owned[0] and owned[1]: what the message's texts were built in. native:
+ * the template has its own tool section (tools.h), so tool calls and
+ * results stay structured fields. */
+static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **owned, bool native, params_error *e) {
     char param[64];
     snprintf(param, sizeof(param), "messages[%d]", i);
     if (!cJSON_IsObject(m))
@@ -332,26 +338,38 @@ static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **own
         snprintf(param, sizeof(param), "messages[%d].tool_calls", i);
         if (strcmp(r, "assistant"))
             return params_fail(e, 400, param, "invalid_value", "'%s' needs role 'assistant'", param);
+        if (native) {
+            out->content = NULL; /* none unless given */
+            if (given(m, "content") && flatten_content(given(m, "content"), i, &out->content, &owned[0], e)) return -1;
+            if (tools_message_fields(m, i, &owned[1], e)) return -1;
+            out->fields = owned[1];
+            return 0;
+        }
         const char *content = NULL;
         char *flat = NULL;
         if (given(m, "content") && flatten_content(given(m, "content"), i, &content, &flat, e)) return -1;
-        *owned = tools_render_calls(content, calls, i, e);
+        owned[0] = tools_render_calls(content, calls, i, e);
         free(flat);
-        out->content = *owned;
-        return *owned ? 0 : -1;
+        out->content = owned[0];
+        return owned[0] ? 0 : -1;
     }
     snprintf(param, sizeof(param), "messages[%d].tool_calls", i);
     if (calls && !cJSON_IsArray(calls))
         return params_fail(e, 400, param, "invalid_type", "'%s' must be an array", param);
-    if (flatten_content(given(m, "content"), i, &out->content, owned, e)) return -1;
+    if (flatten_content(given(m, "content"), i, &out->content, &owned[0], e)) return -1;
     if (!strcmp(r, "tool")) { /* a tool's result: a user message in the Hermes format (tools.h) */
         snprintf(param, sizeof(param), "messages[%d].tool_call_id", i);
         if (!cJSON_IsString(given(m, "tool_call_id")))
             return params_fail(e, 400, param, "missing_required_parameter", "'%s' must be a string for role 'tool'",
                                param);
+        if (native) {
+            if (tools_message_fields(m, i, &owned[1], e)) return -1;
+            out->fields = owned[1];
+            return 0;
+        }
         char *wrapped = tools_render_result(out->content);
-        free(*owned);
-        *owned = wrapped;
+        free(owned[0]);
+        owned[0] = wrapped;
         out->role = "user";
         out->content = wrapped;
         if (!wrapped) return params_fail(e, 500, param, NULL, "out of memory");
@@ -359,7 +377,7 @@ static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **own
     return 0;
 }
 
-#define CHAT_MAX_VARS 32
+#define CHAT_MAX_VARS 33 /* kwargs, reasoning_effort, tools */
 #define CONTINUE_MARK "<|genloop-continue-here|>"
 
 /* How the conversation is rendered: the extensions add_generation_prompt,
@@ -389,9 +407,9 @@ static int parse_render_opts(const cJSON *body, render_opts *o, params_error *e)
     for (const cJSON *v = kw ? kw->child : NULL; v; v = v->next) {
         char param[96];
         snprintf(param, sizeof(param), "chat_template_kwargs.%.60s", v->string);
-        if (o->n_vars == CHAT_MAX_VARS - 1) /* one left for reasoning_effort */
+        if (o->n_vars == CHAT_MAX_VARS - 2) /* two left: reasoning_effort, tools */
             return params_fail(e, 400, "chat_template_kwargs", "invalid_value",
-                               "'chat_template_kwargs' takes at most %d entries", CHAT_MAX_VARS - 1);
+                               "'chat_template_kwargs' takes at most %d entries", CHAT_MAX_VARS - 2);
         gl_chat_var *cv = &o->vars[o->n_vars++];
         if (cJSON_IsBool(v)) {
             *cv = (gl_chat_var){ .name = v->string, .type = GL_CHAT_VAR_BOOL, .b = cJSON_IsTrue(v) };
@@ -465,14 +483,18 @@ static int build_prompt(chat_job *cj, const cJSON *messages, const render_opts *
         return params_fail(e, 400, "messages", "invalid_type", "'messages' must be an array");
     int n = cJSON_GetArraySize(messages);
     if (n == 0) return params_fail(e, 400, "messages", "invalid_value", "'messages' must not be empty");
-    /* one more slot: the tools' system message */
+    /* one more slot: the tools' system message; two texts a message may own */
     gl_chat_message *msgs = calloc((size_t)n + 1, sizeof(*msgs));
-    char **owned = calloc((size_t)n + 1, sizeof(*owned));
+    char **owned = calloc(2 * ((size_t)n + 1), sizeof(*owned));
     int rc = 0, i = 0;
+    bool native = a->chat_tools_native;
     if (!msgs || !owned) rc = params_fail(e, 500, "messages", NULL, "out of memory");
     for (const cJSON *m = messages->child; m && rc == 0; m = m->next, i++)
-        rc = parse_message(m, i, &msgs[i], &owned[i], e);
-    if (rc == 0 && cj->tools.listed) { /* merged into the first system message, or one of its own */
+        rc = parse_message(m, i, &msgs[i], &owned[2 * i], native, e);
+    render_opts ro = *o; /* plus the tools for the template's own tool section */
+    if (rc == 0 && cj->tools.listed && native) {
+        ro.vars[ro.n_vars++] = (gl_chat_var){.name = "tools", .type = GL_CHAT_VAR_JSON, .s = cj->tools.tools_json};
+    } else if (rc == 0 && cj->tools.listed) { /* merged into the first system message, or one of its own */
         if (!strcmp(msgs[0].role, "system")) {
             size_t len = strlen(msgs[0].content) + strlen(cj->tools.system) + 3;
             char *merged = malloc(len);
@@ -483,9 +505,9 @@ static int build_prompt(chat_job *cj, const cJSON *messages, const render_opts *
             msgs[0].content = merged;
         } else {
             memmove(msgs + 1, msgs, (size_t)n * sizeof *msgs);
-            memmove(owned + 1, owned, (size_t)n * sizeof *owned);
-            msgs[0] = (gl_chat_message){"system", cj->tools.system};
-            owned[0] = NULL;
+            memmove(owned + 2, owned, 2 * (size_t)n * sizeof *owned);
+            msgs[0] = (gl_chat_message){"system", cj->tools.system, NULL};
+            owned[0] = owned[1] = NULL;
             n++;
         }
     }
@@ -497,16 +519,16 @@ static int build_prompt(chat_job *cj, const cJSON *messages, const render_opts *
                          "This model's chat template is not supported (%s); the server can be "
                          "started with --chat-template NAME to use a built-in format",
                          a->chat_template_error);
-    if (rc == 0 && o->continue_final) {
-        text = render_continued(a->chat_template, msgs, n, o, e);
+    if (rc == 0 && ro.continue_final) {
+        text = render_continued(a->chat_template, msgs, n, &ro, e);
         if (!text) rc = -1;
     } else if (rc == 0) {
         gl_error err = {{0}};
-        text = gl_chat_template_render_vars(a->chat_template, msgs, n, o->add_generation_prompt,
-                                            o->vars, o->n_vars, &err);
+        text = gl_chat_template_render_vars(a->chat_template, msgs, n, ro.add_generation_prompt,
+                                            ro.vars, ro.n_vars, &err);
         if (!text) rc = params_fail(e, 400, "messages", "invalid_value", "%s", err.message);
     }
-    for (int k = 0; owned && k < n; k++) free(owned[k]);
+    for (int k = 0; owned && k < 2 * n; k++) free(owned[k]);
     free(owned);
     free(msgs);
     if (rc) return rc;

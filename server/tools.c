@@ -17,6 +17,7 @@ static const cJSON *given(const cJSON *obj, const char *key) {
 
 void tools_free(chat_tools *t) {
     free(t->system);
+    free(t->tools_json);
     gl_grammar_free(t->grammar);
     memset(t, 0, sizeof *t);
 }
@@ -124,6 +125,8 @@ int tools_parse(const cJSON *body, chat_tools *out, params_error *e) {
                          "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
         out->system = desc.data ? desc.data : strdup("");
         desc.data = NULL;
+        out->tools_json = cJSON_PrintUnformatted(list);
+        if (!out->system || !out->tools_json) rc = params_fail(e, 500, "tools", NULL, "out of memory");
     }
     if (rc == 0 && out->active) {
         /* the grammar: the calls allowed, then the envelope */
@@ -197,6 +200,51 @@ char *tools_render_calls(const char *content, const cJSON *tool_calls, int i, pa
     }
     if (!b.data) return strdup("");
     return b.data;
+}
+
+int tools_message_fields(const cJSON *m, int i, char **out, params_error *e) {
+    *out = NULL;
+    char param[80];
+    cJSON *fields = cJSON_CreateObject();
+    if (!fields) return params_fail(e, 500, "messages", NULL, "out of memory");
+    const cJSON *calls = given(m, "tool_calls");
+    if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
+        cJSON *copy = cJSON_Duplicate(calls, 1);
+        cJSON_AddItemToObject(fields, "tool_calls", copy);
+        int k = 0;
+        for (cJSON *c = copy ? copy->child : NULL; c; c = c->next, k++) {
+            cJSON *fn = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "function") : NULL;
+            const cJSON *name = cJSON_IsObject(fn) ? given(fn, "name") : NULL;
+            const cJSON *args = cJSON_IsObject(fn) ? given(fn, "arguments") : NULL;
+            snprintf(param, sizeof param, "messages[%d].tool_calls[%d]", i, k);
+            cJSON *parsed = NULL;
+            if (!cJSON_IsString(name) || (args && !cJSON_IsString(args))) {
+                params_fail(e, 400, param, "invalid_value",
+                            "'%s' must have function.name and function.arguments (a JSON string)", param);
+            } else if (!(parsed = args ? cJSON_Parse(args->valuestring) : cJSON_CreateObject())) {
+                params_fail(e, 400, param, "invalid_value", "'%s.function.arguments' is not valid JSON", param);
+            } else {
+                cJSON_DeleteItemFromObjectCaseSensitive(fn, "arguments");
+                cJSON_AddItemToObject(fn, "arguments", parsed);
+                continue;
+            }
+            cJSON_Delete(fields);
+            return -1;
+        }
+    }
+    for (const char *const *key = (const char *const[]){"tool_call_id", "name", NULL}; *key; key++) {
+        const cJSON *v = given(m, *key);
+        if (cJSON_IsString(v)) cJSON_AddStringToObject(fields, *key, v->valuestring);
+    }
+    if (fields->child) {
+        *out = cJSON_PrintUnformatted(fields);
+        if (!*out) {
+            cJSON_Delete(fields);
+            return params_fail(e, 500, "messages", NULL, "out of memory");
+        }
+    }
+    cJSON_Delete(fields);
+    return 0;
 }
 
 char *tools_render_result(const char *content) {
