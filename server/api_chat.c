@@ -24,6 +24,9 @@ typedef struct chat_seq {
     jbuf lp;                 /* logprobs.content entries not yet written */
     int n_lp;
     int reply_kind;          /* with tools: 0 not known yet, 1 text, 2 tool calls (its first character) */
+    tools_reader calls;      /* stream of a tool-call reply: how far its text was sent */
+    jbuf args;               /* stream: argument bytes read, not yet sent */
+    int args_index;          /* the call they belong to */
 } chat_seq;
 
 typedef struct chat_job {
@@ -71,7 +74,10 @@ void chat_teardown(api_server *a) {
 
 static void chat_free(job *j) {
     chat_job *cj = (chat_job *)j;
-    for (int i = 0; j->seqs && i < j->n_seqs; i++) jbuf_free(&((chat_seq *)job_seq_at(j, i))->lp);
+    for (int i = 0; j->seqs && i < j->n_seqs; i++) {
+        jbuf_free(&((chat_seq *)job_seq_at(j, i))->lp);
+        jbuf_free(&((chat_seq *)job_seq_at(j, i))->args);
+    }
     free(cj->prompt);
     tools_free(&cj->tools);
 }
@@ -136,27 +142,23 @@ static void chat_write_finish(jbuf *b, const job_seq *s, int final) {
     else job_write_finish(b, s, final);
 }
 
-/* The tool_calls array of a finished tool reply; with stream, in the delta
- * shape (index, id, type and name with empty arguments; then arguments). */
-static void write_tool_calls(jbuf *b, const job_seq *s, int stream_part) {
+static void write_call_head(jbuf *b, const job_seq *s, int k, const char *name, const char *args) {
+    jbuf_printf(b, "{\"index\":%d,\"id\":\"call_%s_%d_%d\",\"type\":\"function\",\"function\":{\"name\":",
+                k, s->job->id, s->index, k);
+    jbuf_str(b, name, strlen(name));
+    jbuf_puts(b, ",\"arguments\":");
+    jbuf_str(b, args, strlen(args));
+    jbuf_puts(b, "}}");
+}
+
+/* The tool_calls array of a tool reply: its complete calls. */
+static void write_tool_calls(jbuf *b, const job_seq *s) {
     int n = 0;
     tool_call *calls = tools_extract(s->text.data, s->text.len, &n);
     jbuf_puts(b, "[");
     for (int k = 0; k < n; k++) {
         if (k) jbuf_puts(b, ",");
-        jbuf_printf(b, "{\"index\":%d", k);
-        if (stream_part != 2) {
-            jbuf_printf(b, ",\"id\":\"call_%s_%d_%d\",\"type\":\"function\",\"function\":{\"name\":", s->job->id, s->index, k);
-            jbuf_str(b, calls[k].name, strlen(calls[k].name));
-            jbuf_puts(b, ",\"arguments\":");
-            const char *args = stream_part == 1 ? "" : calls[k].arguments;
-            jbuf_str(b, args, strlen(args));
-            jbuf_puts(b, "}}");
-        } else {
-            jbuf_puts(b, ",\"function\":{\"arguments\":");
-            jbuf_str(b, calls[k].arguments, strlen(calls[k].arguments));
-            jbuf_puts(b, "}}");
-        }
+        write_call_head(b, s, k, calls[k].name, calls[k].arguments);
     }
     jbuf_puts(b, "]");
     tools_calls_free(calls, n);
@@ -183,21 +185,55 @@ static void send_delta(job_seq *s, const char *delta, bool final, bool with_timi
     job_chunk_end(s->job, with_timings);
 }
 
+/* A streamed tool-call reply goes out as OpenAI streams it: per call, a
+ * delta with index, id, type, name and empty arguments, then deltas with
+ * the index and pieces of the arguments as they are generated. */
+static void send_args(chat_seq *cs) {
+    if (!cs->args.len) return;
+    jbuf d = {0};
+    jbuf_printf(&d, "{\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":", cs->args_index);
+    jbuf_str(&d, cs->args.data, cs->args.len);
+    jbuf_puts(&d, "}}]}");
+    if (!d.oom) send_delta(&cs->base, d.data, 0, 0);
+    jbuf_free(&d);
+    jbuf_clear(&cs->args);
+}
+
+static void stream_call(void *ctx, int index, const char *name) {
+    chat_seq *cs = ctx;
+    send_args(cs);
+    jbuf d = {0};
+    jbuf_puts(&d, "{\"tool_calls\":[");
+    write_call_head(&d, &cs->base, index, name, "");
+    jbuf_puts(&d, "]}");
+    if (!d.oom) send_delta(&cs->base, d.data, 0, 0);
+    jbuf_free(&d);
+}
+
+static void stream_args(void *ctx, int index, const char *p, size_t n) {
+    chat_seq *cs = ctx;
+    if (cs->args.len && cs->args_index != index) send_args(cs);
+    cs->args_index = index;
+    jbuf_raw(&cs->args, p, n);
+}
+
+static void stream_end(void *ctx, int index) {
+    (void)index;
+    send_args(ctx);
+}
+
 /* Sends a seq's pending content, and once it is done the closing chunk
  * (empty delta, finish_reason; any logprobs still pending ride on it). */
 static void chat_stream_flush(job_seq *s, bool with_timings) {
-    if (is_tool_reply(s)) {
-        if (s->state != JOB_SEQ_DONE) return; /* held until the calls are complete */
-        for (int part = 1; part <= 2; part++) {
-            jbuf d = {0};
-            jbuf_puts(&d, "{\"tool_calls\":");
-            write_tool_calls(&d, s, part);
-            jbuf_puts(&d, "}");
-            if (!d.oom) send_delta(s, d.data, 0, 0);
-            jbuf_free(&d);
+    if (is_tool_reply(s)) { /* the text is kept whole: the reader moves through it */
+        static const tools_reader_ops ops = {stream_call, stream_args, stream_end};
+        chat_seq *cs = (chat_seq *)s;
+        tools_reader_feed(&cs->calls, s->text.data, s->text.len, &ops, cs);
+        send_args(cs);
+        if (s->state == JOB_SEQ_DONE) {
+            send_delta(s, "{}", 1, with_timings); /* finish_reason from the text, cleared after */
+            jbuf_clear(&s->text);
         }
-        send_delta(s, "{}", 1, with_timings); /* finish_reason from the text, cleared after */
-        jbuf_clear(&s->text);
         return;
     }
     if (s->text.len > 0) send_delta(s, NULL, 0, 0);
@@ -213,7 +249,7 @@ static void chat_write_choice(jbuf *b, job_seq *s) {
     jbuf_printf(b, "{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":", s->index);
     if (is_tool_reply(s)) { /* cut by max_tokens: the complete calls, finish_reason "length" */
         jbuf_puts(b, "null,\"tool_calls\":");
-        write_tool_calls(b, s, 0);
+        write_tool_calls(b, s);
     } else {
         jbuf_str(b, s->text.data ? s->text.data : "", s->text.len);
     }

@@ -50,12 +50,34 @@ int tools_message_fields(const cJSON *m, int i, char **out, params_error *e);
 /* Whether generated text is a tool-call reply (it starts with '<'). */
 bool tools_is_call_text(const char *text, size_t len);
 
+/* Reads a tool-call reply as it is generated, so that a stream can send
+ * each call's name as soon as it is complete and its arguments in pieces.
+ * The arguments come out as generated minus the whitespace between JSON
+ * tokens: the pieces of a call join to the same text a whole reply shows. */
+typedef struct tools_reader {
+    size_t pos;              /* bytes of the reply read */
+    int state;               /* before a call, in its arguments, after them */
+    int index;               /* the call being read */
+    int depth;               /* of the arguments' brackets */
+    bool in_str, esc;
+} tools_reader;
+
+typedef struct tools_reader_ops {
+    void (*call)(void *ctx, int index, const char *name);          /* a call starts */
+    void (*args)(void *ctx, int index, const char *p, size_t n);   /* a piece of its arguments */
+    void (*end)(void *ctx, int index);                             /* its closing tag was read */
+} tools_reader_ops;
+
+/* Reads text[r->pos..len) (text: the whole reply so far, which only grows). */
+void tools_reader_feed(tools_reader *r, const char *text, size_t len, const tools_reader_ops *ops, void *ctx);
+
 typedef struct tool_call {
     char *name;
     char *arguments;         /* JSON text */
 } tool_call;
 
-/* The complete calls in generated text (malloc'd array, *n set). */
+/* The complete calls in a generated reply (malloc'd array, *n set): a call
+ * cut by max_tokens is left out. */
 tool_call *tools_extract(const char *text, size_t len, int *n);
 void tools_calls_free(tool_call *calls, int n);
 
