@@ -577,6 +577,26 @@ def test_sdk_stream_helper_tool_call_events(client):
     validate(WEATHER["function"]["parameters"], call.function.arguments)
 
 
+def test_sdk_parse_pydantic_tool(client):
+    """openai.pydantic_function_tool (a strict tool) with .parse and with the
+    stream helper: the arguments come back parsed into the model class."""
+    openai = pytest.importorskip("openai")
+    pydantic = pytest.importorskip("pydantic")
+
+    class GetWeather(pydantic.BaseModel):
+        city: str = pydantic.Field(max_length=30)
+        unit: str = pydantic.Field(pattern="^(celsius|fahrenheit)$")
+
+    kw = dict(model="smollm", messages=ASK, tools=[openai.pydantic_function_tool(GetWeather)],
+              tool_choice="required", parallel_tool_calls=False, temperature=0, max_tokens=80)
+    r = client.chat.completions.parse(**kw)
+    (call,) = r.choices[0].message.tool_calls
+    assert isinstance(call.function.parsed_arguments, GetWeather), call
+    with client.chat.completions.stream(**kw) as stream:
+        done = [e for e in stream if e.type == "tool_calls.function.arguments.done"]
+    assert len(done) == 1 and done[0].parsed_arguments == call.function.parsed_arguments
+
+
 def test_langchain_streamed_tool_calls(server):
     lc = pytest.importorskip("langchain_openai")
     llm = lc.ChatOpenAI(base_url=server.url + "/v1", api_key="none", model="smollm", temperature=0, max_tokens=80)
