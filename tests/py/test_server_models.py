@@ -133,7 +133,7 @@ def test_qwen_tools_render_through_its_template(model_server):
     n = 12
     status, _, r = post_json(server.url + "/v1/chat/completions",
                              {"messages": TOOL_CONVERSATION, "tools": [WEATHER], "tool_choice": "none",
-                              "max_tokens": n, "temperature": 0})
+                              "max_tokens": n, "temperature": 0}, timeout=600)
     assert status == 200, r
     assert r["usage"]["prompt_tokens"] == n_tokens(path, want)
     out = subprocess.run([binary(), "generate", "-m", path, "-p", want, "-n", str(n), "--temp", "0", "-c", "1024"],
@@ -152,7 +152,7 @@ def test_qwen_calls_a_tool_in_its_own_format(model_server):
         pytest.skip("Qwen2.5 only")
     body = {"messages": [{"role": "user", "content": "What is the weather in Paris? Use the tool."}],
             "tools": [WEATHER], "tool_choice": "required", "max_tokens": 60, "temperature": 0}
-    status, _, r = post_json(server.url + "/v1/chat/completions", body)
+    status, _, r = post_json(server.url + "/v1/chat/completions", body, timeout=600)
     assert status == 200, r
     c = r["choices"][0]
     assert c["finish_reason"] == "tool_calls" and c["message"]["content"] is None, c
