@@ -67,7 +67,7 @@ static int conv_add(conversation *c, const char *role, const char *text, size_t 
     memcpy(copy, text, len);
     copy[len] = 0;
     c->texts[c->n] = copy;
-    c->msgs[c->n] = (gl_chat_message){ role, copy };
+    c->msgs[c->n] = (gl_chat_message){ .role = role, .content = copy };
     c->n++;
     return 0;
 }

@@ -20,6 +20,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "gl_error.h"
 
 /* Limits that keep a hostile template from crashing or hanging the server. */
@@ -292,7 +294,8 @@ static void lex(lexer *L) {
 
 /* ---- syntax tree -------------------------------------------------------------- */
 
-typedef enum vtype { V_UNDEF, V_NONE, V_BOOL, V_INT, V_STR, V_LIST, V_DICT } vtype;
+/* V_FLOAT comes only from JSON data (tool arguments): printed, compared, tested, never computed with. */
+typedef enum vtype { V_UNDEF, V_NONE, V_BOOL, V_INT, V_STR, V_LIST, V_DICT, V_FLOAT } vtype;
 
 typedef struct vlist vlist;
 typedef struct vdict vdict;
@@ -301,6 +304,7 @@ typedef struct value {
     union {
         bool b;
         int64_t i;
+        double d;             /* FLOAT */
         str s;                /* STR; UNDEF: the missing name, for messages */
         vlist *list;
         vdict *dict;
@@ -822,6 +826,7 @@ typedef struct render {
     var *vars;                /* innermost scope last */
     size_t n_vars, vars_cap;
     size_t scope_base;        /* first variable of the innermost scope */
+    cJSON *json;              /* JSON data being converted, freed on failure */
 } render;
 
 static const value UNDEF = {.t = V_UNDEF};
@@ -863,7 +868,7 @@ static void dict_set(render *R, vdict *d, str key, value v) {
 }
 
 static const char *type_name(vtype t) {
-    static const char *const names[] = {"undefined", "none", "boolean", "integer", "string", "list", "dict"};
+    static const char *const names[] = {"undefined", "none", "boolean", "integer", "string", "list", "dict", "float"};
     return names[t];
 }
 
@@ -871,6 +876,7 @@ static bool truthy(value v) {
     switch (v.t) {
     case V_BOOL: return v.b;
     case V_INT: return v.i != 0;
+    case V_FLOAT: return v.d != 0;
     case V_STR: return v.s.n > 0;
     case V_LIST: return v.list->n > 0;
     case V_DICT: return v.dict->n > 0;
@@ -889,6 +895,8 @@ static bool value_eq_at(render *R, value a, value b, int level) {
     if (level > MAX_EVAL_DEPTH) die(&R->f, "value nested too deeply to compare (a cycle?)");
     if ((a.t == V_INT || a.t == V_BOOL) && (b.t == V_INT || b.t == V_BOOL))
         return (a.t == V_INT ? a.i : a.b) == (b.t == V_INT ? b.i : b.b);
+    if ((a.t == V_FLOAT || b.t == V_FLOAT) && (a.t == V_INT || a.t == V_FLOAT) && (b.t == V_INT || b.t == V_FLOAT))
+        return (a.t == V_INT ? (double)a.i : a.d) == (b.t == V_INT ? (double)b.i : b.d);
     if (a.t != b.t) return false;
     switch (a.t) {
     case V_UNDEF: case V_NONE: return true;
@@ -909,6 +917,30 @@ static bool value_eq_at(render *R, value a, value b, int level) {
 }
 
 static bool value_eq(render *R, value a, value b) { return value_eq_at(R, a, b, 0); }
+
+/* Python's repr of a float (json.dumps writes the same): the shortest
+ * digits that read back as d, positional for exponents -4..15, else
+ * scientific; always a point or an exponent. */
+static void put_float(sbuf *b, double d) {
+    char num[40], digits[40];
+    if (d != d) { sb_puts(b, "NaN"); return; }
+    if (d > 1.7976931348623157e308 || d < -1.7976931348623157e308) { sb_puts(b, d > 0 ? "Infinity" : "-Infinity"); return; }
+    int prec = 1;
+    for (; prec < 17; prec++) {
+        snprintf(digits, sizeof digits, "%.*e", prec - 1, d);
+        if (strtod(digits, NULL) == d) break;
+    }
+    snprintf(digits, sizeof digits, "%.*e", prec - 1, d);
+    int exp = atoi(strchr(digits, 'e') + 1);
+    if (exp < -4 || exp >= 16) {
+        sb_puts(b, digits); /* "1.5e+20", "1e-05": C and Python agree */
+        return;
+    }
+    int decimals = prec - 1 - exp;
+    snprintf(num, sizeof num, "%.*f", decimals > 0 ? decimals : 0, d);
+    sb_puts(b, num);
+    if (decimals <= 0) sb_puts(b, ".0");
+}
 
 /* Python-style text of a value: what {{ }} and ~ produce. */
 
@@ -931,6 +963,7 @@ static void put_value_at(render *R, sbuf *b, value v, bool quoted, int level) {
     case V_NONE: sb_puts(b, "None"); break;
     case V_BOOL: sb_puts(b, v.b ? "True" : "False"); break;
     case V_INT: snprintf(num, sizeof num, "%" PRId64, v.i); sb_puts(b, num); break;
+    case V_FLOAT: put_float(b, v.d); break;
     case V_STR: if (quoted) put_repr_str(b, v.s); else sb_put(b, v.s.p, v.s.n); break;
     case V_LIST:
         sb_put(b, "[", 1);
@@ -968,6 +1001,7 @@ static void put_json(render *R, sbuf *b, value v, int indent, int level, int lin
     case V_NONE: sb_puts(b, "null"); break;
     case V_BOOL: sb_puts(b, v.b ? "true" : "false"); break;
     case V_INT: snprintf(num, sizeof num, "%" PRId64, v.i); sb_puts(b, num); break;
+    case V_FLOAT: put_float(b, v.d); break;
     case V_STR:
         sb_put(b, "\"", 1);
         for (size_t i = 0; i < v.s.n; i++) {
@@ -1010,6 +1044,52 @@ static void put_json(render *R, sbuf *b, value v, int indent, int level, int lin
         break;
     }
     }
+}
+
+/* JSON data (tools, a message's tool_calls) as template values; an
+ * integral number is an integer, as the JSON that clients send means it. */
+static value from_json(render *R, const cJSON *j, int level) {
+    if (level > MAX_EVAL_DEPTH) die(&R->f, "JSON data nested too deeply");
+    if (cJSON_IsNull(j)) return (value){.t = V_NONE};
+    if (cJSON_IsBool(j)) return v_bool(cJSON_IsTrue(j));
+    if (cJSON_IsString(j)) {
+        size_t n = strlen(j->valuestring);
+        char *p = arena_alloc(&R->mem, n + 1);
+        memcpy(p, j->valuestring, n + 1);
+        return v_str((str){p, n});
+    }
+    if (cJSON_IsNumber(j)) {
+        double d = j->valuedouble;
+        if (d == (double)(int64_t)d && d > -9.0e15 && d < 9.0e15) return v_int((int64_t)d);
+        return (value){.t = V_FLOAT, .d = d};
+    }
+    if (cJSON_IsArray(j)) {
+        value l = v_list(R, (size_t)cJSON_GetArraySize(j));
+        for (const cJSON *c = j->child; c; c = c->next) list_push(R, l.list, from_json(R, c, level + 1));
+        return l;
+    }
+    if (cJSON_IsObject(j)) {
+        value d = v_dict(R);
+        for (const cJSON *c = j->child; c; c = c->next) {
+            size_t n = strlen(c->string);
+            char *k = arena_alloc(&R->mem, n + 1);
+            memcpy(k, c->string, n + 1);
+            dict_set(R, d.dict, (str){k, n}, from_json(R, c, level + 1));
+        }
+        return d;
+    }
+    die(&R->f, "unsupported JSON value");
+}
+
+/* Parses JSON text into a value (the parse tree is R->json meanwhile, so
+ * that a die while converting still frees it). */
+static value json_value(render *R, const char *text, const char *what) {
+    R->json = cJSON_Parse(text);
+    if (!R->json) die(&R->f, "%s is not valid JSON", what);
+    value v = from_json(R, R->json, 0);
+    cJSON_Delete(R->json);
+    R->json = NULL;
+    return v;
 }
 
 /* ---- variables ---------------------------------------------------------------- */
@@ -1238,6 +1318,7 @@ static value apply_filter(render *R, str name, value v, const args *a, int line)
     }
     if (IS("int")) {
         if (v.t == V_INT || v.t == V_BOOL) return v_int(need_int(R, v, line, "int"));
+        if (v.t == V_FLOAT) return v_int(v.d > -9.2e18 && v.d < 9.2e18 ? (int64_t)v.d : 0);
         if (v.t == V_STR) { char buf[32]; size_t n = v.s.n < 31 ? v.s.n : 31; memcpy(buf, v.s.p, n); buf[n] = 0; return v_int(strtoll(buf, NULL, 10)); }
         return v_int(0);
     }
@@ -1296,7 +1377,9 @@ static bool apply_test(render *R, str name, value v, const args *a, int line) {
     if (IS("undefined")) return v.t == V_UNDEF;
     if (IS("none")) return v.t == V_NONE;
     if (IS("string")) return v.t == V_STR;
-    if (IS("number") || IS("integer")) return v.t == V_INT;
+    if (IS("number")) return v.t == V_INT || v.t == V_FLOAT;
+    if (IS("integer")) return v.t == V_INT;
+    if (IS("float")) return v.t == V_FLOAT;
     if (IS("boolean")) return v.t == V_BOOL;
     if (IS("true")) return v.t == V_BOOL && v.b;
     if (IS("false")) return v.t == V_BOOL && !v.b;
@@ -1793,6 +1876,7 @@ struct gl_chat_template {
     body root;
     char name[16];
     bool model_source;
+    bool has_tools;           /* the source reads the variable `tools` */
     char *bos, *eos;
     const char *stops[1];
     int n_stops;
@@ -1814,6 +1898,11 @@ static bool parse_into(gl_chat_template *t, const char *src, gl_error *err) {
         return false;
     }
     lex(&L);
+    t->has_tools = false;
+    for (size_t i = 0; i < L.n; i++)
+        if (L.toks[i].kind == T_NAME && str_eq(L.toks[i].s, "tools") &&
+            !(i && L.toks[i - 1].kind == T_OP && str_eq(L.toks[i - 1].s, ".")))
+            t->has_tools = true;
     parser P = {.f = &f, .a = &t->mem, .toks = L.toks};
     t->root = parse_body(&P, NULL, NULL);
     t->mem.f = NULL;          /* no more allocation after parsing */
@@ -1912,6 +2001,13 @@ char *gl_chat_template_render_vars(const gl_chat_template *t, const gl_chat_mess
         value m = v_dict(R);
         dict_set(R, m.dict, str_of("role"), v_str(str_of(msgs[i].role)));
         dict_set(R, m.dict, str_of("content"), msgs[i].content ? v_str(str_of(msgs[i].content)) : (value){.t = V_NONE});
+        if (msgs[i].fields) {
+            value f = json_value(R, msgs[i].fields, "a message's fields");
+            if (f.t != V_DICT) die(&R->f, "a message's fields must be a JSON object");
+            for (size_t k = 0; k < f.dict->n; k++)
+                if (!str_eq(f.dict->keys[k], "role") && !str_eq(f.dict->keys[k], "content"))
+                    dict_set(R, m.dict, f.dict->keys[k], f.dict->vals[k]);
+        }
         list_push(R, messages.list, m);
     }
     for (int i = 0; i < n_vars; i++) {
@@ -1919,6 +2015,7 @@ char *gl_chat_template_render_vars(const gl_chat_template *t, const gl_chat_mess
         assign(R, str_of(v->name), v->type == GL_CHAT_VAR_BOOL ? v_bool(v->b)
                                  : v->type == GL_CHAT_VAR_INT  ? v_int(v->i)
                                  : v->type == GL_CHAT_VAR_STR  ? v_str(str_of(v->s))
+                                 : v->type == GL_CHAT_VAR_JSON ? json_value(R, v->s, v->name)
                                                             : (value){.t = V_NONE});
     }
     assign(R, str_of("messages"), messages);
@@ -1930,6 +2027,7 @@ char *gl_chat_template_render_vars(const gl_chat_template *t, const gl_chat_mess
     R->out[R->out_n] = 0;
     result = R->out;
 done:
+    cJSON_Delete(R->json);
     arena_free(&R->mem);
     free(R);
     return result;
@@ -1937,6 +2035,7 @@ done:
 
 const char *gl_chat_template_name(const gl_chat_template *t) { return t->name; }
 bool gl_chat_template_is_model_source(const gl_chat_template *t) { return t->model_source; }
+bool gl_chat_template_has_tools(const gl_chat_template *t) { return t->has_tools; }
 
 const char *const *gl_chat_template_stop_strings(const gl_chat_template *t, int *n) {
     *n = t->n_stops;

@@ -33,6 +33,7 @@
 typedef struct gl_chat_message {
     const char *role;         /* "system", "user", "assistant" (any string passes) */
     const char *content;      /* already flattened to text; NULL renders as none */
+    const char *fields;       /* NULL, or a JSON object of more fields (tool_calls, tool_call_id, name) */
 } gl_chat_message;
 
 typedef struct gl_chat_template gl_chat_template;
@@ -55,15 +56,16 @@ void gl_chat_template_free(gl_chat_template *t);
 char *gl_chat_template_render(const gl_chat_template *t, const gl_chat_message *msgs, int n,
                               bool add_generation_prompt, gl_error *err);
 
-/* An extra top-level template variable (a request's chat_template_kwargs,
- * e.g. enable_thinking): scalars only. */
-typedef enum { GL_CHAT_VAR_NONE, GL_CHAT_VAR_BOOL, GL_CHAT_VAR_INT, GL_CHAT_VAR_STR } gl_chat_var_type;
+/* An extra top-level template variable: a request's chat_template_kwargs
+ * (e.g. enable_thinking), or JSON data such as the list of `tools`. */
+typedef enum { GL_CHAT_VAR_NONE, GL_CHAT_VAR_BOOL, GL_CHAT_VAR_INT, GL_CHAT_VAR_STR, GL_CHAT_VAR_JSON } gl_chat_var_type;
 typedef struct gl_chat_var {
     const char *name;
     gl_chat_var_type type;
     bool b;                   /* GL_CHAT_VAR_BOOL */
     long long i;              /* GL_CHAT_VAR_INT */
-    const char *s;            /* GL_CHAT_VAR_STR */
+    const char *s;            /* GL_CHAT_VAR_STR; GL_CHAT_VAR_JSON: JSON text (a number with no
+                                 fraction reads as an integer) */
 } gl_chat_var;
 
 /* gl_chat_template_render with n_vars more variables; messages, bos_token,
@@ -78,6 +80,9 @@ const char *gl_chat_template_name(const gl_chat_template *t);
 /* True when rendering uses the model's own template text, false when a
  * built-in one stands in for it. */
 bool gl_chat_template_is_model_source(const gl_chat_template *t);
+/* True when the template reads the variable `tools`: it has a tool section
+ * of its own (Qwen2.5's), to be given the tools as a GL_CHAT_VAR_JSON list. */
+bool gl_chat_template_has_tools(const gl_chat_template *t);
 /* Texts that end an assistant turn (e.g. "<|im_end|>"), for use as stop
  * strings on top of the model's end-of-generation tokens; *n receives the
  * count. Valid while t lives. */

@@ -24,6 +24,9 @@ typedef struct chat_seq {
     jbuf lp;                 /* logprobs.content entries not yet written */
     int n_lp;
     int reply_kind;          /* with tools: 0 not known yet, 1 text, 2 tool calls (its first character) */
+    tools_reader calls;      /* stream of a tool-call reply: how far its text was sent */
+    jbuf args;               /* stream: argument bytes read, not yet sent */
+    int args_index;          /* the call they belong to */
 } chat_seq;
 
 typedef struct chat_job {
@@ -54,6 +57,9 @@ void chat_setup(api_server *a) {
         return;
     }
     const gl_chat_template *t = a->chat_template;
+    /* Its own tool section is used only where it writes the calls as the grammar does. */
+    a->chat_tools_native = gl_chat_template_has_tools(t) && gl_chat_template_is_model_source(t) &&
+                           info->chat_template && strstr(info->chat_template, "<tool_call>");
     const char *origin = gl_chat_template_is_model_source(t) ? "the model's own template"
                        : name ? "built-in, as asked by --chat-template"
                        : info->chat_template ? "built-in, standing in for the model's template that cannot be parsed"
@@ -68,7 +74,10 @@ void chat_teardown(api_server *a) {
 
 static void chat_free(job *j) {
     chat_job *cj = (chat_job *)j;
-    for (int i = 0; j->seqs && i < j->n_seqs; i++) jbuf_free(&((chat_seq *)job_seq_at(j, i))->lp);
+    for (int i = 0; j->seqs && i < j->n_seqs; i++) {
+        jbuf_free(&((chat_seq *)job_seq_at(j, i))->lp);
+        jbuf_free(&((chat_seq *)job_seq_at(j, i))->args);
+    }
     free(cj->prompt);
     tools_free(&cj->tools);
 }
@@ -133,27 +142,23 @@ static void chat_write_finish(jbuf *b, const job_seq *s, int final) {
     else job_write_finish(b, s, final);
 }
 
-/* The tool_calls array of a finished tool reply; with stream, in the delta
- * shape (index, id, type and name with empty arguments; then arguments). */
-static void write_tool_calls(jbuf *b, const job_seq *s, int stream_part) {
+static void write_call_head(jbuf *b, const job_seq *s, int k, const char *name, const char *args) {
+    jbuf_printf(b, "{\"index\":%d,\"id\":\"call_%s_%d_%d\",\"type\":\"function\",\"function\":{\"name\":",
+                k, s->job->id, s->index, k);
+    jbuf_str(b, name, strlen(name));
+    jbuf_puts(b, ",\"arguments\":");
+    jbuf_str(b, args, strlen(args));
+    jbuf_puts(b, "}}");
+}
+
+/* The tool_calls array of a tool reply: its complete calls. */
+static void write_tool_calls(jbuf *b, const job_seq *s) {
     int n = 0;
     tool_call *calls = tools_extract(s->text.data, s->text.len, &n);
     jbuf_puts(b, "[");
     for (int k = 0; k < n; k++) {
         if (k) jbuf_puts(b, ",");
-        jbuf_printf(b, "{\"index\":%d", k);
-        if (stream_part != 2) {
-            jbuf_printf(b, ",\"id\":\"call_%s_%d_%d\",\"type\":\"function\",\"function\":{\"name\":", s->job->id, s->index, k);
-            jbuf_str(b, calls[k].name, strlen(calls[k].name));
-            jbuf_puts(b, ",\"arguments\":");
-            const char *args = stream_part == 1 ? "" : calls[k].arguments;
-            jbuf_str(b, args, strlen(args));
-            jbuf_puts(b, "}}");
-        } else {
-            jbuf_puts(b, ",\"function\":{\"arguments\":");
-            jbuf_str(b, calls[k].arguments, strlen(calls[k].arguments));
-            jbuf_puts(b, "}}");
-        }
+        write_call_head(b, s, k, calls[k].name, calls[k].arguments);
     }
     jbuf_puts(b, "]");
     tools_calls_free(calls, n);
@@ -180,21 +185,55 @@ static void send_delta(job_seq *s, const char *delta, bool final, bool with_timi
     job_chunk_end(s->job, with_timings);
 }
 
+/* A streamed tool-call reply goes out as OpenAI streams it: per call, a
+ * delta with index, id, type, name and empty arguments, then deltas with
+ * the index and pieces of the arguments as they are generated. */
+static void send_args(chat_seq *cs) {
+    if (!cs->args.len) return;
+    jbuf d = {0};
+    jbuf_printf(&d, "{\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":", cs->args_index);
+    jbuf_str(&d, cs->args.data, cs->args.len);
+    jbuf_puts(&d, "}}]}");
+    if (!d.oom) send_delta(&cs->base, d.data, 0, 0);
+    jbuf_free(&d);
+    jbuf_clear(&cs->args);
+}
+
+static void stream_call(void *ctx, int index, const char *name) {
+    chat_seq *cs = ctx;
+    send_args(cs);
+    jbuf d = {0};
+    jbuf_puts(&d, "{\"tool_calls\":[");
+    write_call_head(&d, &cs->base, index, name, "");
+    jbuf_puts(&d, "]}");
+    if (!d.oom) send_delta(&cs->base, d.data, 0, 0);
+    jbuf_free(&d);
+}
+
+static void stream_args(void *ctx, int index, const char *p, size_t n) {
+    chat_seq *cs = ctx;
+    if (cs->args.len && cs->args_index != index) send_args(cs);
+    cs->args_index = index;
+    jbuf_raw(&cs->args, p, n);
+}
+
+static void stream_end(void *ctx, int index) {
+    (void)index;
+    send_args(ctx);
+}
+
 /* Sends a seq's pending content, and once it is done the closing chunk
  * (empty delta, finish_reason; any logprobs still pending ride on it). */
 static void chat_stream_flush(job_seq *s, bool with_timings) {
-    if (is_tool_reply(s)) {
-        if (s->state != JOB_SEQ_DONE) return; /* held until the calls are complete */
-        for (int part = 1; part <= 2; part++) {
-            jbuf d = {0};
-            jbuf_puts(&d, "{\"tool_calls\":");
-            write_tool_calls(&d, s, part);
-            jbuf_puts(&d, "}");
-            if (!d.oom) send_delta(s, d.data, 0, 0);
-            jbuf_free(&d);
+    if (is_tool_reply(s)) { /* the text is kept whole: the reader moves through it */
+        static const tools_reader_ops ops = {stream_call, stream_args, stream_end};
+        chat_seq *cs = (chat_seq *)s;
+        tools_reader_feed(&cs->calls, s->text.data, s->text.len, &ops, cs);
+        send_args(cs);
+        if (s->state == JOB_SEQ_DONE) {
+            send_delta(s, "{}", 1, with_timings); /* finish_reason from the text, cleared after */
+            jbuf_clear(&s->text);
         }
-        send_delta(s, "{}", 1, with_timings); /* finish_reason from the text, cleared after */
-        jbuf_clear(&s->text);
         return;
     }
     if (s->text.len > 0) send_delta(s, NULL, 0, 0);
@@ -210,7 +249,7 @@ static void chat_write_choice(jbuf *b, job_seq *s) {
     jbuf_printf(b, "{\"index\":%d,\"message\":{\"role\":\"assistant\",\"content\":", s->index);
     if (is_tool_reply(s)) { /* cut by max_tokens: the complete calls, finish_reason "length" */
         jbuf_puts(b, "null,\"tool_calls\":");
-        write_tool_calls(b, s, 0);
+        write_tool_calls(b, s);
     } else {
         jbuf_str(b, s->text.data ? s->text.data : "", s->text.len);
     }
@@ -294,7 +333,10 @@ static int flatten_content(const cJSON *content, int i, const char **text, char 
     return 0;
 }
 
-static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **owned, params_error *e) {
+/* owned[0] and owned[1]: what the message's texts were built in. native:
+ * the template has its own tool section (tools.h), so tool calls and
+ * results stay structured fields. */
+static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **owned, bool native, params_error *e) {
     char param[64];
     snprintf(param, sizeof(param), "messages[%d]", i);
     if (!cJSON_IsObject(m))
@@ -332,26 +374,38 @@ static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **own
         snprintf(param, sizeof(param), "messages[%d].tool_calls", i);
         if (strcmp(r, "assistant"))
             return params_fail(e, 400, param, "invalid_value", "'%s' needs role 'assistant'", param);
+        if (native) {
+            out->content = NULL; /* none unless given */
+            if (given(m, "content") && flatten_content(given(m, "content"), i, &out->content, &owned[0], e)) return -1;
+            if (tools_message_fields(m, i, &owned[1], e)) return -1;
+            out->fields = owned[1];
+            return 0;
+        }
         const char *content = NULL;
         char *flat = NULL;
         if (given(m, "content") && flatten_content(given(m, "content"), i, &content, &flat, e)) return -1;
-        *owned = tools_render_calls(content, calls, i, e);
+        owned[0] = tools_render_calls(content, calls, i, e);
         free(flat);
-        out->content = *owned;
-        return *owned ? 0 : -1;
+        out->content = owned[0];
+        return owned[0] ? 0 : -1;
     }
     snprintf(param, sizeof(param), "messages[%d].tool_calls", i);
     if (calls && !cJSON_IsArray(calls))
         return params_fail(e, 400, param, "invalid_type", "'%s' must be an array", param);
-    if (flatten_content(given(m, "content"), i, &out->content, owned, e)) return -1;
+    if (flatten_content(given(m, "content"), i, &out->content, &owned[0], e)) return -1;
     if (!strcmp(r, "tool")) { /* a tool's result: a user message in the Hermes format (tools.h) */
         snprintf(param, sizeof(param), "messages[%d].tool_call_id", i);
         if (!cJSON_IsString(given(m, "tool_call_id")))
             return params_fail(e, 400, param, "missing_required_parameter", "'%s' must be a string for role 'tool'",
                                param);
+        if (native) {
+            if (tools_message_fields(m, i, &owned[1], e)) return -1;
+            out->fields = owned[1];
+            return 0;
+        }
         char *wrapped = tools_render_result(out->content);
-        free(*owned);
-        *owned = wrapped;
+        free(owned[0]);
+        owned[0] = wrapped;
         out->role = "user";
         out->content = wrapped;
         if (!wrapped) return params_fail(e, 500, param, NULL, "out of memory");
@@ -359,7 +413,7 @@ static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **own
     return 0;
 }
 
-#define CHAT_MAX_VARS 32
+#define CHAT_MAX_VARS 33 /* kwargs, reasoning_effort, tools */
 #define CONTINUE_MARK "<|genloop-continue-here|>"
 
 /* How the conversation is rendered: the extensions add_generation_prompt,
@@ -389,9 +443,9 @@ static int parse_render_opts(const cJSON *body, render_opts *o, params_error *e)
     for (const cJSON *v = kw ? kw->child : NULL; v; v = v->next) {
         char param[96];
         snprintf(param, sizeof(param), "chat_template_kwargs.%.60s", v->string);
-        if (o->n_vars == CHAT_MAX_VARS - 1) /* one left for reasoning_effort */
+        if (o->n_vars == CHAT_MAX_VARS - 2) /* two left: reasoning_effort, tools */
             return params_fail(e, 400, "chat_template_kwargs", "invalid_value",
-                               "'chat_template_kwargs' takes at most %d entries", CHAT_MAX_VARS - 1);
+                               "'chat_template_kwargs' takes at most %d entries", CHAT_MAX_VARS - 2);
         gl_chat_var *cv = &o->vars[o->n_vars++];
         if (cJSON_IsBool(v)) {
             *cv = (gl_chat_var){ .name = v->string, .type = GL_CHAT_VAR_BOOL, .b = cJSON_IsTrue(v) };
@@ -465,14 +519,18 @@ static int build_prompt(chat_job *cj, const cJSON *messages, const render_opts *
         return params_fail(e, 400, "messages", "invalid_type", "'messages' must be an array");
     int n = cJSON_GetArraySize(messages);
     if (n == 0) return params_fail(e, 400, "messages", "invalid_value", "'messages' must not be empty");
-    /* one more slot: the tools' system message */
+    /* one more slot: the tools' system message; two texts a message may own */
     gl_chat_message *msgs = calloc((size_t)n + 1, sizeof(*msgs));
-    char **owned = calloc((size_t)n + 1, sizeof(*owned));
+    char **owned = calloc(2 * ((size_t)n + 1), sizeof(*owned));
     int rc = 0, i = 0;
+    bool native = a->chat_tools_native;
     if (!msgs || !owned) rc = params_fail(e, 500, "messages", NULL, "out of memory");
     for (const cJSON *m = messages->child; m && rc == 0; m = m->next, i++)
-        rc = parse_message(m, i, &msgs[i], &owned[i], e);
-    if (rc == 0 && cj->tools.listed) { /* merged into the first system message, or one of its own */
+        rc = parse_message(m, i, &msgs[i], &owned[2 * i], native, e);
+    render_opts ro = *o; /* plus the tools for the template's own tool section */
+    if (rc == 0 && cj->tools.listed && native) {
+        ro.vars[ro.n_vars++] = (gl_chat_var){.name = "tools", .type = GL_CHAT_VAR_JSON, .s = cj->tools.tools_json};
+    } else if (rc == 0 && cj->tools.listed) { /* merged into the first system message, or one of its own */
         if (!strcmp(msgs[0].role, "system")) {
             size_t len = strlen(msgs[0].content) + strlen(cj->tools.system) + 3;
             char *merged = malloc(len);
@@ -483,9 +541,9 @@ static int build_prompt(chat_job *cj, const cJSON *messages, const render_opts *
             msgs[0].content = merged;
         } else {
             memmove(msgs + 1, msgs, (size_t)n * sizeof *msgs);
-            memmove(owned + 1, owned, (size_t)n * sizeof *owned);
-            msgs[0] = (gl_chat_message){"system", cj->tools.system};
-            owned[0] = NULL;
+            memmove(owned + 2, owned, 2 * (size_t)n * sizeof *owned);
+            msgs[0] = (gl_chat_message){"system", cj->tools.system, NULL};
+            owned[0] = owned[1] = NULL;
             n++;
         }
     }
@@ -497,16 +555,16 @@ static int build_prompt(chat_job *cj, const cJSON *messages, const render_opts *
                          "This model's chat template is not supported (%s); the server can be "
                          "started with --chat-template NAME to use a built-in format",
                          a->chat_template_error);
-    if (rc == 0 && o->continue_final) {
-        text = render_continued(a->chat_template, msgs, n, o, e);
+    if (rc == 0 && ro.continue_final) {
+        text = render_continued(a->chat_template, msgs, n, &ro, e);
         if (!text) rc = -1;
     } else if (rc == 0) {
         gl_error err = {{0}};
-        text = gl_chat_template_render_vars(a->chat_template, msgs, n, o->add_generation_prompt,
-                                            o->vars, o->n_vars, &err);
+        text = gl_chat_template_render_vars(a->chat_template, msgs, n, ro.add_generation_prompt,
+                                            ro.vars, ro.n_vars, &err);
         if (!text) rc = params_fail(e, 400, "messages", "invalid_value", "%s", err.message);
     }
-    for (int k = 0; owned && k < n; k++) free(owned[k]);
+    for (int k = 0; owned && k < 2 * n; k++) free(owned[k]);
     free(owned);
     free(msgs);
     if (rc) return rc;

@@ -17,6 +17,7 @@ static const cJSON *given(const cJSON *obj, const char *key) {
 
 void tools_free(chat_tools *t) {
     free(t->system);
+    free(t->tools_json);
     gl_grammar_free(t->grammar);
     memset(t, 0, sizeof *t);
 }
@@ -124,6 +125,8 @@ int tools_parse(const cJSON *body, chat_tools *out, params_error *e) {
                          "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n</tool_call>");
         out->system = desc.data ? desc.data : strdup("");
         desc.data = NULL;
+        out->tools_json = cJSON_PrintUnformatted(list);
+        if (!out->system || !out->tools_json) rc = params_fail(e, 500, "tools", NULL, "out of memory");
     }
     if (rc == 0 && out->active) {
         /* the grammar: the calls allowed, then the envelope */
@@ -199,6 +202,51 @@ char *tools_render_calls(const char *content, const cJSON *tool_calls, int i, pa
     return b.data;
 }
 
+int tools_message_fields(const cJSON *m, int i, char **out, params_error *e) {
+    *out = NULL;
+    char param[80];
+    cJSON *fields = cJSON_CreateObject();
+    if (!fields) return params_fail(e, 500, "messages", NULL, "out of memory");
+    const cJSON *calls = given(m, "tool_calls");
+    if (cJSON_IsArray(calls) && cJSON_GetArraySize(calls) > 0) {
+        cJSON *copy = cJSON_Duplicate(calls, 1);
+        cJSON_AddItemToObject(fields, "tool_calls", copy);
+        int k = 0;
+        for (cJSON *c = copy ? copy->child : NULL; c; c = c->next, k++) {
+            cJSON *fn = cJSON_IsObject(c) ? cJSON_GetObjectItemCaseSensitive(c, "function") : NULL;
+            const cJSON *name = cJSON_IsObject(fn) ? given(fn, "name") : NULL;
+            const cJSON *args = cJSON_IsObject(fn) ? given(fn, "arguments") : NULL;
+            snprintf(param, sizeof param, "messages[%d].tool_calls[%d]", i, k);
+            cJSON *parsed = NULL;
+            if (!cJSON_IsString(name) || (args && !cJSON_IsString(args))) {
+                params_fail(e, 400, param, "invalid_value",
+                            "'%s' must have function.name and function.arguments (a JSON string)", param);
+            } else if (!(parsed = args ? cJSON_Parse(args->valuestring) : cJSON_CreateObject())) {
+                params_fail(e, 400, param, "invalid_value", "'%s.function.arguments' is not valid JSON", param);
+            } else {
+                cJSON_DeleteItemFromObjectCaseSensitive(fn, "arguments");
+                cJSON_AddItemToObject(fn, "arguments", parsed);
+                continue;
+            }
+            cJSON_Delete(fields);
+            return -1;
+        }
+    }
+    for (const char *const *key = (const char *const[]){"tool_call_id", "name", NULL}; *key; key++) {
+        const cJSON *v = given(m, *key);
+        if (cJSON_IsString(v)) cJSON_AddStringToObject(fields, *key, v->valuestring);
+    }
+    if (fields->child) {
+        *out = cJSON_PrintUnformatted(fields);
+        if (!*out) {
+            cJSON_Delete(fields);
+            return params_fail(e, 500, "messages", NULL, "out of memory");
+        }
+    }
+    cJSON_Delete(fields);
+    return 0;
+}
+
 char *tools_render_result(const char *content) {
     jbuf b = {0};
     jbuf_puts(&b, "<tool_response>\n");
@@ -209,42 +257,126 @@ char *tools_render_result(const char *content) {
 
 bool tools_is_call_text(const char *text, size_t len) { return len > 0 && text[0] == '<'; }
 
-tool_call *tools_extract(const char *text, size_t len, int *n) {
-    *n = 0;
-    int cap = 0;
-    tool_call *calls = NULL;
-    const char *p = text, *end = text + len;
-    size_t lo = strlen(CALL_OPEN), lc = strlen(CALL_CLOSE);
-    while ((size_t)(end - p) >= lo && !memcmp(p, CALL_OPEN, lo)) {
-        const char *body = p + lo, *close = NULL;
-        for (const char *q = body; (size_t)(end - q) >= lc; q++)
-            if (!memcmp(q, CALL_CLOSE, lc)) {
-                close = q;
-                break;
-            }
-        if (!close) break; /* cut by max_tokens */
-        cJSON *obj = cJSON_ParseWithLength(body, (size_t)(close - body));
-        const cJSON *name = obj ? cJSON_GetObjectItemCaseSensitive(obj, "name") : NULL;
-        const cJSON *args = obj ? cJSON_GetObjectItemCaseSensitive(obj, "arguments") : NULL;
-        if (cJSON_IsString(name) && args) {
-            if (*n == cap) {
-                cap = cap ? 2 * cap : 4;
-                tool_call *c = realloc(calls, (size_t)cap * sizeof *c);
-                if (!c) {
-                    cJSON_Delete(obj);
-                    break;
+/* The envelope of each call, as the grammar writes it (tools_parse). */
+#define HEAD_OPEN "<tool_call>\n{\"name\": "
+#define HEAD_ARGS ", \"arguments\": "
+
+enum { R_HEAD, R_ARGS, R_TAIL };
+
+void tools_reader_feed(tools_reader *r, const char *text, size_t len, const tools_reader_ops *ops, void *ctx) {
+    const size_t lo = strlen(HEAD_OPEN), la = strlen(HEAD_ARGS), lc = strlen(CALL_CLOSE);
+    while (r->pos < len) {
+        const char *p = text + r->pos;
+        size_t left = len - r->pos;
+        if (r->state == R_HEAD) {
+            size_t sep = r->index > 0 && p[0] == '\n'; /* between calls */
+            if (left < sep + lo) return;
+            if (memcmp(p + sep, HEAD_OPEN, lo)) { r->pos = len; return; } /* not a call: nothing more to read */
+            const char *q = p + sep + lo, *end = text + len;
+            if (*q != '"') { r->pos = len; return; }
+            for (q++; q < end && *q != '"'; q++)
+                if (*q == '\\') q++;
+            if (q >= end || (size_t)(end - (q + 1)) < la) return; /* the name or what follows is not complete */
+            if (memcmp(q + 1, HEAD_ARGS, la)) { r->pos = len; return; }
+            const char *name_at = p + sep + lo;
+            cJSON *name = cJSON_ParseWithLength(name_at, (size_t)(q + 1 - name_at));
+            ops->call(ctx, r->index, cJSON_IsString(name) ? name->valuestring : "");
+            cJSON_Delete(name);
+            r->pos = (size_t)(q + 1 + la - text);
+            r->state = R_ARGS;
+            r->depth = 0;
+            r->in_str = r->esc = false;
+        } else if (r->state == R_ARGS) {
+            /* up to the end of the arguments' value; the envelope's '}' follows it */
+            size_t i = 0, run = 0; /* run: first byte of the stretch to pass on */
+            bool done = false;
+            for (; i < left && !done; i++) {
+                char c = p[i];
+                bool keep = true, before = false;
+                if (r->in_str) {
+                    if (r->esc) r->esc = false;
+                    else if (c == '\\') r->esc = true;
+                    else if (c == '"') { r->in_str = false; done = r->depth == 0; }
+                } else if (c == ' ' || c == '\n' || c == '\t' || c == '\r') {
+                    keep = false;
+                } else if (c == '"') {
+                    r->in_str = true;
+                } else if (c == '{' || c == '[') {
+                    r->depth++;
+                } else if (c == '}' || c == ']') {
+                    if (r->depth == 0) keep = false, before = done = true; /* a bare scalar ended */
+                    else done = --r->depth == 0;
                 }
-                calls = c;
+                if (!keep) {
+                    if (i > run) ops->args(ctx, r->index, p + run, i - run);
+                    run = i + 1;
+                }
+                if (before) break; /* i stays at the envelope's '}' */
             }
-            calls[*n].name = strdup(name->valuestring);
-            calls[*n].arguments = cJSON_PrintUnformatted(args);
-            (*n)++;
+            if (i > run) ops->args(ctx, r->index, p + run, i - run);
+            r->pos += i;
+            if (done) r->state = R_TAIL;
+        } else {
+            /* "}\n</tool_call>", then maybe the next call */
+            if (p[0] == ' ' || p[0] == '\n') { r->pos++; continue; }
+            if (left < 1 + lc) return;
+            if (p[0] != '}' || memcmp(p + 1, CALL_CLOSE, lc)) { r->pos = len; return; }
+            r->pos += 1 + lc;
+            ops->end(ctx, r->index);
+            r->index++;
+            r->state = R_HEAD;
         }
-        cJSON_Delete(obj);
-        p = close + lc;
-        if (p < end && *p == '\n') p++;
     }
-    return calls;
+}
+
+typedef struct extract_ctx {
+    tool_call *calls;
+    int n, cap;              /* complete calls, allocated */
+    jbuf args;               /* of the call being read */
+    char *name;
+    bool oom;
+} extract_ctx;
+
+static void ex_call(void *c, int index, const char *name) {
+    extract_ctx *x = c;
+    (void)index;
+    free(x->name);
+    x->name = strdup(name);
+    jbuf_clear(&x->args);
+}
+
+static void ex_args(void *c, int index, const char *p, size_t n) {
+    (void)index;
+    jbuf_raw(&((extract_ctx *)c)->args, p, n);
+}
+
+static void ex_end(void *c, int index) {
+    extract_ctx *x = c;
+    (void)index;
+    if (x->n == x->cap) {
+        int cap = x->cap ? 2 * x->cap : 4;
+        tool_call *grown = realloc(x->calls, (size_t)cap * sizeof *grown);
+        if (!grown) { x->oom = true; return; }
+        x->calls = grown;
+        x->cap = cap;
+    }
+    char *args = malloc(x->args.len + 1);
+    if (!args || !x->name || x->args.oom) { free(args); x->oom = true; return; }
+    memcpy(args, x->args.data ? x->args.data : "", x->args.len);
+    args[x->args.len] = 0;
+    x->calls[x->n++] = (tool_call){x->name, args};
+    x->name = NULL;
+}
+
+tool_call *tools_extract(const char *text, size_t len, int *n) {
+    static const tools_reader_ops ops = {ex_call, ex_args, ex_end};
+    extract_ctx x = {0};
+    tools_reader r = {0};
+    tools_reader_feed(&r, text, len, &ops, &x);
+    free(x.name);
+    jbuf_free(&x.args);
+    *n = x.n;
+    return x.calls;
 }
 
 void tools_calls_free(tool_call *calls, int n) {

@@ -1,10 +1,14 @@
 /* tools.h -- chat tool calling: tools, tool_choice, parallel_tool_calls.
  *
- * Every model gets the Hermes / Qwen2.5 format, rendered through its own
- * chat template as ordinary messages (README "Structured output"): the
- * tools' JSON in a system message; a call is
+ * Every model gets the Hermes / Qwen2.5 format (README "Structured
+ * output"); a call is
  *   <tool_call>\n{"name": NAME, "arguments": {...}}\n</tool_call>
- * in the assistant's text; a tool result is a user message wrapped in
+ * in the assistant's text. A template with a tool section of its own in
+ * this format (Qwen2.5's) renders the tools, calls and results itself, from
+ * the Jinja variable `tools` and the messages' tool_calls / tool_call_id
+ * (tools_json, tools_message_fields). Any other template gets them as
+ * ordinary messages: the tools' JSON in a system message, calls in the
+ * assistant's text, a tool result as a user message wrapped in
  * <tool_response>...</tool_response>. The reply is constrained by a
  * grammar: with "required" or a named function it is one call (or several,
  * newline-separated, with parallel_tool_calls), with "auto" either such
@@ -23,6 +27,7 @@ typedef struct chat_tools {
     bool active;             /* tools given and tool_choice is not "none" */
     bool listed;             /* tools given (they are described to the model even with "none") */
     char *system;            /* the tools' description for the system message (owned) */
+    char *tools_json;        /* the tools as a JSON list, for a template's own tool section (owned) */
     gl_grammar *grammar;     /* the reply's constraint when active (owned) */
 } chat_tools;
 
@@ -35,16 +40,44 @@ void tools_free(chat_tools *t);
 char *tools_render_calls(const char *content, const cJSON *tool_calls, int i, params_error *e);
 /* The text a role "tool" message stands for (as a user message). */
 char *tools_render_result(const char *content);
+/* For a template with its own tool section: messages[i]'s fields beyond
+ * role and content as a JSON object text (gl_chat_message.fields):
+ * tool_calls with each function.arguments parsed to an object, as Hugging
+ * Face templates read them, tool_call_id and name. 0 with *out malloc'd (NULL
+ * when there are none), or -1 with a 400. */
+int tools_message_fields(const cJSON *m, int i, char **out, params_error *e);
 
 /* Whether generated text is a tool-call reply (it starts with '<'). */
 bool tools_is_call_text(const char *text, size_t len);
+
+/* Reads a tool-call reply as it is generated, so that a stream can send
+ * each call's name as soon as it is complete and its arguments in pieces.
+ * The arguments come out as generated minus the whitespace between JSON
+ * tokens: the pieces of a call join to the same text a whole reply shows. */
+typedef struct tools_reader {
+    size_t pos;              /* bytes of the reply read */
+    int state;               /* before a call, in its arguments, after them */
+    int index;               /* the call being read */
+    int depth;               /* of the arguments' brackets */
+    bool in_str, esc;
+} tools_reader;
+
+typedef struct tools_reader_ops {
+    void (*call)(void *ctx, int index, const char *name);          /* a call starts */
+    void (*args)(void *ctx, int index, const char *p, size_t n);   /* a piece of its arguments */
+    void (*end)(void *ctx, int index);                             /* its closing tag was read */
+} tools_reader_ops;
+
+/* Reads text[r->pos..len) (text: the whole reply so far, which only grows). */
+void tools_reader_feed(tools_reader *r, const char *text, size_t len, const tools_reader_ops *ops, void *ctx);
 
 typedef struct tool_call {
     char *name;
     char *arguments;         /* JSON text */
 } tool_call;
 
-/* The complete calls in generated text (malloc'd array, *n set). */
+/* The complete calls in a generated reply (malloc'd array, *n set): a call
+ * cut by max_tokens is left out. */
 tool_call *tools_extract(const char *text, size_t len, int *n);
 void tools_calls_free(tool_call *calls, int n);
 

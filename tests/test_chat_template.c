@@ -136,9 +136,61 @@ static const char *const FEATURES_EXPECTED =
     "U2 True True it's True False\n"
     "  kept-indenttighttail";
 
+/* What Jinja2 3.1 with Hugging Face's settings (trim_blocks, lstrip_blocks,
+ * tojson = json.dumps) renders TPL_QWEN25 to for QWEN_TOOLS_CONV. */
+static const char *const QWEN_TOOLS_EXPECTED =
+    "<|im_start|>system\n"
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.\n"
+    "\n"
+    "# Tools\n"
+    "\n"
+    "You may call one or more functions to assist with the user query.\n"
+    "\n"
+    "You are provided with function signatures within <tools></tools> XML tags:\n"
+    "<tools>\n"
+    "{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"days\": {\"type\": \"integer\"}}, \"required\": [\"city\"]}}}\n"
+    "</tools>\n"
+    "\n"
+    "For each function call, return a json object with function name and arguments within <tool_call></tool_call> XML tags:\n"
+    "<tool_call>\n"
+    "{\"name\": <function-name>, \"arguments\": <args-json-object>}\n"
+    "</tool_call><|im_end|>\n"
+    "<|im_start|>user\n"
+    "Weather in Paris and Nice?<|im_end|>\n"
+    "<|im_start|>assistant\n"
+    "<tool_call>\n"
+    "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2, \"ratio\": 0.5, \"note\": \"\303\251\\\"\\n\"}}\n"
+    "</tool_call>\n"
+    "<tool_call>\n"
+    "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Nice\", \"big\": 1e+20, \"small\": 1.5e-07, \"list\": [true, null, 100.25]}}\n"
+    "</tool_call><|im_end|>\n"
+    "<|im_start|>user\n"
+    "<tool_response>\n"
+    "{\"temp\": 21}\n"
+    "</tool_response>\n"
+    "<tool_response>\n"
+    "{\"temp\": 24}\n"
+    "</tool_response><|im_end|>\n"
+    "<|im_start|>assistant\n"
+    "Paris 21, Nice 24.<|im_end|>\n"
+    "<|im_start|>user\n"
+    "Thanks<|im_end|>\n"
+    "<|im_start|>assistant\n"
+    "";
+static const char *const QWEN_TOOLS =
+    "[{\"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"description\": \"Weather in a city\", \"parameters\": {\"type\": \"object\", \"properties\": {\"city\": {\"type\": \"string\"}, \"days\": {\"type\": \"integer\"}}, \"required\": [\"city\"]}}}]";
+static const gl_chat_message QWEN_TOOLS_CONV[] = {
+    {"user", "Weather in Paris and Nice?", NULL},
+    {"assistant", NULL, "{\"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", \"days\": 2, \"ratio\": 0.5, \"note\": \"\\u00e9\\\"\\n\"}}}, {\"id\": \"c2\", \"type\": \"function\", \"function\": {\"name\": \"get_weather\", \"arguments\": {\"city\": \"Nice\", \"big\": 1e+20, \"small\": 1.5e-07, \"list\": [true, null, 100.25]}}}]}"},
+    {"tool", "{\"temp\": 21}", "{\"tool_call_id\": \"c1\"}"},
+    {"tool", "{\"temp\": 24}", "{\"tool_call_id\": \"c2\"}"},
+    {"assistant", "Paris 21, Nice 24.", NULL},
+    {"user", "Thanks", NULL},
+};
+
 /* The conversation every format renders: system, user, assistant, user. */
 static const gl_chat_message CONV[] = {
-    {"system", "S"}, {"user", "U1"}, {"assistant", "A1"}, {"user", "U2"},
+    {"system", "S", NULL}, {"user", "U1", NULL}, {"assistant", "A1", NULL}, {"user", "U2", NULL},
 };
 
 static char *render_src(const char *src, const char *override, const gl_chat_message *m, int n, bool gen, gl_error *err) {
@@ -236,7 +288,7 @@ START_TEST(published_templates) {
     /* ...and with one they refuse, with their own message. */
     expect_error(TPL_GEMMA, CONV, 4, "System role not supported");
     expect_error(TPL_MISTRAL01, CONV, 4, "Conversation roles must alternate");
-    gl_chat_message bad[] = {{"user", "a"}, {"user", "b"}};
+    gl_chat_message bad[] = {{"user", "a", NULL}, {"user", "b", NULL}};
     expect_error(TPL_LLAMA2, bad, 2, "Conversation roles must alternate");
     /* Without add_generation_prompt: phi3 ends with EOS, chatml with the last turn. */
     expect_render(TPL_PHI3, NULL, CONV, 2, false, "<|system|>\nS<|end|>\n<|user|>\nU1<|end|>\n</s>");
@@ -246,7 +298,7 @@ END_TEST
 START_TEST(smollm2_default_system) {
     char want[512];
     snprintf(want, sizeof want, "%s<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n", SMOL_DEFAULT_SYSTEM);
-    gl_chat_message hi = {"user", "Hi"};
+    gl_chat_message hi = {"user", "Hi", NULL};
     expect_render(TPL_SMOLLM2, NULL, &hi, 1, true, want);
     /* The built-in chatml has no default system prompt. */
     expect_render(NULL, "chatml", &hi, 1, true, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n");
@@ -277,7 +329,7 @@ START_TEST(smollm2_gguf) {
     expect_render(src, NULL, CONV, 4, true, WANT_CHATML);
     char want[512];
     snprintf(want, sizeof want, "%s<|im_start|>user\nHi<|im_end|>\n", SMOL_DEFAULT_SYSTEM);
-    gl_chat_message hi = {"user", "Hi"};
+    gl_chat_message hi = {"user", "Hi", NULL};
     expect_render(src, NULL, &hi, 1, false, want);
     free(src);
 }
@@ -288,8 +340,50 @@ START_TEST(jinja_features) {
     expect_render("{% for m in messages %}{{ m.role }}{% else %}none{% endfor %}", NULL, NULL, 0, true, "none");
     expect_render("a  {%- if true %} b {% endif -%}  c\n", NULL, NULL, 0, true, "a b c");
     expect_render("{{ message }}{{ messages[9] is defined }}", NULL, CONV, 4, true, "False");
-    gl_chat_message null_content = {"assistant", NULL};
+    gl_chat_message null_content = {"assistant", NULL, NULL};
     expect_render("{{ messages[0].content is none }}", NULL, &null_content, 1, true, "True");
+}
+END_TEST
+
+/* Qwen2.5's own tool section: tools as JSON data, tool calls and results as
+ * message fields; the reference is Jinja2's rendering (QWEN_TOOLS_EXPECTED). */
+START_TEST(qwen_tools) {
+    gl_error err = {{0}};
+    gl_chat_template *t = gl_chat_template_create(TPL_QWEN25, NULL, "", "<|im_end|>", &err);
+    ck_assert_ptr_nonnull(t);
+    ck_assert(gl_chat_template_has_tools(t));
+    gl_chat_var tools = {.name = "tools", .type = GL_CHAT_VAR_JSON, .s = QWEN_TOOLS};
+    int n = (int)(sizeof QWEN_TOOLS_CONV / sizeof QWEN_TOOLS_CONV[0]);
+    char *got = gl_chat_template_render_vars(t, QWEN_TOOLS_CONV, n, true, &tools, 1, &err);
+    ck_assert_msg(got != NULL, "render failed: %s", err.message);
+    ck_assert_str_eq(got, QWEN_TOOLS_EXPECTED);
+    free(got);
+    /* Bad JSON data is an error, not a crash (and frees what it parsed). */
+    gl_chat_var bad = {.name = "tools", .type = GL_CHAT_VAR_JSON, .s = "[{\"a\": "};
+    ck_assert_ptr_null(gl_chat_template_render_vars(t, QWEN_TOOLS_CONV, n, true, &bad, 1, &err));
+    ck_assert(strstr(err.message, "not valid JSON") != NULL);
+    gl_chat_message not_object = {"user", "x", "[1, 2]"};
+    ck_assert_ptr_null(gl_chat_template_render_vars(t, &not_object, 1, true, NULL, 0, &err));
+    ck_assert(strstr(err.message, "must be a JSON object") != NULL);
+    gl_chat_template_free(t);
+    /* Floats print as Python does; tests see them as numbers. */
+    gl_chat_var nums = {.name = "x", .type = GL_CHAT_VAR_JSON,
+                        .s = "[0.5, 100.0, 1e20, 1.5e-7, 0.0001, 1e16, 123.456, -2.5, 1e15, 3]"};
+    t = gl_chat_template_create("{{ x | tojson }} {{ x[0] }} {{ x[0] is number }} {{ x[0] is float }} "
+                                "{{ x[9] is float }} {{ x[3] == x[3] }}{% if x[0] %} t{% endif %}",
+                                NULL, "", "", &err);
+    ck_assert_ptr_nonnull(t);
+    ck_assert(!gl_chat_template_has_tools(t));
+    got = gl_chat_template_render_vars(t, NULL, 0, true, &nums, 1, &err);
+    ck_assert_msg(got != NULL, "render failed: %s", err.message);
+    ck_assert_str_eq(got, "[0.5, 100, 1e+20, 1.5e-07, 0.0001, 1e+16, 123.456, -2.5, 1000000000000000, 3] "
+                          "0.5 True True False True t");
+    free(got);
+    gl_chat_template_free(t);
+    /* `tools` as an attribute is not the variable. */
+    t = gl_chat_template_create("{{ messages[0].tools }}", NULL, "", "", &err);
+    ck_assert(!gl_chat_template_has_tools(t));
+    gl_chat_template_free(t);
 }
 END_TEST
 
@@ -337,7 +431,7 @@ static char *repeat(const char *unit, int times, const char *tail) {
 }
 
 START_TEST(hostile) {
-    gl_chat_message hi = {"user", "hi"};
+    gl_chat_message hi = {"user", "hi", NULL};
     struct { const char *src, *fragment; } cases[] = {
         {"{% if x", "unterminated tag"},
         {"{{ 'abc", "unterminated"},
@@ -406,7 +500,7 @@ START_TEST(hostile) {
     char *content = malloc(big + 1);
     memset(content, 'a', big);
     content[big] = 0;
-    gl_chat_message m = {"user", content};
+    gl_chat_message m = {"user", content, NULL};
     gl_error err;
     gl_chat_template *t = gl_chat_template_create(NULL, "chatml", "", "", &err);
     char *out = gl_chat_template_render(t, &m, 1, true, &err);
@@ -456,6 +550,7 @@ int main(void) {
     tcase_add_test(tc, smollm2_default_system);
     tcase_add_test(tc, smollm2_gguf);
     tcase_add_test(tc, jinja_features);
+    tcase_add_test(tc, qwen_tools);
     tcase_add_test(tc, selection);
     tcase_add_test(tc, hostile);
     tcase_add_test(tc, mutations);

@@ -3,11 +3,13 @@
 #include <check.h>
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "jbuf.h"
 #include "params.h"
 #include "testutil.h"
+#include "tools.h"
 #include "utf8.h"
 
 static int parse(const char *json, params_generation *g, params_error *e) {
@@ -114,8 +116,62 @@ START_TEST(test_utf8_cut_and_clean) {
 }
 END_TEST
 
+/* ---- tool-call replies read as they are generated ---- */
+
+typedef struct reader_log {
+    jbuf b;                  /* the events as text: |call I NAME|, argument bytes, |end I| */
+} reader_log;
+
+static void log_call(void *c, int i, const char *name) { jbuf_printf(&((reader_log *)c)->b, "|call %d %s|", i, name); }
+static void log_args(void *c, int i, const char *p, size_t n) {
+    (void)i;
+    jbuf_raw(&((reader_log *)c)->b, p, n);
+}
+static void log_end(void *c, int i) { jbuf_printf(&((reader_log *)c)->b, "|end %d|", i); }
+
+START_TEST(test_tools_reader_pieces) {
+    static const tools_reader_ops ops = {log_call, log_args, log_end};
+    const char *reply =
+        "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Par is\\\" }\",\n  \"days\": [1, {\"a\": 2}]}}\n</tool_call>\n"
+        "<tool_call>\n{\"name\": \"n\\\"q\", \"arguments\": 42}\n</tool_call>\n"
+        "<tool_call>\n{\"name\": \"s\", \"arguments\": \"x}\"}\n</tool_call>\n"
+        "<tool_call>\n{\"name\": \"cut\", \"arguments\": {\"a\": \"unfinish";
+    const char *want = "|call 0 get_weather|{\"city\":\"Par is\\\" }\",\"days\":[1,{\"a\":2}]}|end 0|"
+                       "|call 1 n\"q|42|end 1||call 2 s|\"x}\"|end 2||call 3 cut|{\"a\":\"unfinish";
+    size_t len = strlen(reply);
+    /* whole, and grown a few bytes at a time: the same events */
+    for (size_t step = 0; step <= 3; step++) {
+        reader_log log = {0};
+        tools_reader r = {0};
+        if (step > 0)
+            for (size_t n = 1; n <= len; n += step) tools_reader_feed(&r, reply, n, &ops, &log);
+        tools_reader_feed(&r, reply, len, &ops, &log);
+        jbuf_raw(&log.b, "", 1);
+        ck_assert_str_eq(log.b.data, want);
+        jbuf_free(&log.b);
+    }
+    int n = 0;
+    tool_call *calls = tools_extract(reply, len, &n);
+    ck_assert_int_eq(n, 3); /* the cut call is left out */
+    ck_assert_str_eq(calls[0].name, "get_weather");
+    ck_assert_str_eq(calls[0].arguments, "{\"city\":\"Par is\\\" }\",\"days\":[1,{\"a\":2}]}");
+    ck_assert_str_eq(calls[1].name, "n\"q");
+    ck_assert_str_eq(calls[1].arguments, "42");
+    ck_assert_str_eq(calls[2].arguments, "\"x}\"");
+    tools_calls_free(calls, n);
+    /* text that is not a call yields nothing */
+    calls = tools_extract("<tool_cal", 9, &n);
+    ck_assert_int_eq(n, 0);
+    free(calls);
+    calls = tools_extract("<b>hello</b>", 12, &n);
+    ck_assert_int_eq(n, 0);
+    free(calls);
+}
+END_TEST
+
 int main(void) {
     const TTest *tests[] = {test_defaults_and_fields, test_errors_name_the_field, test_unknown_key,
-                            test_utf8_and_nul, test_jbuf_json, test_utf8_cut_and_clean};
+                            test_utf8_and_nul, test_jbuf_json, test_utf8_cut_and_clean,
+                            test_tools_reader_pieces};
     return test_run_tests("server_params", tests, (int)(sizeof tests / sizeof tests[0])) ? 1 : 0;
 }

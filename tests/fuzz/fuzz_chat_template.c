@@ -64,10 +64,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     gl_chat_message msgs[MAX_MSGS];
     int n = 0;
     for (int i = 1; i + 1 < n_fields; i += 2)
-        msgs[n++] = (gl_chat_message){ fields[i], fields[i + 1][0] == '\x01' ? NULL : fields[i + 1] };
+        msgs[n++] = (gl_chat_message){ fields[i], fields[i + 1][0] == '\x01' ? NULL : fields[i + 1],
+                                       fields[i + 1][0] == '{' ? fields[i + 1] : NULL }; /* JSON fields too */
     render(t, msgs, n, gen);
     static const gl_chat_message plain[] = {
-        { "system", "You are helpful." }, { "user", "Hi" }, { "assistant", "Hello!" }, { "user", "Bye" },
+        { "system", "You are helpful.", NULL }, { "user", "Hi", NULL }, { "assistant", "Hello!", NULL },
+        { "user", "Bye", NULL },
     };
     render(t, plain, 4, gen);
     gl_chat_template_free(t);

@@ -427,6 +427,32 @@ def test_smollm_prompt(smol):
     assert r["usage"]["prompt_tokens"] == n_tokens(smol, chatml(msgs))
 
 
+HERMES_TOOLS = ("# Tools\n\nYou may call one or more functions to assist with the user query.\n\n"
+                "You are provided with function signatures within <tools></tools> XML tags:\n<tools>\n{tools}\n</tools>\n\n"
+                "For each function call, return a json object with function name and arguments within "
+                "<tool_call></tool_call> XML tags:\n<tool_call>\n"
+                "{{\"name\": <function-name>, \"arguments\": <args-json-object>}}\n</tool_call>")
+
+
+def test_smollm_tools_in_the_generic_format(smol):
+    """SmolLM2's template has no tool section: the tools go in a system
+    message, calls in the assistant's text, results as user messages, in
+    the Hermes format (README "Tool calling"), rendered by its template."""
+    tool = {"type": "function", "function": {"name": "add", "parameters": {
+        "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}
+    msgs = [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "2+2?"},
+            {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "add", "arguments": '{"a": 2, "b": 2}'}}]},
+            {"role": "tool", "tool_call_id": "c1", "content": "4"}]
+    want = chatml([
+        {"role": "system", "content": "Use tools.\n\n" + HERMES_TOOLS.format(tools=json.dumps(tool, separators=(",", ":")))},
+        {"role": "user", "content": "2+2?"},
+        {"role": "assistant", "content": '<tool_call>\n{"name":"add","arguments":{"a":2,"b":2}}\n</tool_call>'},
+        {"role": "user", "content": "<tool_response>\n4\n</tool_response>"}])
+    r = ok(smol, messages=msgs, tools=[tool], tool_choice="none", max_tokens=1)
+    assert r["usage"]["prompt_tokens"] == n_tokens(smol, want)
+
+
 def test_smollm_stops_at_end_of_turn(smol):
     r = ok(smol, messages=[{"role": "user", "content": "Say hi"}], temperature=0, max_tokens=300)
     (c,) = r["choices"]

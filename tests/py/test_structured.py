@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from server_util import Server, chat_model, post_json
+from server_util import Server, chat_model, post_json, request, sse_events
 
 jsonschema = pytest.importorskip("jsonschema")
 
@@ -39,6 +39,9 @@ TREE = {"$defs": {"node": obj({"value": I, "children": arr({"$ref": "#/$defs/nod
 ADDL = obj({"name": S}, ["name"], additionalProperties=B)
 EXPR = {"$defs": {"e": {"anyOf": [I, obj({"op": {"enum": ["+", "*"]}, "args": arr({"$ref": "#/$defs/e"}, minItems=2, maxItems=2)})]}},
         "$ref": "#/$defs/e"}
+THREAD = {"$defs": {"post": obj({"by": {"type": "string", "format": "email"}, "text": S,
+                                   "replies": arr({"$ref": "#/$defs/post"}, maxItems=1)}, ["by", "text"])},
+          "$ref": "#/$defs/post"}
 LIST = {"definitions": {"cell": obj({"v": {"type": "integer", "minimum": 0, "maximum": 9},
                                      "next": {"anyOf": [{"$ref": "#/definitions/cell"}, {"type": "null"}]}})},
         "$ref": "#/definitions/cell"}
@@ -108,6 +111,8 @@ SCHEMAS = [
     obj({"a": obj({"b": obj({"c": obj({"d": I})})})}),
     obj({"meta": obj({"created": {"type": "string", "format": "date-time"}, "version": I}), "data": arr(I, maxItems=3)}),
     obj({"user": obj({"id": I, "nick": S}, ["id"]), "roles": arr({"enum": ["admin", "user", "guest"]}, maxItems=3)}),
+    obj({"events": arr(obj({"on": {"type": "string", "format": "date"}, "what": S, "note": S}, ["on", "what"]),
+                       minItems=1, maxItems=2)}),
     # additionalProperties as a schema, free objects
     {"type": "object", "additionalProperties": I},
     ADDL,
@@ -121,13 +126,14 @@ SCHEMAS = [
     EXPR,
     {"$defs": {"name": {"type": "string", "maxLength": 20}}, "type": "array", "items": {"$ref": "#/$defs/name"},
      "maxItems": 3},
+    THREAD,
     # annotations are accepted
     {"title": "Thing", "description": "a thing", "type": "object",
      "properties": {"name": {"type": "string", "maxLength": 48, "description": "its name", "default": "x"}}, "required": ["name"]},
 ]
 
 
-RUNS_LONG = [TREE, LIST, EXPR, ADDL, {"type": "object"}]
+RUNS_LONG = [TREE, LIST, EXPR, THREAD, ADDL, {"type": "object"}]
 
 
 def check_corpus_size():
@@ -461,11 +467,79 @@ def test_named_tool_choice_and_auto(client):
             assert c.message.content and not c.message.content.startswith("<")
 
 
-def test_streamed_tool_calls(client):
+def stream_tool_deltas(server, body):
+    """The delta.tool_calls entries of a streamed reply, checked to be in
+    OpenAI's shape, and the finish_reason."""
+    status, _, raw = request(server.url + "/v1/chat/completions", {**body, "stream": True}, timeout=300)
+    assert status == 200, raw
+    events, done = sse_events(raw)
+    assert done
+    deltas, finish = [], None
+    for ev in events:
+        for c in ev["choices"]:
+            for tc in c["delta"].get("tool_calls") or []:
+                deltas.append(tc)
+            assert not c["delta"].get("content"), "a tool-call reply sends no content"
+            finish = c["finish_reason"] or finish
+    return deltas, finish
+
+
+def calls_from_deltas(deltas):
+    """Each call's (id, name, argument pieces), checking that a call's first
+    delta has index, id, type, name and empty arguments and the others only
+    index and an arguments piece, in index order."""
+    calls = []
+    for tc in deltas:
+        if "id" in tc:
+            assert tc["index"] == len(calls), deltas
+            assert set(tc) == {"index", "id", "type", "function"} and tc["type"] == "function"
+            assert set(tc["function"]) == {"name", "arguments"} and tc["function"]["arguments"] == ""
+            calls.append((tc["id"], tc["function"]["name"], []))
+        else:
+            assert set(tc) == {"index", "function"} and set(tc["function"]) == {"arguments"}, tc
+            assert tc["index"] == len(calls) - 1, deltas
+            assert tc["function"]["arguments"]
+            calls[-1][2].append(tc["function"]["arguments"])
+    return calls
+
+
+def test_streamed_tool_call_arguments_come_in_pieces(server):
+    body = {"model": "smollm", "messages": ASK, "tools": [WEATHER], "tool_choice": "required",
+            "parallel_tool_calls": False, "temperature": 0, "max_tokens": 80}
+    _, _, whole = post_json(server.url + "/v1/chat/completions", body)
+    (want,) = whole["choices"][0]["message"]["tool_calls"]
+    deltas, finish = stream_tool_deltas(server, body)
+    assert finish == "tool_calls"
+    ((cid, name, pieces),) = calls_from_deltas(deltas)
+    assert cid.startswith("call_") and name == want["function"]["name"] == "get_weather"
+    assert len(pieces) >= 3, pieces  # streamed as generated, not sent once complete
+    assert "".join(pieces) == want["function"]["arguments"]  # the same text as the whole reply
+    validate(WEATHER["function"]["parameters"], "".join(pieces))
+
+
+def test_streamed_parallel_tool_calls(server):
+    # min_tokens keeps end-of-sequence away, so the grammar can only go on with a second call
+    body = {"model": "smollm", "messages": [{"role": "user", "content": "Weather and time in Paris?"}],
+            "tools": [WEATHER, TIME], "tool_choice": "required", "temperature": 0, "max_tokens": 120,
+            "min_tokens": 30}
+    _, _, whole = post_json(server.url + "/v1/chat/completions", body)
+    want = whole["choices"][0]["message"]["tool_calls"]
+    assert len(want) >= 2, whole
+    deltas, finish = stream_tool_deltas(server, body)
+    calls = calls_from_deltas(deltas)
+    assert finish == ("tool_calls" if whole["choices"][0]["finish_reason"] == "tool_calls" else "length")
+    assert len(calls) >= len(want)
+    for (cid, name, pieces), w in zip(calls, want):
+        assert name == w["function"]["name"] and "".join(pieces) == w["function"]["arguments"]
+        json.loads("".join(pieces))
+    assert len({c[0] for c in calls}) == len(calls)  # ids differ
+
+
+def test_sdk_streamed_tool_calls(client):
     kw = dict(model="smollm", messages=ASK, tools=[WEATHER], tool_choice="required", parallel_tool_calls=False,
               temperature=0, max_tokens=80)
     full = client.chat.completions.create(**kw).choices[0].message.tool_calls[0]
-    name, args, ids, finish = None, "", [], None
+    name, args, ids, finish, n_pieces = None, "", [], None, 0
     for chunk in client.chat.completions.create(**kw, stream=True):
         if not chunk.choices:
             continue
@@ -475,10 +549,68 @@ def test_streamed_tool_calls(client):
             if tc.id:
                 ids.append(tc.id)
                 name = tc.function.name
+            elif tc.function.arguments:
+                n_pieces += 1
             args += tc.function.arguments or ""
         finish = chunk.choices[0].finish_reason or finish
-    assert finish == "tool_calls" and len(ids) == 1
-    assert name == full.function.name and json.loads(args) == json.loads(full.function.arguments)
+    assert finish == "tool_calls" and len(ids) == 1 and n_pieces >= 3
+    assert name == full.function.name and args == full.function.arguments
+
+
+def test_sdk_stream_helper_tool_call_events(client):
+    """The SDK's streaming helper (client.chat.completions.stream) assembles
+    the pieces: argument delta events with a growing parsed value, then one
+    done event, and a final completion with the call."""
+    events = []
+    with client.chat.completions.stream(model="smollm", messages=ASK, tools=[WEATHER], tool_choice="required",
+                                        parallel_tool_calls=False, temperature=0, max_tokens=80) as stream:
+        for ev in stream:
+            events.append(ev)
+        final = stream.get_final_completion()
+    deltas = [e for e in events if e.type == "tool_calls.function.arguments.delta"]
+    done = [e for e in events if e.type == "tool_calls.function.arguments.done"]
+    assert len(deltas) >= 3 and len(done) == 1
+    assert done[0].name == "get_weather" and done[0].arguments == "".join(d.arguments_delta for d in deltas)
+    (call,) = final.choices[0].message.tool_calls
+    assert final.choices[0].finish_reason == "tool_calls"
+    assert json.loads(call.function.arguments) == json.loads(done[0].arguments)
+    validate(WEATHER["function"]["parameters"], call.function.arguments)
+
+
+def test_sdk_parse_pydantic_tool(client):
+    """openai.pydantic_function_tool (a strict tool) with .parse and with the
+    stream helper: the arguments come back parsed into the model class."""
+    openai = pytest.importorskip("openai")
+    pydantic = pytest.importorskip("pydantic")
+
+    class GetWeather(pydantic.BaseModel):
+        city: str = pydantic.Field(max_length=30)
+        unit: str = pydantic.Field(pattern="^(celsius|fahrenheit)$")
+
+    kw = dict(model="smollm", messages=ASK, tools=[openai.pydantic_function_tool(GetWeather)],
+              tool_choice="required", parallel_tool_calls=False, temperature=0, max_tokens=80)
+    r = client.chat.completions.parse(**kw)
+    (call,) = r.choices[0].message.tool_calls
+    assert isinstance(call.function.parsed_arguments, GetWeather), call
+    with client.chat.completions.stream(**kw) as stream:
+        done = [e for e in stream if e.type == "tool_calls.function.arguments.done"]
+    assert len(done) == 1 and done[0].parsed_arguments == call.function.parsed_arguments
+
+
+def test_langchain_streamed_tool_calls(server):
+    lc = pytest.importorskip("langchain_openai")
+    llm = lc.ChatOpenAI(base_url=server.url + "/v1", api_key="none", model="smollm", temperature=0, max_tokens=80)
+    bound = llm.bind_tools([WEATHER], tool_choice="get_weather", parallel_tool_calls=False)
+    merged, n_chunks = None, 0
+    for chunk in bound.stream("What is the weather in Paris?"):
+        n_chunks += bool(chunk.tool_call_chunks)
+        merged = chunk if merged is None else merged + chunk
+    assert n_chunks >= 3
+    (call,) = merged.tool_calls
+    assert call["name"] == "get_weather" and call["id"].startswith("call_")
+    validate(WEATHER["function"]["parameters"], json.dumps(call["args"]))
+    whole = bound.invoke("What is the weather in Paris?")
+    assert whole.tool_calls[0]["args"] == call["args"]
 
 
 @pytest.mark.parametrize("extra,needle", [
