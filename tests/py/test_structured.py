@@ -146,7 +146,7 @@ def server():
         yield s
 
 
-def chat(server, schema, temperature, seed, max_tokens=128):
+def chat(server, schema, temperature, seed, max_tokens=256):
     body = {"messages": [{"role": "user", "content": "Reply with a short JSON value matching this schema: " + json.dumps(schema)}],
             "max_tokens": max_tokens, "temperature": temperature, "seed": seed,
             "response_format": {"type": "json_schema", "json_schema": {"name": "t", "schema": schema, "strict": True}}}
