@@ -493,8 +493,8 @@ def test_serve_startup_log_and_health_head():
         assert code == 200
         ok(complete(s, max_tokens=1))
     log = s.log
-    kv = re.search(r"KV cache: (\d+) tokens \((\d+) blocks of (\d+)\); up to (\d+) sequences at once", log)
-    assert kv and int(kv.group(1)) == int(kv.group(2)) * int(kv.group(3)) > 0, log
+    kv = re.search(r"KV cache: (\d+) tokens \((f16|q8_0|f32), (\d+) MiB, (\d+) blocks of (\d+)\); up to (\d+) sequences at once", log)
+    assert kv and int(kv.group(1)) == int(kv.group(4)) * int(kv.group(5)) > 0, log
     assert log.index("listening on") < log.index("KV cache") < log.index("ready at")
     # one startup line each (stdout's copies are for scripts reading a pipe)
     assert log.count("listening on") == 1 and log.count("ready at") == 1
