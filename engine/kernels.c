@@ -505,8 +505,8 @@ void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t
 /* ---- packed weights (layout in simd.h) --------------------------------------- */
 
 static bool packable(uint32_t type) {
-    return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q4_1 || type == GL_TYPE_Q8_0 || type == GL_TYPE_Q4_K ||
-           type == GL_TYPE_Q5_K || type == GL_TYPE_Q6_K;
+    return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q4_1 || type == GL_TYPE_Q5_0 || type == GL_TYPE_Q5_1 ||
+           type == GL_TYPE_Q8_0 || type == GL_TYPE_Q4_K || type == GL_TYPE_Q5_K || type == GL_TYPE_Q6_K;
 }
 
 kern_act_kind kern_packed_act_kind(uint32_t type) {
@@ -567,7 +567,9 @@ static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb
         }
         return;
     }
-    const int hdr = type == GL_TYPE_Q4_1 ? 4 : 2;
+    const int hdr = type == GL_TYPE_Q4_1 || type == GL_TYPE_Q5_1 ? 4 : 2;
+    const bool five = type == GL_TYPE_Q5_0 || type == GL_TYPE_Q5_1;
+    const int quants = hdr + (five ? 4 : 0); /* where a block's nibbles (or Q8_0's bytes) start */
     const int n_groups = type == GL_TYPE_Q8_0 ? 16 : 8;
     for (int64_t c0 = 0; c0 < nb; c0 += 16) {
         int m = nb - c0 < 16 ? (int)(nb - c0) : 16;
@@ -577,8 +579,20 @@ static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb
             if (hdr == 4) memcpy(dst + 2 * (m + j), blk + (size_t)j * bb + 2, 2);
         }
         dst += (size_t)hdr * m;
+        if (five) { /* fifth bits, byte b of block j: bit p of element 4 p + b, bit 4 + p of element 16 + 4 p + b */
+            for (int j = 0; j < m; j++, dst += 4) {
+                const uint8_t *qh = blk + (size_t)j * bb + hdr;
+                uint32_t bits = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+                for (int b = 0; b < 4; b++) {
+                    uint8_t v = 0;
+                    for (int p = 0; p < 4; p++)
+                        v |= (uint8_t)((bits >> (4 * p + b) & 1) << p | (bits >> (16 + 4 * p + b) & 1) << (4 + p));
+                    dst[b] = v;
+                }
+            }
+        }
         for (int g = 0; g < n_groups; g++)
-            for (int j = 0; j < m; j++, dst += 2) memcpy(dst, blk + (size_t)j * bb + hdr + 2 * g, 2);
+            for (int j = 0; j < m; j++, dst += 2) memcpy(dst, blk + (size_t)j * bb + quants + 2 * g, 2);
     }
 }
 
