@@ -470,6 +470,24 @@ void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t
 /* The coarse part's step in units of kq8_32's d; exact, a power of two. */
 static const float coarse_step = 256.0f;
 
+void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n) {
+    for (int64_t b = 0; b < n / 256; b++, x += 256) {
+        kq8_32 tmp[8];
+        impl->quantize_32(x, tmp, 256);
+        for (int j = 0; j < 16; j++) {
+            const kq8_32 *blk = &tmp[j / 2];
+            int32_t sum = 0;
+            for (int i = 0; i < 16; i++) { /* element 16 j + i is byte i % 4 of vector i / 4 */
+                int8_t q = blk->q[16 * (j % 2) + i];
+                y[b].q[i / 4][4 * j + i % 4] = q;
+                sum += q;
+            }
+            y[b].d[j] = blk->d * coarse_step;
+            y[b].sum[j] = sum;
+        }
+    }
+}
+
 /* A block's coarse part alone: its unit, and the unit times its sum. */
 static float coarse_unit(const kq8_32 *b, float *s) {
     int sum = 0;
@@ -511,6 +529,10 @@ static bool packable(uint32_t type) {
 
 kern_act_kind kern_packed_act_kind(uint32_t type) {
     return type == GL_TYPE_Q4_K || type == GL_TYPE_Q5_K || type == GL_TYPE_Q6_K ? KERN_ACT_Q16_K : KERN_ACT_Q16_X16;
+}
+
+kern_act_kind kern_packed_x8_act_kind(uint32_t type) {
+    return type == GL_TYPE_Q4_K || type == GL_TYPE_Q5_K || type == GL_TYPE_Q6_K ? KERN_ACT_Q8_K : KERN_ACT_Q8_X8;
 }
 
 /* One Q6_K super-block into the packed order of simd.h. */
@@ -634,6 +656,7 @@ static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
     if (kind == KERN_ACT_Q16_K) return (size_t)(n_cols / 256) * sizeof(kq16_k);
     if (kind == KERN_ACT_Q8_256 || kind == KERN_ACT_Q8_256_COARSE) return (size_t)(n_cols / 256) * sizeof(kq8_256);
     if (kind == KERN_ACT_Q8_X8) return kq8_x8_row_bytes(n_cols);
+    if (kind == KERN_ACT_Q8_K) return (size_t)(n_cols / 256) * sizeof(kq8_k);
     return (size_t)n_cols * sizeof(float);
 }
 
@@ -705,6 +728,8 @@ static void quantize_rows(matmul_job *job) {
             kern_quantize_k16(job->impl, x, (kq16_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_X8) {
             kern_quantize_x8(job->impl, x, dst, n);
+        } else if (job->act_kind == KERN_ACT_Q8_K) {
+            kern_quantize_k8(job->impl, x, (kq8_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_32_COARSE) {
             kern_quantize_32_coarse(job->impl, x, (kq8_32 *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_256_COARSE) {
@@ -778,7 +803,7 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
     if (part->rows && w->packed && act_bits == 8 && impl->packed_rows_x8[w->type]) {
         part->rows = impl->packed_rows_x8[w->type];
         part->weights = w->packed;
-        return KERN_ACT_Q8_X8;
+        return kern_packed_x8_act_kind(w->type);
     }
     if (part->rows && w->packed && impl->packed_rows[w->type]) {
         part->rows = impl->packed_rows[w->type];

@@ -141,11 +141,23 @@ typedef struct kq16_k {
     int32_t sum[16];          /* sum of sub-block j's q[][] values, for the -32 of Q6_K */
 } kq16_k;
 
+/* Packed K-quants at 8 bits (kern_pool_set_act_bits): the coarse q of each
+ * 32-element block alone, four elements of sub-block j in lane j, so one
+ * vpdpbusd does the work of two vpdpwssd. The weights get the same lanes
+ * from two pieces of the packed layout by one word permute (as kq8_chunk's):
+ * pieces 2 i and 2 i + 1 give vectors i (low nibbles) and i + 2 (high). */
+typedef struct kq8_k {
+    int8_t q[4][64];          /* [u][4j + b]: element 16 j + 4 u + b */
+    float d[16];              /* unit of sub-block j: x ~ d * q */
+    int32_t sum[16];          /* sum of sub-block j's q */
+} kq8_k;
+
 /* What a weight type multiplies with: float rows or one of the 8-bit forms. */
 typedef enum kern_act_kind {
     KERN_ACT_F32, KERN_ACT_Q8_32, KERN_ACT_Q8_256, KERN_ACT_Q16_X16, KERN_ACT_Q16_K, KERN_ACT_Q8_X8,
     KERN_ACT_Q8_32_COARSE,    /* kq8_32 with q2 = 0 and s of the coarse part: 8-bit activations */
     KERN_ACT_Q8_256_COARSE,   /* kq8_256 likewise, bsums of 256 q alone */
+    KERN_ACT_Q8_K,            /* kq8_k: packed K-quants at 8 bits */
     KERN_ACT_COUNT
 } kern_act_kind;
 
@@ -186,7 +198,7 @@ typedef struct kern_impl {
     kern_rows_fn rows[GL_TYPE_COUNT];                  /* by gl_type; NULL = scalar path */
     kern_rows_fn rows_x8[GL_TYPE_COUNT];               /* the same against the *_COARSE kinds; NULL = none */
     kern_rows_fn packed_rows[GL_TYPE_COUNT];           /* by gl_type, for kern_pack'ed weights; NULL = none */
-    kern_rows_fn packed_rows_x8[GL_TYPE_COUNT];        /* the same against 8-bit activations (kq8_chunk) */
+    kern_rows_fn packed_rows_x8[GL_TYPE_COUNT];        /* the same against 8-bit activations (kq8_chunk, kq8_k) */
     kern_attend_fn attend;
     void (*swiglu)(float *gate, const float *up, int n); /* gate = silu(gate) * up */
     void (*to_f16)(const float *x, uint16_t *y, int n);   /* IEEE half, round to nearest even */
@@ -221,8 +233,10 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
 void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t n); /* n % 256 == 0 */
 /* One row into kq8_x8_row_bytes(n) bytes: whole chunks as kq8_chunk, then a kq8_tail or a kq16_chunk. */
 void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t n);
-/* The activation form packed weights of this type take. */
+void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n); /* n % 256 == 0 */
+/* The activation form packed weights of this type take, at 16 and at 8 bits. */
 kern_act_kind kern_packed_act_kind(uint32_t type);
+kern_act_kind kern_packed_x8_act_kind(uint32_t type);
 
 /* Which activation form a weight type takes under an implementation. */
 kern_act_kind kern_act_kind_of(uint32_t type);

@@ -572,8 +572,15 @@ INLINE __m512 q4_k_scales_mins(const uint8_t *s) {
     return _mm512_cvtepi32_ps(_mm512_or_si512(lo, hi));
 }
 
-INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
-                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+/* Against kq8_k (x8) the same lanes take four elements each: one word
+ * permute (quad_bytes) of pieces 2 i, 2 i + 1 gives vectors i and i + 2 of
+ * the quants' low 4 bits, and of Q6_K's two pieces of high bits those of all
+ * four vectors; Q5_K's fifth bits come by a word permute that puts the two
+ * bytes of lane j's sub-block in both halves of the lane. Then vpdpbusd, 4
+ * of them a super-block against 8 vpdpwssd, and the same scales (the units
+ * those of the coarse part). */
+INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
+                    const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     const size_t ahead = prefetch_distance(NR, row_bytes);
     const bool six = type == GL_TYPE_Q6_K, five = type == GL_TYPE_Q5_K;
     const int bb = six ? 210 : five ? 176 : 144;
@@ -582,6 +589,7 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
     const __m512i m4 = _mm512_set1_epi16(0x0f), m16 = _mm512_set1_epi16(0x10), m30 = _mm512_set1_epi16(0x30);
     const __m512i sub_scale = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i sub_min = _mm512_add_epi32(sub_scale, _mm512_set1_epi32(8));
+    const __m512i b4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10), b30 = _mm512_set1_epi8(0x30);
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
@@ -589,22 +597,56 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
         for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk[4];
-        const kq16_k *a[4];
+        const float *ad[4];
+        const int32_t *asum[4];
         __m512i dot[4][4], dot2[4][4], fifth[4];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * bb;
             prefetch_ahead(blk[r], bb, ahead, NT);
-            if (five) fifth[r] = _mm512_cvtepu8_epi16(load256(blk[r] + 144));
+            if (five && !x8) fifth[r] = _mm512_cvtepu8_epi16(load256(blk[r] + 144));
+            if (five && x8) { /* lane j: bytes 2 j, 2 j + 1 twice, the second pair's bits one further down */
+                static const uint16_t twice[32] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7,
+                                                   8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15};
+                __m512i f = _mm512_permutexvar_epi16(_mm512_loadu_si512(twice), _mm512_castsi256_si512(load256(blk[r] + 144)));
+                fifth[r] = _mm512_mask_srli_epi16(f, (__mmask32)0xaaaaaaaau, f, 1);
+            }
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
         }
         const uint8_t *x[4];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
-            a[t] = (const kq16_k *)(act + (size_t)t * act_stride) + b;
-            x[t] = (const uint8_t *)&a[t]->q[0][0];
+            if (x8) {
+                const kq8_k *a = (const kq8_k *)(act + (size_t)t * act_stride) + b;
+                x[t] = (const uint8_t *)&a->q[0][0], ad[t] = a->d, asum[t] = a->sum;
+            } else {
+                const kq16_k *a = (const kq16_k *)(act + (size_t)t * act_stride) + b;
+                x[t] = (const uint8_t *)&a->q[0][0], ad[t] = a->d, asum[t] = a->sum;
+            }
         }
+        if (x8) {
+#pragma GCC unroll 2
+            for (int i = 0; i < 2; i++) { /* pieces 2 i, 2 i + 1: vectors i, i + 2 */
+                __m512i u0[4], u1[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) {
+                    __m512i l = quad_bytes(blk[r] + quants + 64 * i);
+                    u0[r] = _mm512_and_si512(l, b4);
+                    u1[r] = _mm512_and_si512(_mm512_srli_epi16(l, 4), b4);
+                    if (six) { /* vector u's high bits at 2 u, to bits 4, 5 */
+                        __m512i h = quad_bytes(blk[r] + 146);
+                        u0[r] = _mm512_or_si512(u0[r], _mm512_and_si512(_mm512_slli_epi16(h, 4 - 2 * i), b30));
+                        u1[r] = _mm512_or_si512(u1[r], _mm512_and_si512(_mm512_srli_epi16(h, 2 * i), b30));
+                    } else if (five) { /* vector u's at 2 u */
+                        __m512i f = _mm512_srli_epi16(fifth[r], 2 * i);
+                        u0[r] = _mm512_or_si512(u0[r], _mm512_and_si512(_mm512_slli_epi16(f, 4), b16));
+                        u1[r] = _mm512_or_si512(u1[r], _mm512_and_si512(f, b16));
+                    }
+                }
+                dot_pairs(NR, NT, dot, dot2, u0, u1, x, i, i + 2, true);
+            }
+        } else
         for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
             __m512i u0[4], u1[4];
 #pragma GCC unroll 4
@@ -636,9 +678,9 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
                     _mm512_set1_ps(f16_at(blk[r])));
 #pragma GCC unroll 4
                 for (int t = 0; t < NT; t++) {
-                    __m512i q = _mm512_sub_epi32(dot[r][t], _mm512_slli_epi32(_mm512_loadu_si512(a[t]->sum), 5));
+                    __m512i q = _mm512_sub_epi32(dot[r][t], _mm512_slli_epi32(_mm512_loadu_si512(asum[t]), 5));
                     acc[r][t] =
-                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_mul_ps(sd, _mm512_loadu_ps(a[t]->d)), acc[r][t]);
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_mul_ps(sd, _mm512_loadu_ps(ad[t])), acc[r][t]);
                 }
                 continue;
             }
@@ -647,9 +689,9 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
             __m512 md = _mm512_mul_ps(_mm512_permutexvar_ps(sub_min, sm), _mm512_set1_ps(f16_at(blk[r] + 2)));
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) {
-                __m512 unit = _mm512_loadu_ps(a[t]->d);
+                __m512 unit = _mm512_loadu_ps(ad[t]);
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), _mm512_mul_ps(sd, unit), acc[r][t]);
-                acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(a[t]->sum)), _mm512_mul_ps(md, unit),
+                acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(asum[t])), _mm512_mul_ps(md, unit),
                                              acc[r][t]);
             }
         }
@@ -658,6 +700,16 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_kq(type, false, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride);
+}
+
+INLINE void tile_k8(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                    size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_kq(type, true, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride);
 }
 
 /* Packed tiles: 2 rows x 4 tokens keep 8 integer and 8 float accumulators
@@ -762,6 +814,9 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* pa
 DEFINE_PACKED_ROWS(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K) /* packed_rows_q6_k_avx512 */
 DEFINE_PACKED_ROWS(packed_rows_q4_k, tile_k16, GL_TYPE_Q4_K) /* packed_rows_q4_k_avx512 */
 DEFINE_PACKED_ROWS(packed_rows_q5_k, tile_k16, GL_TYPE_Q5_K) /* packed_rows_q5_k_avx512 */
+DEFINE_PACKED_ROWS(packed_rows_x8_q6_k, tile_k8, GL_TYPE_Q6_K) /* packed_rows_x8_q6_k_avx512 */
+DEFINE_PACKED_ROWS(packed_rows_x8_q4_k, tile_k8, GL_TYPE_Q4_K) /* packed_rows_x8_q4_k_avx512 */
+DEFINE_PACKED_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_x8_q5_k_avx512 */
 
 /* A block of up to 16 positions is one vector: each head's scores build up
  * over the channels in registers, four partial sums per head (a fixed order
