@@ -484,6 +484,7 @@ void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n
             }
             y[b].d[j] = blk->d * coarse_step;
             y[b].sum[j] = sum;
+            y[b].s[j] = y[b].d[j] * (float)sum;
         }
     }
 }

@@ -150,6 +150,7 @@ typedef struct kq8_k {
     int8_t q[4][64];          /* [u][4j + b]: element 16 j + 4 u + b */
     float d[16];              /* unit of sub-block j: x ~ d * q */
     int32_t sum[16];          /* sum of sub-block j's q */
+    float s[16];              /* d * sum: Q4_K's and Q5_K's minimums take it in one multiply-add */
 } kq8_k;
 
 /* What a weight type multiplies with: float rows or one of the 8-bit forms. */

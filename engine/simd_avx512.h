@@ -599,6 +599,7 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
         const uint8_t *blk[4];
         const float *ad[4];
         const int32_t *asum[4];
+        const float *as[4] = {0};
         __m512i dot[4][4], dot2[4][4], fifth[4];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
@@ -619,7 +620,7 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
         for (int t = 0; t < NT; t++) {
             if (x8) {
                 const kq8_k *a = (const kq8_k *)(act + (size_t)t * act_stride) + b;
-                x[t] = (const uint8_t *)&a->q[0][0], ad[t] = a->d, asum[t] = a->sum;
+                x[t] = (const uint8_t *)&a->q[0][0], ad[t] = a->d, asum[t] = a->sum, as[t] = a->s;
             } else {
                 const kq16_k *a = (const kq16_k *)(act + (size_t)t * act_stride) + b;
                 x[t] = (const uint8_t *)&a->q[0][0], ad[t] = a->d, asum[t] = a->sum;
@@ -691,8 +692,9 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
             for (int t = 0; t < NT; t++) {
                 __m512 unit = _mm512_loadu_ps(ad[t]);
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), _mm512_mul_ps(sd, unit), acc[r][t]);
-                acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(asum[t])), _mm512_mul_ps(md, unit),
-                                             acc[r][t]);
+                if (x8) acc[r][t] = _mm512_fnmadd_ps(md, _mm512_loadu_ps(as[t]), acc[r][t]);
+                else acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(asum[t])),
+                                                  _mm512_mul_ps(md, unit), acc[r][t]);
             }
         }
     }
