@@ -12,8 +12,9 @@
  * SmolLM2's logits by 3% of their range). Blocks of 32 (kq8_32) serve the
  * legacy types, blocks of 256 with sums of 16 (kq8_256) the K-quants. The
  * integer sums are exact; the activation rounding is the only error. A pool
- * may ask for 8 bits instead (kern_pool_set_act_bits): packed Q4_0, Q4_1
- * and Q8_0 then take the coarse part alone (kq8_chunk below), and weights
+ * may ask for 8 bits instead (kern_pool_set_act_bits): packed Q4_0, Q4_1,
+ * Q5_0, Q5_1 and Q8_0 then take the coarse part alone (kq8_chunk below),
+ * packed K-quants likewise (kq8_k), and weights
  * with no packed tiles take kq8_32 / kq8_256 rows whose residuals are zero
  * (the *_COARSE kinds) through rows_x8, which skip the residual's dots. */
 #ifndef GL_SIMD_H
@@ -40,10 +41,13 @@ typedef struct kq8_256 {
     int8_t q2[256];
 } kq8_256;
 
-/* ---- the packed form (Q4_0, Q4_1, Q8_0; K-quants below; under AVX-512) ----------
+/* ---- the packed form (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; K-quants below; AVX-512) -----
  * kern_pack rearranges a weight row chunk by chunk: a chunk is up to 16
  * consecutive blocks (m of them; only a row's last chunk has fewer), stored
- * as their m scales (F16), then for Q4_1 their m minimums, then the quants
+ * as their m scales (F16), then for Q4_1 and Q5_1 their m minimums, for Q5
+ * their fifth bits (4 bytes a block: bit p of byte b is element 4 p + b's,
+ * bit 4 + p element 16 + 4 p + b's, so both activation widths take them with
+ * whole-vector shifts), then the quants
  * interleaved across the blocks: group g holds, for block j = 0..m-1, the
  * two bytes that carry elements 2g, 2g+1 (Q8_0, 16 groups) or, in their low
  * and high nibbles, elements 2g, 2g+1 and 16+2g, 16+2g+1 (Q4, 8 groups). A
@@ -69,7 +73,7 @@ typedef struct kq16_chunk {
 
 static inline int64_t kq16_chunks(int64_t n_cols) { return (n_cols / 32 + 15) / 16; }
 
-/* Activations for packed Q4_0, Q4_1 and Q8_0 at 8 bits (kern_pool_set_act_bits):
+/* Activations for packed Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 at 8 bits (kern_pool_set_act_bits):
  * only the coarse q of each block, four elements of block j in lane j, so
  * vpdpbusd does twice the multiply-adds of vpdpwssd. A weight vector gets
  * the same lanes from two groups of the packed layout by one word permute:

@@ -2,18 +2,19 @@
  * kernels_avx512.c after simd_body.h (whose helpers, tiles and row macros
  * they use) and before simd_impl.h: the packed tiles (kern_pack, layouts in
  * simd.h) with one block or sub-block per 32-bit lane of a 512-bit register,
- * against 16-bit activations or, for Q4_0, Q4_1 and Q8_0, 8-bit ones; their
- * rows functions; and attention's block tiles.
+ * against 16-bit or 8-bit activations; their rows functions; and
+ * attention's block tiles.
  *
  * The static functions it defines, as a profile names them:
- *   packed_rows_{q4_0,q4_1,q8_0}_avx512, packed_rows_x8_{q4_0,q4_1,q8_0}_avx512
+ *   packed_rows_{q4_0,q4_1,q5_0,q5_1,q8_0}_avx512, packed_rows_x8_{same}_avx512
  *   (each with a *_whole_avx512 helper for the token tiles after the panels),
- *   packed_rows_{q4_k,q5_k,q6_k}_avx512, attend_scores_avx512,
+ *   packed_rows_{q4_k,q5_k,q6_k}_avx512, packed_rows_x8_{q4_k,q5_k,q6_k}_avx512,
+ *   attend_scores_avx512,
  *   attend_softmax_avx512, attend_pv_avx512. */
 #if !SIMD_AVX512
 #error "simd_avx512.h is for kernels_avx512.c"
 #endif
-/* ---- packed Q4_0, Q4_1 and Q8_0 against kq16_chunk (layout in simd.h) ------------
+/* ---- packed Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 against kq16_chunk (simd.h) --------
  * Lane j of every vector belongs to block j of the chunk, so vpdpwssd
  * accumulates each block's exact integer dot in its own lane; per chunk and
  * output the 16 dots become floats once and take their scales in one
@@ -442,7 +443,7 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
     tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, NULL, 0);
 }
 
-/* ---- packed Q4_0, Q4_1 and Q8_0 against kq8_chunk (simd.h) -------------------
+/* ---- packed Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 against kq8_chunk (simd.h) ---------
  * The same chunks and lanes as tile_x16_panel, at half the multiply-adds:
  * one word permute per pair of groups puts block j's four bytes in lane j,
  * and vpdpbusd dots them with four activation bytes. Q8_0's bytes are made
