@@ -470,6 +470,25 @@ void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t
 /* The coarse part's step in units of kq8_32's d; exact, a power of two. */
 static const float coarse_step = 256.0f;
 
+void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n) {
+    for (int64_t b = 0; b < n / 256; b++, x += 256) {
+        kq8_32 tmp[8];
+        impl->quantize_32(x, tmp, 256);
+        for (int j = 0; j < 16; j++) {
+            const kq8_32 *blk = &tmp[j / 2];
+            int32_t sum = 0;
+            for (int i = 0; i < 16; i++) { /* element 16 j + i is byte i % 4 of vector i / 4 */
+                int8_t q = blk->q[16 * (j % 2) + i];
+                y[b].q[i / 4][4 * j + i % 4] = q;
+                sum += q;
+            }
+            y[b].d[j] = blk->d * coarse_step;
+            y[b].sum[j] = sum;
+            y[b].s[j] = y[b].d[j] * (float)sum;
+        }
+    }
+}
+
 /* A block's coarse part alone: its unit, and the unit times its sum. */
 static float coarse_unit(const kq8_32 *b, float *s) {
     int sum = 0;
@@ -505,12 +524,16 @@ void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t
 /* ---- packed weights (layout in simd.h) --------------------------------------- */
 
 static bool packable(uint32_t type) {
-    return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q4_1 || type == GL_TYPE_Q8_0 || type == GL_TYPE_Q4_K ||
-           type == GL_TYPE_Q5_K || type == GL_TYPE_Q6_K;
+    return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q4_1 || type == GL_TYPE_Q5_0 || type == GL_TYPE_Q5_1 ||
+           type == GL_TYPE_Q8_0 || type == GL_TYPE_Q4_K || type == GL_TYPE_Q5_K || type == GL_TYPE_Q6_K;
 }
 
 kern_act_kind kern_packed_act_kind(uint32_t type) {
     return type == GL_TYPE_Q4_K || type == GL_TYPE_Q5_K || type == GL_TYPE_Q6_K ? KERN_ACT_Q16_K : KERN_ACT_Q16_X16;
+}
+
+kern_act_kind kern_packed_x8_act_kind(uint32_t type) {
+    return type == GL_TYPE_Q4_K || type == GL_TYPE_Q5_K || type == GL_TYPE_Q6_K ? KERN_ACT_Q8_K : KERN_ACT_Q8_X8;
 }
 
 /* One Q6_K super-block into the packed order of simd.h. */
@@ -567,7 +590,9 @@ static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb
         }
         return;
     }
-    const int hdr = type == GL_TYPE_Q4_1 ? 4 : 2;
+    const int hdr = type == GL_TYPE_Q4_1 || type == GL_TYPE_Q5_1 ? 4 : 2;
+    const bool five = type == GL_TYPE_Q5_0 || type == GL_TYPE_Q5_1;
+    const int quants = hdr + (five ? 4 : 0); /* where a block's nibbles (or Q8_0's bytes) start */
     const int n_groups = type == GL_TYPE_Q8_0 ? 16 : 8;
     for (int64_t c0 = 0; c0 < nb; c0 += 16) {
         int m = nb - c0 < 16 ? (int)(nb - c0) : 16;
@@ -577,8 +602,20 @@ static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb
             if (hdr == 4) memcpy(dst + 2 * (m + j), blk + (size_t)j * bb + 2, 2);
         }
         dst += (size_t)hdr * m;
+        if (five) { /* fifth bits, byte b of block j: bit p of element 4 p + b, bit 4 + p of element 16 + 4 p + b */
+            for (int j = 0; j < m; j++, dst += 4) {
+                const uint8_t *qh = blk + (size_t)j * bb + hdr;
+                uint32_t bits = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+                for (int b = 0; b < 4; b++) {
+                    uint8_t v = 0;
+                    for (int p = 0; p < 4; p++)
+                        v |= (uint8_t)((bits >> (4 * p + b) & 1) << p | (bits >> (16 + 4 * p + b) & 1) << (4 + p));
+                    dst[b] = v;
+                }
+            }
+        }
         for (int g = 0; g < n_groups; g++)
-            for (int j = 0; j < m; j++, dst += 2) memcpy(dst, blk + (size_t)j * bb + hdr + 2 * g, 2);
+            for (int j = 0; j < m; j++, dst += 2) memcpy(dst, blk + (size_t)j * bb + quants + 2 * g, 2);
     }
 }
 
@@ -620,6 +657,7 @@ static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
     if (kind == KERN_ACT_Q16_K) return (size_t)(n_cols / 256) * sizeof(kq16_k);
     if (kind == KERN_ACT_Q8_256 || kind == KERN_ACT_Q8_256_COARSE) return (size_t)(n_cols / 256) * sizeof(kq8_256);
     if (kind == KERN_ACT_Q8_X8) return kq8_x8_row_bytes(n_cols);
+    if (kind == KERN_ACT_Q8_K) return (size_t)(n_cols / 256) * sizeof(kq8_k);
     return (size_t)n_cols * sizeof(float);
 }
 
@@ -691,6 +729,8 @@ static void quantize_rows(matmul_job *job) {
             kern_quantize_k16(job->impl, x, (kq16_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_X8) {
             kern_quantize_x8(job->impl, x, dst, n);
+        } else if (job->act_kind == KERN_ACT_Q8_K) {
+            kern_quantize_k8(job->impl, x, (kq8_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_32_COARSE) {
             kern_quantize_32_coarse(job->impl, x, (kq8_32 *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_256_COARSE) {
@@ -764,7 +804,7 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
     if (part->rows && w->packed && act_bits == 8 && impl->packed_rows_x8[w->type]) {
         part->rows = impl->packed_rows_x8[w->type];
         part->weights = w->packed;
-        return KERN_ACT_Q8_X8;
+        return kern_packed_x8_act_kind(w->type);
     }
     if (part->rows && w->packed && impl->packed_rows[w->type]) {
         part->rows = impl->packed_rows[w->type];

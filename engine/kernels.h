@@ -43,9 +43,8 @@ void kern_pool_run(kern_pool *p, void (*fn)(void *arg, int ith, int nth), void *
  * parts per block, about 16-bit precision) or 8 (one 8-bit part per block,
  * as llama.cpp's Q8_0 activations: half the integer dots, at the cost of
  * ~4e-3 of each block's maximum in rounding). 8 bits reach the quantized
- * types (Q4_0 .. Q8_0, Q4_K, Q5_K, Q6_K) on x86; weights kern_pack'ed for
- * 16-bit tiles only (the AVX-512 K-quants) and float weights keep 16 bits
- * or floats. -1 (and no change) for other values. */
+ * types (Q4_0 .. Q8_0, Q4_K, Q5_K, Q6_K) on x86, packed or not; float
+ * weights keep floats. -1 (and no change) for other values. */
 int kern_pool_set_act_bits(kern_pool *p, int bits);
 
 /* Size the pool's buffer of quantized activations for calls of up to

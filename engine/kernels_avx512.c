@@ -2,8 +2,8 @@
  * Zen 4 and later): vpdpbusd for the integer dots on weights as the file has
  * them, 32 vector registers for wider token tiles, and those of
  * simd_avx512.h: the packed tiles (vpdpwssd, one block per 32-bit lane) for
- * Q4_0, Q4_1, Q8_0, Q4_K, Q5_K and Q6_K, and for Q4_0, Q4_1 and Q8_0 against
- * 8-bit activations (vpdpbusd). */
+ * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, and for all of them
+ * against 8-bit activations (vpdpbusd). */
 #include "simd.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(GENLOOP_NO_AVX512)

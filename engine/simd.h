@@ -12,8 +12,9 @@
  * SmolLM2's logits by 3% of their range). Blocks of 32 (kq8_32) serve the
  * legacy types, blocks of 256 with sums of 16 (kq8_256) the K-quants. The
  * integer sums are exact; the activation rounding is the only error. A pool
- * may ask for 8 bits instead (kern_pool_set_act_bits): packed Q4_0, Q4_1
- * and Q8_0 then take the coarse part alone (kq8_chunk below), and weights
+ * may ask for 8 bits instead (kern_pool_set_act_bits): packed Q4_0, Q4_1,
+ * Q5_0, Q5_1 and Q8_0 then take the coarse part alone (kq8_chunk below),
+ * packed K-quants likewise (kq8_k), and weights
  * with no packed tiles take kq8_32 / kq8_256 rows whose residuals are zero
  * (the *_COARSE kinds) through rows_x8, which skip the residual's dots. */
 #ifndef GL_SIMD_H
@@ -40,10 +41,13 @@ typedef struct kq8_256 {
     int8_t q2[256];
 } kq8_256;
 
-/* ---- the packed form (Q4_0, Q4_1, Q8_0; K-quants below; under AVX-512) ----------
+/* ---- the packed form (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0; K-quants below; AVX-512) -----
  * kern_pack rearranges a weight row chunk by chunk: a chunk is up to 16
  * consecutive blocks (m of them; only a row's last chunk has fewer), stored
- * as their m scales (F16), then for Q4_1 their m minimums, then the quants
+ * as their m scales (F16), then for Q4_1 and Q5_1 their m minimums, for Q5
+ * their fifth bits (4 bytes a block: bit p of byte b is element 4 p + b's,
+ * bit 4 + p element 16 + 4 p + b's, so both activation widths take them with
+ * whole-vector shifts), then the quants
  * interleaved across the blocks: group g holds, for block j = 0..m-1, the
  * two bytes that carry elements 2g, 2g+1 (Q8_0, 16 groups) or, in their low
  * and high nibbles, elements 2g, 2g+1 and 16+2g, 16+2g+1 (Q4, 8 groups). A
@@ -69,7 +73,7 @@ typedef struct kq16_chunk {
 
 static inline int64_t kq16_chunks(int64_t n_cols) { return (n_cols / 32 + 15) / 16; }
 
-/* Activations for packed Q4_0, Q4_1 and Q8_0 at 8 bits (kern_pool_set_act_bits):
+/* Activations for packed Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 at 8 bits (kern_pool_set_act_bits):
  * only the coarse q of each block, four elements of block j in lane j, so
  * vpdpbusd does twice the multiply-adds of vpdpwssd. A weight vector gets
  * the same lanes from two groups of the packed layout by one word permute:
@@ -141,11 +145,24 @@ typedef struct kq16_k {
     int32_t sum[16];          /* sum of sub-block j's q[][] values, for the -32 of Q6_K */
 } kq16_k;
 
+/* Packed K-quants at 8 bits (kern_pool_set_act_bits): the coarse q of each
+ * 32-element block alone, four elements of sub-block j in lane j, so one
+ * vpdpbusd does the work of two vpdpwssd. The weights get the same lanes
+ * from two pieces of the packed layout by one word permute (as kq8_chunk's):
+ * pieces 2 i and 2 i + 1 give vectors i (low nibbles) and i + 2 (high). */
+typedef struct kq8_k {
+    int8_t q[4][64];          /* [u][4j + b]: element 16 j + 4 u + b */
+    float d[16];              /* unit of sub-block j: x ~ d * q */
+    int32_t sum[16];          /* sum of sub-block j's q */
+    float s[16];              /* d * sum: Q4_K's and Q5_K's minimums take it in one multiply-add */
+} kq8_k;
+
 /* What a weight type multiplies with: float rows or one of the 8-bit forms. */
 typedef enum kern_act_kind {
     KERN_ACT_F32, KERN_ACT_Q8_32, KERN_ACT_Q8_256, KERN_ACT_Q16_X16, KERN_ACT_Q16_K, KERN_ACT_Q8_X8,
     KERN_ACT_Q8_32_COARSE,    /* kq8_32 with q2 = 0 and s of the coarse part: 8-bit activations */
     KERN_ACT_Q8_256_COARSE,   /* kq8_256 likewise, bsums of 256 q alone */
+    KERN_ACT_Q8_K,            /* kq8_k: packed K-quants at 8 bits */
     KERN_ACT_COUNT
 } kern_act_kind;
 
@@ -186,7 +203,7 @@ typedef struct kern_impl {
     kern_rows_fn rows[GL_TYPE_COUNT];                  /* by gl_type; NULL = scalar path */
     kern_rows_fn rows_x8[GL_TYPE_COUNT];               /* the same against the *_COARSE kinds; NULL = none */
     kern_rows_fn packed_rows[GL_TYPE_COUNT];           /* by gl_type, for kern_pack'ed weights; NULL = none */
-    kern_rows_fn packed_rows_x8[GL_TYPE_COUNT];        /* the same against 8-bit activations (kq8_chunk) */
+    kern_rows_fn packed_rows_x8[GL_TYPE_COUNT];        /* the same against 8-bit activations (kq8_chunk, kq8_k) */
     kern_attend_fn attend;
     void (*swiglu)(float *gate, const float *up, int n); /* gate = silu(gate) * up */
     void (*to_f16)(const float *x, uint16_t *y, int n);   /* IEEE half, round to nearest even */
@@ -221,8 +238,10 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
 void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t n); /* n % 256 == 0 */
 /* One row into kq8_x8_row_bytes(n) bytes: whole chunks as kq8_chunk, then a kq8_tail or a kq16_chunk. */
 void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t n);
-/* The activation form packed weights of this type take. */
+void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n); /* n % 256 == 0 */
+/* The activation form packed weights of this type take, at 16 and at 8 bits. */
 kern_act_kind kern_packed_act_kind(uint32_t type);
+kern_act_kind kern_packed_x8_act_kind(uint32_t type);
 
 /* Which activation form a weight type takes under an implementation. */
 kern_act_kind kern_act_kind_of(uint32_t type);

@@ -2,18 +2,19 @@
  * kernels_avx512.c after simd_body.h (whose helpers, tiles and row macros
  * they use) and before simd_impl.h: the packed tiles (kern_pack, layouts in
  * simd.h) with one block or sub-block per 32-bit lane of a 512-bit register,
- * against 16-bit activations or, for Q4_0, Q4_1 and Q8_0, 8-bit ones; their
- * rows functions; and attention's block tiles.
+ * against 16-bit or 8-bit activations; their rows functions; and
+ * attention's block tiles.
  *
  * The static functions it defines, as a profile names them:
- *   packed_rows_{q4_0,q4_1,q8_0}_avx512, packed_rows_x8_{q4_0,q4_1,q8_0}_avx512
+ *   packed_rows_{q4_0,q4_1,q5_0,q5_1,q8_0}_avx512, packed_rows_x8_{same}_avx512
  *   (each with a *_whole_avx512 helper for the token tiles after the panels),
- *   packed_rows_{q4_k,q5_k,q6_k}_avx512, attend_scores_avx512,
+ *   packed_rows_{q4_k,q5_k,q6_k}_avx512, packed_rows_x8_{q4_k,q5_k,q6_k}_avx512,
+ *   attend_scores_avx512,
  *   attend_softmax_avx512, attend_pv_avx512. */
 #if !SIMD_AVX512
 #error "simd_avx512.h is for kernels_avx512.c"
 #endif
-/* ---- packed Q4_0, Q4_1 and Q8_0 against kq16_chunk (layout in simd.h) ------------
+/* ---- packed Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 against kq16_chunk (simd.h) --------
  * Lane j of every vector belongs to block j of the chunk, so vpdpwssd
  * accumulates each block's exact integer dot in its own lane; per chunk and
  * output the 16 dots become floats once and take their scales in one
@@ -78,12 +79,51 @@ INLINE __m512 chunk_f16(const uint8_t *p, int m) {
 }
 
 /* The weight offsets mw of a chunk's m blocks, from their scales dw: Q4_1's
- * minimums (stored after the scales), Q4_0's -8 dw, and for Q8_0, whose
- * bytes vpdpbusd takes offset by +128 (unsigned), -128 dw; the 16-bit
- * chunks take Q8_0's bytes signed and use none. */
+ * and Q5_1's minimums (stored after the scales), Q4_0's -8 dw, Q5_0's -16 dw,
+ * and for Q8_0, whose bytes vpdpbusd takes offset by +128 (unsigned), -128
+ * dw; the 16-bit chunks take Q8_0's bytes signed and use none. */
 INLINE __m512 chunk_offsets(const int type, const uint8_t *chunk, int m, __m512 dw) {
-    if (type == GL_TYPE_Q4_1) return chunk_f16(chunk + 2 * m, m);
-    return _mm512_mul_ps(dw, _mm512_set1_ps(type == GL_TYPE_Q8_0 ? -128.0f : -8.0f));
+    if (type == GL_TYPE_Q4_1 || type == GL_TYPE_Q5_1) return chunk_f16(chunk + 2 * m, m);
+    return _mm512_mul_ps(dw, _mm512_set1_ps(type == GL_TYPE_Q8_0 ? -128.0f : type == GL_TYPE_Q5_0 ? -16.0f : -8.0f));
+}
+
+INLINE bool is_q5(const int type) { return type == GL_TYPE_Q5_0 || type == GL_TYPE_Q5_1; }
+
+/* Bytes per block before a packed chunk's quants: its scale, Q4_1's and
+ * Q5_1's minimum, Q5's fifth bits (4 bytes). */
+INLINE int chunk_hdr(const int type) {
+    return (type == GL_TYPE_Q4_1 || type == GL_TYPE_Q5_1 ? 4 : 2) + (is_q5(type) ? 4 : 0);
+}
+
+/* Q5's fifth bits (simd.h): byte b of block j holds, in bit p, element
+ * 4 p + b's and in bit 4 + p element 16 + 4 p + b's. Lane j of fb has block
+ * j's four bytes. The 16-bit tiles want group g's bits (elements 2 g + e,
+ * 16 + 2 g + e, e = 0, 1) in words 2 j + e: bytes 2 (g % 2) + e, bit g / 2
+ * and 4 + g / 2. fifth_words spreads bytes 0, 1 (even groups) and 2, 3 (odd
+ * ones) to words; add_fifth then takes each group's bits at bits 0 and 4 of
+ * the words and moves the next group's there (see fifth_next). */
+INLINE void fifth_words(__m512i fb, __m512i *even, __m512i *odd) {
+    const __m512i ie = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -128, 1, -128, 4, -128, 5, -128, 8, -128, 9, -128, 12, -128, 13, -128));
+    const __m512i io = _mm512_broadcast_i32x4(_mm_setr_epi8(2, -128, 3, -128, 6, -128, 7, -128, 10, -128, 11, -128, 14, -128, 15, -128));
+    *even = _mm512_shuffle_epi8(fb, ie);
+    *odd = _mm512_shuffle_epi8(fb, io);
+}
+
+/* lo, hi (nibbles, in bytes or words) take bit 0 and bit 4 of each byte of
+ * f as their bit 4. */
+INLINE void add_fifth(__m512i *lo, __m512i *hi, __m512i f) {
+    const __m512i m16 = _mm512_set1_epi8(0x10);
+    *lo = _mm512_or_si512(*lo, _mm512_and_si512(_mm512_slli_epi16(f, 4), m16));
+    *hi = _mm512_or_si512(*hi, _mm512_and_si512(f, m16));
+}
+
+/* The next group's fifth bits to bits 0 and 4 (16-bit tiles: even, odd
+ * alternate, each shifted once per two groups; the bit that crosses in from
+ * the byte above lands in bits 5..7, never read). */
+INLINE void fifth_next(__m512i *even, __m512i *odd) {
+    __m512i used = *even;
+    *even = *odd;
+    *odd = _mm512_srli_epi16(used, 1);
 }
 
 /* The sums of a, b, c and d in lanes 0, 4, 8 and 12, each by the tree
@@ -154,6 +194,9 @@ INLINE void finish_outputs(const int NR, const int NT, __m512 acc[4][4], float *
  * its 16 m, through a permute of two vectors. Built once at load. */
 static uint16_t tail_words[2][KQ_SHORT_TAIL + 1][2][32];
 static int32_t tail_blocks[KQ_SHORT_TAIL + 1][2][16];
+/* For Q5: which bit of each of the lane's four fifth-bit bytes is its
+ * element's (e0 = 4 p + 16 h: bit p + 4 h), per word. */
+static uint16_t tail_fifth[KQ_SHORT_TAIL + 1][2][32];
 
 __attribute__((constructor)) static void tail_tables(void) {
     for (int m = 1; m <= KQ_SHORT_TAIL; m++)
@@ -162,6 +205,7 @@ __attribute__((constructor)) static void tail_tables(void) {
                 int j = 0, e0 = 0;
                 bool used = kq_tail_lane(m, v, lane, &j, &e0);
                 tail_blocks[m][v][lane] = j;
+                tail_fifth[m][v][2 * lane] = tail_fifth[m][v][2 * lane + 1] = (uint16_t)(e0 % 16 / 4 + e0 / 16 * 4);
                 for (int q8 = 0; q8 < 2; q8++) {
                     /* elements 2g, 2g + 1 of block j are pair m g + j; Q4 keeps 16 + e in e's high nibble */
                     int g = (q8 ? e0 : e0 % 16) / 2;
@@ -188,8 +232,8 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
     }
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) tail[t] = act + (size_t)t * act_stride;
-    const bool q8 = type == GL_TYPE_Q8_0;
-    const int hdr = (type == GL_TYPE_Q4_1 ? 4 : 2) * m, n_vec = (m + 1) / 2;
+    const bool q8 = type == GL_TYPE_Q8_0, five = is_q5(type);
+    const int hdr = chunk_hdr(type) * m, n_vec = (m + 1) / 2;
     const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
     __m512i u[4][2];
     __m512 dw_lanes[4][2], mw[4];
@@ -211,6 +255,12 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
             } else {
                 __m512i p = _mm512_permutexvar_epi16(words, lo);
                 u[r][v] = _mm512_and_si512(_mm512_mask_srli_epi16(p, (__mmask32)0xffff0000u, p, 4), m4);
+                if (five) { /* lane L's block's fifth bits, each byte's to bit 0 by tail_fifth, then to bit 4 */
+                    const __m512i fb = _mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), quants - 4 * m);
+                    const __m512i f = _mm512_permutexvar_epi32(_mm512_loadu_si512(tail_blocks[m][v]), fb);
+                    const __m512i b0 = _mm512_srlv_epi16(f, _mm512_loadu_si512(tail_fifth[m][v]));
+                    u[r][v] = _mm512_or_si512(u[r][v], _mm512_and_si512(_mm512_slli_epi16(b0, 4), _mm512_set1_epi8(0x10)));
+                }
             }
             dw_lanes[r][v] = _mm512_permutexvar_ps(_mm512_loadu_si512(tail_blocks[m][v]), dw);
         }
@@ -242,8 +292,8 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                            float *state, int mode) {
     const size_t ahead = prefetch_distance(NR, row_bytes);
     const int bb = block32_bytes(type);
-    const int hdr = type == GL_TYPE_Q4_1 ? 4 : 2;
-    const bool q8 = type == GL_TYPE_Q8_0;
+    const int hdr = chunk_hdr(type);
+    const bool q8 = type == GL_TYPE_Q8_0, five = is_q5(type);
     const int nb = (int)(n_cols / 32);
     const __m512i m4 = _mm512_set1_epi16(0x0f);
     __m512 acc[4][4];
@@ -280,6 +330,11 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                 dot_pairs(NR, NT, dot, dot2, u0, u1, x, g, g + 1, false);
             }
         } else {
+            __m512i fe[4], fo[4];
+            if (five)
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++)
+                    fifth_words(_mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), chunk[r] + (hdr - 4) * m), &fe[r], &fo[r]);
             for (int g = 0; g < 8; g++) {
                 __m512i lo[4], hi[4];
 #pragma GCC unroll 4
@@ -287,6 +342,10 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                     __m512i v = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, false);
                     lo[r] = _mm512_and_si512(v, m4);
                     hi[r] = _mm512_srli_epi16(v, 4);
+                    if (five) {
+                        add_fifth(&lo[r], &hi[r], fe[r]);
+                        fifth_next(&fe[r], &fo[r]);
+                    }
                 }
                 dot_pairs(NR, NT, dot, dot2, lo, hi, x, g, g + 8, false);
             }
@@ -327,6 +386,15 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
 #pragma GCC unroll 4
             for (int p = 0; p < NP; p++) dot[p][t] = dot2[p][t] = _mm512_setzero_si512();
         }
+        __m512i fe[4], fo[4];
+        if (five)
+#pragma GCC unroll 4
+            for (int p = 0; p < NP; p++) {
+                const __mmask8 km = (__mmask8)((1u << m) - 1);
+                __m256i lo = _mm256_maskz_loadu_epi32(km, chunk[2 * p] - 4 * m);
+                __m256i hi = 2 * p + 1 < NR ? _mm256_maskz_loadu_epi32(km, chunk[2 * p + 1] - 4 * m) : _mm256_setzero_si256();
+                fifth_words(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), &fe[p], &fo[p]);
+            }
         for (int g = 0; g < (q8 ? 16 : 8); g += q8 ? 2 : 1) {
             __m512i u0[4], u1[4];
 #pragma GCC unroll 4
@@ -342,6 +410,10 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                 }
                 u0[p] = q8 ? v[0] : _mm512_and_si512(v[0], m4);
                 u1[p] = q8 ? v[1] : _mm512_srli_epi16(v[0], 4);
+                if (five) {
+                    add_fifth(&u0[p], &u1[p], fe[p]);
+                    fifth_next(&fe[p], &fo[p]);
+                }
             }
             dot_pairs(NP, NT, dot, dot2, u0, u1, x, g, q8 ? g + 1 : g + 8, false);
         }
@@ -371,7 +443,7 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
     tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, NULL, 0);
 }
 
-/* ---- packed Q4_0, Q4_1 and Q8_0 against kq8_chunk (simd.h) -------------------
+/* ---- packed Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 against kq8_chunk (simd.h) ---------
  * The same chunks and lanes as tile_x16_panel, at half the multiply-adds:
  * one word permute per pair of groups puts block j's four bytes in lane j,
  * and vpdpbusd dots them with four activation bytes. Q8_0's bytes are made
@@ -392,8 +464,8 @@ INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, in
                           int mode) {
     const size_t ahead = prefetch_distance(NR, row_bytes);
     const int bb = block32_bytes(type);
-    const int hdr = 16 * (type == GL_TYPE_Q4_1 ? 4 : 2);
-    const bool q8 = type == GL_TYPE_Q8_0;
+    const int hdr = 16 * chunk_hdr(type);
+    const bool q8 = type == GL_TYPE_Q8_0, five = is_q5(type);
     const int nb = (int)(n_cols / 32), n_full = nb / 16;
     const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
     __m512 acc[4][4];
@@ -425,6 +497,12 @@ INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, in
                 dot_pairs(NR, NT, dot, dot2, u0, u1, x, g / 2, g / 2 + 1, true);
             }
         } else {
+            /* Q5's fifth bits: byte b of lane j is block j's byte b, element 4 p + b's
+             * bit at p for groups 2 p, 2 p + 1, moved to bit 0 one pair at a time */
+            __m512i f[4];
+            if (five)
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) f[r] = _mm512_loadu_si512(chunk[r] + hdr - 64);
             for (int g = 0; g < 8; g += 2) {
                 __m512i lo[4], hi[4];
 #pragma GCC unroll 4
@@ -432,6 +510,10 @@ INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, in
                     __m512i v = quad_bytes(chunk[r] + hdr + 32 * g);
                     lo[r] = _mm512_and_si512(v, m4);
                     hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+                    if (five) {
+                        add_fifth(&lo[r], &hi[r], f[r]);
+                        f[r] = _mm512_srli_epi16(f[r], 1);
+                    }
                 }
                 dot_pairs(NR, NT, dot, dot2, lo, hi, x, g / 2, g / 2 + 4, true);
             }
@@ -491,8 +573,15 @@ INLINE __m512 q4_k_scales_mins(const uint8_t *s) {
     return _mm512_cvtepi32_ps(_mm512_or_si512(lo, hi));
 }
 
-INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
-                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+/* Against kq8_k (x8) the same lanes take four elements each: one word
+ * permute (quad_bytes) of pieces 2 i, 2 i + 1 gives vectors i and i + 2 of
+ * the quants' low 4 bits, and of Q6_K's two pieces of high bits those of all
+ * four vectors; Q5_K's fifth bits come by a word permute that puts the two
+ * bytes of lane j's sub-block in both halves of the lane. Then vpdpbusd, 4
+ * of them a super-block against 8 vpdpwssd, and the same scales (the units
+ * those of the coarse part). */
+INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
+                    const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     const size_t ahead = prefetch_distance(NR, row_bytes);
     const bool six = type == GL_TYPE_Q6_K, five = type == GL_TYPE_Q5_K;
     const int bb = six ? 210 : five ? 176 : 144;
@@ -501,6 +590,7 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
     const __m512i m4 = _mm512_set1_epi16(0x0f), m16 = _mm512_set1_epi16(0x10), m30 = _mm512_set1_epi16(0x30);
     const __m512i sub_scale = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i sub_min = _mm512_add_epi32(sub_scale, _mm512_set1_epi32(8));
+    const __m512i b4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10), b30 = _mm512_set1_epi8(0x30);
     __m512 acc[4][4];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
@@ -508,22 +598,57 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
         for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk[4];
-        const kq16_k *a[4];
+        const float *ad[4];
+        const int32_t *asum[4];
+        const float *as[4] = {0};
         __m512i dot[4][4], dot2[4][4], fifth[4];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * bb;
             prefetch_ahead(blk[r], bb, ahead, NT);
-            if (five) fifth[r] = _mm512_cvtepu8_epi16(load256(blk[r] + 144));
+            if (five && !x8) fifth[r] = _mm512_cvtepu8_epi16(load256(blk[r] + 144));
+            if (five && x8) { /* lane j: bytes 2 j, 2 j + 1 twice, the second pair's bits one further down */
+                static const uint16_t twice[32] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7,
+                                                   8, 8, 9, 9, 10, 10, 11, 11, 12, 12, 13, 13, 14, 14, 15, 15};
+                __m512i f = _mm512_permutexvar_epi16(_mm512_loadu_si512(twice), _mm512_castsi256_si512(load256(blk[r] + 144)));
+                fifth[r] = _mm512_mask_srli_epi16(f, (__mmask32)0xaaaaaaaau, f, 1);
+            }
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
         }
         const uint8_t *x[4];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
-            a[t] = (const kq16_k *)(act + (size_t)t * act_stride) + b;
-            x[t] = (const uint8_t *)&a[t]->q[0][0];
+            if (x8) {
+                const kq8_k *a = (const kq8_k *)(act + (size_t)t * act_stride) + b;
+                x[t] = (const uint8_t *)&a->q[0][0], ad[t] = a->d, asum[t] = a->sum, as[t] = a->s;
+            } else {
+                const kq16_k *a = (const kq16_k *)(act + (size_t)t * act_stride) + b;
+                x[t] = (const uint8_t *)&a->q[0][0], ad[t] = a->d, asum[t] = a->sum;
+            }
         }
+        if (x8) {
+#pragma GCC unroll 2
+            for (int i = 0; i < 2; i++) { /* pieces 2 i, 2 i + 1: vectors i, i + 2 */
+                __m512i u0[4], u1[4];
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) {
+                    __m512i l = quad_bytes(blk[r] + quants + 64 * i);
+                    u0[r] = _mm512_and_si512(l, b4);
+                    u1[r] = _mm512_and_si512(_mm512_srli_epi16(l, 4), b4);
+                    if (six) { /* vector u's high bits at 2 u, to bits 4, 5 */
+                        __m512i h = quad_bytes(blk[r] + 146);
+                        u0[r] = _mm512_or_si512(u0[r], _mm512_and_si512(_mm512_slli_epi16(h, 4 - 2 * i), b30));
+                        u1[r] = _mm512_or_si512(u1[r], _mm512_and_si512(_mm512_srli_epi16(h, 2 * i), b30));
+                    } else if (five) { /* vector u's at 2 u */
+                        __m512i f = _mm512_srli_epi16(fifth[r], 2 * i);
+                        u0[r] = _mm512_or_si512(u0[r], _mm512_and_si512(_mm512_slli_epi16(f, 4), b16));
+                        u1[r] = _mm512_or_si512(u1[r], _mm512_and_si512(f, b16));
+                    }
+                }
+                dot_pairs(NR, NT, dot, dot2, u0, u1, x, i, i + 2, true);
+            }
+        } else
         for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
             __m512i u0[4], u1[4];
 #pragma GCC unroll 4
@@ -555,9 +680,9 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
                     _mm512_set1_ps(f16_at(blk[r])));
 #pragma GCC unroll 4
                 for (int t = 0; t < NT; t++) {
-                    __m512i q = _mm512_sub_epi32(dot[r][t], _mm512_slli_epi32(_mm512_loadu_si512(a[t]->sum), 5));
+                    __m512i q = _mm512_sub_epi32(dot[r][t], _mm512_slli_epi32(_mm512_loadu_si512(asum[t]), 5));
                     acc[r][t] =
-                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_mul_ps(sd, _mm512_loadu_ps(a[t]->d)), acc[r][t]);
+                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_mul_ps(sd, _mm512_loadu_ps(ad[t])), acc[r][t]);
                 }
                 continue;
             }
@@ -566,10 +691,11 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
             __m512 md = _mm512_mul_ps(_mm512_permutexvar_ps(sub_min, sm), _mm512_set1_ps(f16_at(blk[r] + 2)));
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) {
-                __m512 unit = _mm512_loadu_ps(a[t]->d);
+                __m512 unit = _mm512_loadu_ps(ad[t]);
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), _mm512_mul_ps(sd, unit), acc[r][t]);
-                acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(a[t]->sum)), _mm512_mul_ps(md, unit),
-                                             acc[r][t]);
+                if (x8) acc[r][t] = _mm512_fnmadd_ps(md, _mm512_loadu_ps(as[t]), acc[r][t]);
+                else acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(asum[t])),
+                                                  _mm512_mul_ps(md, unit), acc[r][t]);
             }
         }
     }
@@ -577,6 +703,16 @@ INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
+}
+
+INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                     size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_kq(type, false, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride);
+}
+
+INLINE void tile_k8(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                    size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_kq(type, true, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride);
 }
 
 /* Packed tiles: 2 rows x 4 tokens keep 8 integer and 8 float accumulators
@@ -674,9 +810,16 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_q8_0, tile_x16, GL_TYPE_Q8_0, false) /* pac
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q4_0, tile_x8, GL_TYPE_Q4_0, true) /* packed_rows_x8_q4_0_avx512, packed_rows_x8_q4_0_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q4_1, tile_x8, GL_TYPE_Q4_1, true) /* packed_rows_x8_q4_1_avx512, packed_rows_x8_q4_1_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q8_0, tile_x8, GL_TYPE_Q8_0, true) /* packed_rows_x8_q8_0_avx512, packed_rows_x8_q8_0_whole_avx512 */
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_0, tile_x16, GL_TYPE_Q5_0, false) /* packed_rows_q5_0_avx512, packed_rows_q5_0_whole_avx512 */
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_1, tile_x16, GL_TYPE_Q5_1, false) /* packed_rows_q5_1_avx512, packed_rows_q5_1_whole_avx512 */
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_0, tile_x8, GL_TYPE_Q5_0, true) /* packed_rows_x8_q5_0_avx512, packed_rows_x8_q5_0_whole_avx512 */
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* packed_rows_x8_q5_1_avx512, packed_rows_x8_q5_1_whole_avx512 */
 DEFINE_PACKED_ROWS(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K) /* packed_rows_q6_k_avx512 */
 DEFINE_PACKED_ROWS(packed_rows_q4_k, tile_k16, GL_TYPE_Q4_K) /* packed_rows_q4_k_avx512 */
 DEFINE_PACKED_ROWS(packed_rows_q5_k, tile_k16, GL_TYPE_Q5_K) /* packed_rows_q5_k_avx512 */
+DEFINE_PACKED_ROWS(packed_rows_x8_q6_k, tile_k8, GL_TYPE_Q6_K) /* packed_rows_x8_q6_k_avx512 */
+DEFINE_PACKED_ROWS(packed_rows_x8_q4_k, tile_k8, GL_TYPE_Q4_K) /* packed_rows_x8_q4_k_avx512 */
+DEFINE_PACKED_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_x8_q5_k_avx512 */
 
 /* A block of up to 16 positions is one vector: each head's scores build up
  * over the channels in registers, four partial sums per head (a fixed order

@@ -33,12 +33,15 @@ static const kern_impl FN(impl) = {
 #if SIMD_AVX512
     .packed_rows = {
         [GL_TYPE_Q4_0] = FN(packed_rows_q4_0), [GL_TYPE_Q4_1] = FN(packed_rows_q4_1),
+        [GL_TYPE_Q5_0] = FN(packed_rows_q5_0), [GL_TYPE_Q5_1] = FN(packed_rows_q5_1),
         [GL_TYPE_Q8_0] = FN(packed_rows_q8_0), [GL_TYPE_Q6_K] = FN(packed_rows_q6_k),
         [GL_TYPE_Q4_K] = FN(packed_rows_q4_k), [GL_TYPE_Q5_K] = FN(packed_rows_q5_k),
     },
     .packed_rows_x8 = {
         [GL_TYPE_Q4_0] = FN(packed_rows_x8_q4_0), [GL_TYPE_Q4_1] = FN(packed_rows_x8_q4_1),
-        [GL_TYPE_Q8_0] = FN(packed_rows_x8_q8_0),
+        [GL_TYPE_Q5_0] = FN(packed_rows_x8_q5_0), [GL_TYPE_Q5_1] = FN(packed_rows_x8_q5_1),
+        [GL_TYPE_Q8_0] = FN(packed_rows_x8_q8_0), [GL_TYPE_Q4_K] = FN(packed_rows_x8_q4_k),
+        [GL_TYPE_Q5_K] = FN(packed_rows_x8_q5_k), [GL_TYPE_Q6_K] = FN(packed_rows_x8_q6_k),
     },
 #endif
     .attend = FN(attend),

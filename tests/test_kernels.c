@@ -87,13 +87,13 @@ static void act_as_seen(kern_act_kind kind, const float *x, int64_t n, float *se
         memcpy(seen, x, (size_t)n * sizeof *x);
         for (int64_t i = 0; i < n; i++) half_step[i] = 0;
     } else if (kind == KERN_ACT_Q8_32 || kind == KERN_ACT_Q16_X16 || kind == KERN_ACT_Q16_K || kind == KERN_ACT_Q8_X8 ||
-               kind == KERN_ACT_Q8_32_COARSE) {
+               kind == KERN_ACT_Q8_32_COARSE || kind == KERN_ACT_Q8_K) {
         /* the 16-bit forms hold the same 32-element blocks, rearranged; the
          * 8-bit one their coarse parts, but for a last chunk of < 16 blocks */
         kq8_32 *q = malloc((size_t)(n / 32) * sizeof *q);
         kern_quantize_32_ref(x, q, n);
         for (int64_t i = 0; i < n; i++) {
-            bool coarse = kind == KERN_ACT_Q8_32_COARSE ||
+            bool coarse = kind == KERN_ACT_Q8_32_COARSE || kind == KERN_ACT_Q8_K ||
                           (kind == KERN_ACT_Q8_X8 && (i < n / 512 * 512 || n % 512 / 32 <= KQ_SHORT_TAIL));
             seen[i] = q[i / 32].d * (256 * q[i / 32].q[i % 32] + (coarse ? 0 : q[i / 32].q2[i % 32]));
             half_step[i] = q[i / 32].d * (coarse ? 128 : 1); /* q2 may clip to 127 at a half step of q */
@@ -118,7 +118,7 @@ static const char *const form_name[] = {"", " packed", " packed x8", " x8"};
 
 static kern_act_kind act_kind_for(uint32_t type, rows_form form) {
     if (form == PLAIN_X8) return kern_act_kind_of(type) == KERN_ACT_Q8_32 ? KERN_ACT_Q8_32_COARSE : KERN_ACT_Q8_256_COARSE;
-    return form == PACKED_X8 ? KERN_ACT_Q8_X8 : form == PACKED ? kern_packed_act_kind(type) : kern_act_kind_of(type);
+    return form == PACKED_X8 ? kern_packed_x8_act_kind(type) : form == PACKED ? kern_packed_act_kind(type) : kern_act_kind_of(type);
 }
 
 /* Run impl's rows function on rows [r0, r1) for tokens [t0, t1); out is n_tok x n_rows.
@@ -133,6 +133,7 @@ static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, con
                     : kind == KERN_ACT_Q16_X16 ? (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk)
                     : kind == KERN_ACT_Q16_K   ? (size_t)(n_cols / 256) * sizeof(kq16_k)
                     : kind == KERN_ACT_Q8_X8   ? kq8_x8_row_bytes(n_cols)
+                    : kind == KERN_ACT_Q8_K    ? (size_t)(n_cols / 256) * sizeof(kq8_k)
                                                 : (size_t)n_cols * sizeof(float);
     uint8_t *act = malloc(stride * (size_t)n_tok);
     for (int t = 0; t < n_tok; t++) {
@@ -144,6 +145,7 @@ static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, con
         else if (kind == KERN_ACT_Q16_X16) kern_quantize_x16(impl, xt, (kq16_chunk *)(act + t * stride), n_cols);
         else if (kind == KERN_ACT_Q16_K) kern_quantize_k16(impl, xt, (kq16_k *)(act + t * stride), n_cols);
         else if (kind == KERN_ACT_Q8_X8) kern_quantize_x8(impl, xt, act + t * stride, n_cols);
+        else if (kind == KERN_ACT_Q8_K) kern_quantize_k8(impl, xt, (kq8_k *)(act + t * stride), n_cols);
         else if (kind == KERN_ACT_Q8_256) impl->quantize_256(xt, (kq8_256 *)(act + t * stride), n_cols);
         else memcpy(act + t * stride, xt, stride);
     }
@@ -383,7 +385,8 @@ END_TEST
  * coarse rounding of the scalar path's. Row lengths of 20 and 28 blocks are
  * Gemma 3's and Qwen2.5's. */
 START_TEST(matmul_x8_is_batch_and_thread_invariant) {
-    static const uint32_t types[] = {GL_TYPE_Q5_0, GL_TYPE_Q5_1, GL_TYPE_Q4_0, GL_TYPE_Q8_0, GL_TYPE_Q4_K, GL_TYPE_Q6_K};
+    static const uint32_t types[] = {GL_TYPE_Q5_0, GL_TYPE_Q5_1, GL_TYPE_Q4_0, GL_TYPE_Q8_0, GL_TYPE_Q4_K, GL_TYPE_Q6_K,
+                                     GL_TYPE_Q5_K};
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (int pack = 0; pack < 2; pack++) {
             uint32_t type = types[ti];
