@@ -1,0 +1,176 @@
+"""The llama.cpp comparison scripts, without llama.cpp: scripts/bench-vs-llamacpp
+against a stub llama-bench that prints llama-bench's output formats, and the
+real genloop bench on the tiny test model."""
+import importlib.machinery
+import importlib.util
+import json
+import os
+import stat
+import subprocess
+import sys
+
+import pytest
+from conftest import SOURCE_DIR
+from server_util import binary, tiny_model
+
+SCRIPT = SOURCE_DIR / "scripts" / "bench-vs-llamacpp"
+
+
+def load(path, name):
+    loader = importlib.machinery.SourceFileLoader(name, str(path))
+    spec = importlib.util.spec_from_loader(name, loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+# What llama-bench -o json prints (fields cut to those the script reads and a few more).
+LLAMA_JSON = """[
+  {
+    "build_commit": "0c1e570",
+    "build_number": 1,
+    "cpu_info": "Intel(R) Xeon(R) Platinum 8481C",
+    "model_filename": "m.gguf",
+    "n_threads": 2,
+    "n_prompt": 512,
+    "n_gen": 0,
+    "n_depth": 0,
+    "avg_ts": 812.5,
+    "stddev_ts": 0.0,
+    "samples_ns": [ 630153000 ],
+    "samples_ts": [ 812.5 ]
+  },
+  {
+    "build_commit": "0c1e570",
+    "build_number": 1,
+    "n_prompt": 0,
+    "n_gen": 128,
+    "n_depth": 0,
+    "avg_ts": 101.25,
+    "stddev_ts": 0.0,
+    "samples_ns": [ 1264197000 ],
+    "samples_ts": [ 101.25 ]
+  }
+]
+"""
+
+LLAMA_MD = """| model                          |       size |     params | backend    | threads |            test |                  t/s |
+| ------------------------------ | ---------: | ---------: | ---------- | ------: | --------------: | -------------------: |
+| llama ?B Q4_1                  |  85.84 MiB |   134.52 M | CPU        |       2 |           pp512 |        812.50 ± 3.10 |
+| llama ?B Q4_1                  |  85.84 MiB |   134.52 M | CPU        |       2 |           tg128 |        101.25 ± 0.40 |
+
+build: 0c1e570 (1)
+"""
+
+
+@pytest.fixture(scope="module")
+def mod():
+    return load(SCRIPT, "bench_vs_llamacpp")
+
+
+def test_parse_llama_bench_json_jsonl_markdown(mod):
+    want = {"pp": 812.5, "tg": 101.25, "build": "0c1e570 (1)"}
+    assert mod.parse_llama_bench(LLAMA_JSON) == want
+    jsonl = "\n".join(json.dumps(r) for r in json.loads(LLAMA_JSON))
+    assert mod.parse_llama_bench(jsonl) == want
+    assert mod.parse_llama_bench(LLAMA_MD) == want
+    assert mod.parse_llama_bench("") == {}
+
+
+@pytest.fixture
+def stub_bin(tmp_path):
+    """A folder with a llama-bench that logs its arguments and prints LLAMA_JSON."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    exe = folder / "llama-bench"
+    log = tmp_path / "calls.log"
+    exe.write_text(f"#!{sys.executable}\nimport sys\n"
+                   f"open({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+                   f"if '--fail' in open({str(log)!r}).read(): sys.exit('llama-bench: boom')\n"
+                   f"sys.stdout.write({LLAMA_JSON!r})\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    return folder, log
+
+
+def test_table_against_stub_llama_bench(stub_bin, tmp_path):
+    folder, log = stub_bin
+    out_json = tmp_path / "res.json"
+    r = subprocess.run([sys.executable, str(SCRIPT), "--llamacpp-bin", str(folder), "--genloop", str(binary()),
+                        "-r", "2", "-p", "32", "-n", "8", "--lock", str(tmp_path / "lock"),
+                        "--json", str(out_json), f"tiny={tiny_model()}"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    calls = log.read_text().splitlines()
+    assert len(calls) == 2 and all("-p 32 -n 8 -t 2 -r 1 -o json" in c for c in calls), calls
+    lines = r.stdout.strip().splitlines()
+    assert lines[0].startswith("llama.cpp build 0c1e570 (1); 2 threads; medians of 2")
+    assert lines[1] == ("| model | llama.cpp pp32 | genloop pp32 16/8-bit | ratio | "
+                        "llama.cpp tg8 | genloop tg8 16/8-bit | ratio |")
+    cells = [c.strip() for c in lines[3].strip("|").split("|")]
+    assert cells[0] == "tiny" and cells[1] == "812.5" and cells[4] == "101.2"
+    res = json.loads(out_json.read_text())["results"][0]
+    for k, col in (("pp", 2), ("tg", 5)):
+        ours = [res["median"][f"genloop{b}"][k] for b in (16, 8)]
+        ref = res["median"]["llama.cpp"][k]
+        assert all(v > 0 for v in ours) and len(res["samples"]["genloop16"][k]) == 2
+        assert cells[col] == " / ".join(f"{v:.1f}" for v in ours)
+        assert cells[col + 1] == " / ".join(f"{v / ref:.2f}x" for v in ours)
+    # rounds alternate: round 1 starts with llama.cpp, round 2 ends with it
+    order = [line.split(": ")[0].split()[-1] for line in r.stderr.splitlines() if " round " in line]
+    assert order == ["llama.cpp", "genloop16", "genloop8", "genloop8", "genloop16", "llama.cpp"], order
+
+
+@pytest.mark.parametrize("args, msg", [
+    ([], "LLAMACPP_BIN"),
+    (["--llamacpp-bin", "/nonexistent"], "/nonexistent/llama-bench is not an executable"),
+    (["--activation-bits", "4"], "--activation-bits"),
+])
+def test_bad_arguments_are_one_clear_line(args, msg, stub_bin):
+    env = {k: v for k, v in os.environ.items() if k != "LLAMACPP_BIN"}
+    if args[:1] == ["--activation-bits"]:
+        args = args + ["--llamacpp-bin", str(stub_bin[0])]
+    r = subprocess.run([sys.executable, str(SCRIPT), *args, tiny_model()], capture_output=True, text=True, env=env)
+    assert r.returncode == 2 and msg in r.stderr, r.stderr
+
+
+def test_llama_bench_failure_is_reported(stub_bin):
+    folder, log = stub_bin
+    log.write_text("--fail\n")
+    r = subprocess.run([sys.executable, str(SCRIPT), "--llamacpp-bin", str(folder), "--genloop", str(binary()),
+                        "-r", "1", "-p", "16", "-n", "4", tiny_model()], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1 and "llama-bench exited with status 1: llama-bench: boom" in r.stderr, r.stderr
+
+
+def test_bench_compare_mode_against_stub_llama_server(tmp_path):
+    """scripts/bench --llama-server, with a stub that is genloop serve under
+    llama-server's flags: both sides are measured, ratios printed."""
+    stub = tmp_path / "llama-server"
+    args_log = tmp_path / "args.log"
+    stub.write_text(f"""#!{sys.executable}
+import os, sys
+a = sys.argv[1:]
+open({str(args_log)!r}, "w").write(" ".join(a))
+v = lambda flag: a[a.index(flag) + 1]
+os.execv({str(binary())!r}, [{str(binary())!r}, "serve", "-m", v("-m"), "--port", v("--port"),
+         "--max-seqs", v("-np"), "-t", v("-t"), "--max-waiting", "64"])
+""")
+    stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
+    csv_path, png = tmp_path / "b.csv", tmp_path / "b.png"
+    r = subprocess.run([sys.executable, str(SOURCE_DIR / "scripts" / "bench"), "-m", tiny_model(),
+                        "--llama-server", str(stub), "-c", "1,2", "--prompt-tokens", "20", "-n", "8",
+                        "--rounds", "2", "--loaded-ttft", "2", "--loaded-tokens", "64", "--lock", str(tmp_path / "lock"),
+                        "--csv", str(csv_path), "--png", str(png)],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "-np 3 -c " in args_log.read_text() and "-t 2" in args_log.read_text()
+    out = r.stdout
+    ratio_rows = [line for line in out.splitlines() if line.startswith("| 1 |") or line.startswith("| 2 |")]
+    assert len(ratio_rows) == 2, out
+    for line in ratio_rows:
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert float(cells[1]) > 0 and float(cells[2]) > 0 and float(cells[3]) > 0, line
+    assert "short prompt, 2 streams decoding: TTFT genloop" in out
+    rows = csv_path.read_text().splitlines()
+    assert rows[0].startswith("server,clients,") and len(rows) == 5
+    assert sorted(r.split(",")[0] for r in rows[1:]) == ["genloop"] * 2 + ["llama-server"] * 2
+    assert all(r.split(",")[3] == "0" for r in rows[1:])  # no failed requests
