@@ -5,6 +5,7 @@ import importlib.machinery
 import importlib.util
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -158,7 +159,7 @@ os.execv({str(binary())!r}, [{str(binary())!r}, "serve", "-m", v("-m"), "--port"
     csv_path, png = tmp_path / "b.csv", tmp_path / "b.png"
     r = subprocess.run([sys.executable, str(SOURCE_DIR / "scripts" / "bench"), "-m", tiny_model(),
                         "--llama-server", str(stub), "-c", "1,2", "--prompt-tokens", "20", "-n", "8",
-                        "--rounds", "2", "--loaded-ttft", "2", "--loaded-tokens", "64", "--lock", str(tmp_path / "lock"),
+                        "--rounds", "2", "--loaded-ttft", "2", "--loaded-tokens", "64", "--sweep-batch-tokens", "16", "--lock", str(tmp_path / "lock"),
                         "--csv", str(csv_path), "--png", str(png)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
@@ -171,6 +172,8 @@ os.execv({str(binary())!r}, [{str(binary())!r}, "serve", "-m", v("-m"), "--port"
         assert float(cells[1]) > 0 and float(cells[2]) > 0 and float(cells[3]) > 0, line
     assert "short prompt, 2 streams decoding: TTFT genloop" in out
     rows = csv_path.read_text().splitlines()
-    assert rows[0].startswith("server,clients,") and len(rows) == 5
-    assert sorted(r.split(",")[0] for r in rows[1:]) == ["genloop"] * 2 + ["llama-server"] * 2
+    assert rows[0].startswith("server,clients,") and len(rows) == 7
+    assert sorted(r.split(",")[0] for r in rows[1:]) == ["genloop"] * 2 + ["genloop b=16"] * 2 + ["llama-server"] * 2
+    if shutil.which("gnuplot"):
+        assert png.stat().st_size > 0 and (tmp_path / "b-tradeoff.png").stat().st_size > 0
     assert all(r.split(",")[3] == "0" for r in rows[1:])  # no failed requests
