@@ -104,7 +104,7 @@ def test_table_against_stub_llama_bench(stub_bin, tmp_path):
     calls = log.read_text().splitlines()
     assert len(calls) == 2 and all("-p 32 -n 8 -t 2 -r 1 -o json" in c for c in calls), calls
     lines = r.stdout.strip().splitlines()
-    assert lines[0].startswith("llama.cpp build 0c1e570 (1); 2 threads; medians of 2")
+    assert lines[0].startswith("llama.cpp build 0c1e570 (1); 2 threads; medians of 2") and "load average" in lines[0]
     assert lines[1] == ("| model | llama.cpp pp32 | genloop pp32 16/8-bit | ratio | "
                         "llama.cpp tg8 | genloop tg8 16/8-bit | ratio |")
     cells = [c.strip() for c in lines[3].strip("|").split("|")]
