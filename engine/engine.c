@@ -13,6 +13,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "drafter.h"
 #include "gl_error.h"
 #include "grammar.h"
 #include "kernels.h"
@@ -39,6 +40,7 @@ struct gl_engine {
     float *logits;            /* [max_logits][n_vocab] */
     gl_top_logprob *top;      /* [20] */
     gr_vocab *vocab;          /* token bytes for grammar masks */
+    gl_drafter *drafter;      /* NULL: speculative decoding off */
     int32_t *eog_ids;         /* end-of-generation tokens, banned under min_tokens */
     int n_eog;
 
@@ -85,6 +87,10 @@ void gl_engine_params_default(gl_engine_params *p) {
     p->max_waiting = 256;
     p->prefix_caching = true;
     p->activation_bits = 16;
+    p->spec_mode = GL_SPEC_OFF;
+    p->spec_max_tokens = 8;
+    p->spec_ngram_min = 2;
+    p->spec_ngram_max = 4;
 }
 
 bool gl_activation_bits_valid(int bits) { return bits == 8 || bits == 16; }
@@ -159,6 +165,17 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
         gl_error_set(err, "kv_type must be f16, q8_0 or f32");
         return NULL;
     }
+    if (p.spec_mode != GL_SPEC_OFF && p.spec_mode != GL_SPEC_NGRAM) {
+        gl_error_set(err, "unknown speculative decoding mode %d", p.spec_mode);
+        return NULL;
+    }
+    if (p.spec_mode != GL_SPEC_OFF &&
+        (p.spec_max_tokens < 1 || p.spec_max_tokens > GL_SPEC_MAX || p.spec_ngram_min < 1 ||
+         p.spec_ngram_max < p.spec_ngram_min || p.spec_ngram_max > 64)) {
+        gl_error_set(err, "speculative decoding: max tokens must be 1..%d and the n-gram range 1 <= min <= max <= 64 "
+                     "(got %d, %d..%d)", GL_SPEC_MAX, p.spec_max_tokens, p.spec_ngram_min, p.spec_ngram_max);
+        return NULL;
+    }
     if (!gl_activation_bits_valid(p.activation_bits)) {
         gl_error_set(err, "activation_bits must be 8 or 16, got %d", p.activation_bits);
         return NULL;
@@ -197,8 +214,12 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
         goto fail;
     }
     kern_pool_set_act_bits(e->pool, p.activation_bits); /* validated above */
+    /* drafted tokens' rows: at most a full draft for every sequence, and no
+     * more than the batch holds tokens */
+    int draft_rows = p.spec_mode == GL_SPEC_OFF ? 0 : p.max_seqs * p.spec_max_tokens;
+    if (draft_rows > p.max_batch_tokens) draft_rows = p.max_batch_tokens;
     sched_limits limits = {.max_batch_tokens = p.max_batch_tokens, .max_seqs = p.max_seqs,
-                           .max_logits = p.max_seqs + PROMPT_LOGPROB_ROWS};
+                           .max_logits = p.max_seqs + PROMPT_LOGPROB_ROWS + draft_rows};
     e->rs = model_run_state_create(model, p.max_batch_tokens, limits.max_logits, err);
     if (!e->rs) goto fail;
     int T = p.max_batch_tokens;
@@ -207,6 +228,13 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     e->logits = malloc((size_t)limits.max_logits * (size_t)c->n_vocab * sizeof(float));
     e->top = calloc(20, sizeof *e->top);
     e->vocab = engine_vocab(e, model);
+    if (p.spec_mode != GL_SPEC_OFF) {
+        drafter_params dp = {.mode = p.spec_mode, .ngram_min = p.spec_ngram_min, .ngram_max = p.spec_ngram_max};
+        if (!(e->drafter = drafter_create(&dp))) {
+            gl_error_set(err, "out of memory for the drafter");
+            goto fail;
+        }
+    }
     e->b_tokens = malloc((size_t)T * sizeof(int32_t));
     e->b_positions = malloc((size_t)T * sizeof(int32_t));
     e->b_seq_of_token = malloc((size_t)T * sizeof(int32_t));
@@ -237,6 +265,7 @@ void gl_engine_free(gl_engine *e) {
     free(e->logits);
     free(e->top);
     gr_vocab_free(e->vocab);
+    drafter_free(e->drafter);
     free(e->eog_ids);
     free(e->cancel_ids);
     free(e->b_tokens);
@@ -290,6 +319,7 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     s->min_tokens = req->min_tokens;
     s->no_prefix_cache = req->no_prefix_cache;
     s->prompt_progress = req->prompt_progress;
+    s->spec_len = e->drafter && !req->no_speculation ? e->params.spec_max_tokens : 0;
     s->progress_sent = -1;
     s->prompt_logprobs = req->prompt_logprobs;
     s->n_logprobs = req->sampling.n_logprobs;
@@ -377,6 +407,8 @@ static void emit_finished(gl_seq *s, gl_finish_reason reason, const char *error,
         .t_queued = (s->t_scheduled > 0 ? s->t_scheduled : t) - s->t_submit,
         .t_first_token = s->t_first_token > 0 ? s->t_first_token - s->t_submit : 0,
         .t_total = t - s->t_submit,
+        .n_draft_tokens = s->n_draft_total,
+        .n_accepted_tokens = s->n_accepted_total,
     };
     if (fn) fn(&ev, ctx);
 }
@@ -484,12 +516,15 @@ static void emit_progress(gl_seq *s, int processed, gl_event_fn fn, void *ctx) {
 }
 
 /* Sample r's next token from its logits row, append it and stream its
- * text; finish r at an end-of-generation token, a stop string or a limit. */
-static void sample_and_append(gl_engine *e, gl_seq *r, float *row, gl_event_fn fn, void *ctx) {
+ * text. Returns why r must finish (an end-of-generation token, a stop
+ * string, a limit) or GL_FINISH_NONE; *error says why on GL_FINISH_ERROR.
+ * The caller finishes r. */
+static gl_finish_reason sample_and_append(gl_engine *e, gl_seq *r, float *row, const char **error, gl_event_fn fn,
+                                          void *ctx) {
     const gl_model *m = e->model;
     if (r->grammar && gr_matcher_mask(r->grammar, row) == 0) {
-        finish(e, r, GL_FINISH_ERROR, "the grammar allows no token here", fn, ctx);
-        return;
+        *error = "the grammar allows no token here";
+        return GL_FINISH_ERROR;
     }
     float logprob = NAN;
     if (r->n_generated < r->min_tokens && !r->ignore_eos)
@@ -497,12 +532,12 @@ static void sample_and_append(gl_engine *e, gl_seq *r, float *row, gl_event_fn f
     int32_t tok = sampler_sample(r->sampler, row, r->logprobs ? &logprob : NULL, r->logprobs ? e->top : NULL);
     if (r->t_first_token == 0) r->t_first_token = now_s();
     if ((!r->ignore_eos || r->grammar) && tok_is_eog(m->tokenizer, tok)) {
-        finish(e, r, GL_FINISH_STOP, NULL, fn, ctx);
-        return;
+        r->tokens[r->n_tokens] = tok; /* not appended, but seen by the draft check */
+        return GL_FINISH_STOP;
     }
     if (r->grammar && !gr_matcher_accept_token(r->grammar, tok)) {
-        finish(e, r, GL_FINISH_ERROR, "the grammar's run-time bounds (parse stacks, depth) were exceeded", fn, ctx);
-        return;
+        *error = "the grammar's run-time bounds (parse stacks, depth) were exceeded";
+        return GL_FINISH_ERROR;
     }
     sampler_accept(r->sampler, tok);
     r->tokens[r->n_tokens++] = tok;
@@ -516,28 +551,78 @@ static void sample_and_append(gl_engine *e, gl_seq *r, float *row, gl_event_fn f
                    .text = text, .text_len = text_len, .logprob = logprob, .n_top = r->logprobs ? r->n_logprobs : 0,
                    .top = e->top, .n_generated = r->n_generated};
     if (fn) fn(&ev, ctx);
-    if (stopped || (r->grammar && gr_matcher_is_done(r->grammar))) finish(e, r, GL_FINISH_STOP, NULL, fn, ctx);
-    else if (r->n_generated >= r->max_generated || r->n_tokens >= r->cap_tokens)
-        finish(e, r, GL_FINISH_LENGTH, NULL, fn, ctx);
+    if (stopped || (r->grammar && gr_matcher_is_done(r->grammar))) return GL_FINISH_STOP;
+    if (r->n_generated >= r->max_generated || r->n_tokens >= r->cap_tokens) return GL_FINISH_LENGTH;
+    return GL_FINISH_NONE;
+}
+
+/* Speculative verification: samples r's rows in order (row j predicts the
+ * token after the known one and the first j drafted tokens) and keeps
+ * going while the sampled token equals the drafted one. Each row is sampled
+ * exactly as without drafts (grammar mask, penalties, RNG draw, events and
+ * stop rules after the tokens before it), so greedy output is unchanged
+ * and, a draft being a point mass, sampling "accept while equal" is the
+ * speculative sampling rule: the output distribution is unchanged too.
+ * Returns false when r finished (and is freed). */
+static bool verify_drafts(gl_engine *e, gl_seq *r, const sched_entry *en, gl_event_fn fn, void *ctx) {
+    int n_vocab = e->model->config.n_vocab, k = en->n_draft, base = r->n_tokens;
+    int32_t draft[GL_SPEC_MAX];
+    memcpy(draft, r->tokens + base, (size_t)k * sizeof *draft); /* sampling overwrites them */
+    r->n_draft = 0;
+    int accepted = 0;
+    gl_finish_reason why = GL_FINISH_NONE;
+    const char *error = NULL;
+    for (int j = 0; j <= k; j++) {
+        float *row = e->logits + (size_t)(en->sample_row + j) * (size_t)n_vocab;
+        why = sample_and_append(e, r, row, &error, fn, ctx);
+        bool match = j < k && why != GL_FINISH_ERROR && r->tokens[base + j] == draft[j];
+        if (match) {
+            accepted++;
+            e->stats.spec_accepted_at[j]++;
+        }
+        if (why != GL_FINISH_NONE || !match) break;
+    }
+    if (k > 0) {
+        e->stats.spec_drafts++;
+        e->stats.spec_draft_tokens += (uint64_t)k;
+        e->stats.spec_accepted_tokens += (uint64_t)accepted;
+        r->n_draft_total += k;
+        r->n_accepted_total += accepted;
+    }
+    if (why != GL_FINISH_NONE) {
+        finish(e, r, why, error, fn, ctx);
+        return false;
+    }
+    /* accepted drafts' K/V stay; the rejected positions' blocks go back */
+    r->num_computed_tokens += accepted;
+    kv_publish_full_blocks(e->kvm, &r->kv, r->num_computed_tokens);
+    kv_trim_slots(e->kvm, &r->kv, r->n_tokens);
+    return true;
+}
+
+/* Drafted tokens for r's next step, written after its last token. */
+static void propose_drafts(gl_engine *e, gl_seq *r) {
+    int room = r->max_generated - r->n_generated;
+    if (r->cap_tokens - r->n_tokens < room) room = r->cap_tokens - r->n_tokens;
+    int k = r->spec_len < room - 1 ? r->spec_len : room - 1; /* the last row's token needs room too */
+    r->n_draft = k > 0 ? drafter_propose(e->drafter, r->tokens, r->n_tokens, k, r->tokens + r->n_tokens) : 0;
 }
 
 /* Advances every planned sequence past the tokens just computed and
- * samples those whose plan ends at their last token. */
+ * samples those whose plan ends at their last token (and drafted ones). */
 static void update_from_output(gl_engine *e, const sched_plan *plan, gl_event_fn fn, void *ctx) {
-    int n_vocab = e->model->config.n_vocab;
     for (int si = 0; si < plan->n_entries; si++) {
         const sched_entry *en = &plan->entries[si];
         gl_seq *r = en->seq;
         if (r->prompt_logprobs >= 0 && r->num_computed_tokens < r->n_prompt) emit_prompt_logprobs(e, en, fn, ctx);
         if (r->progress_sent < 0) emit_progress(r, r->num_computed_tokens, fn, ctx); /* the start: the cache hit */
-        r->num_computed_tokens += en->n_tokens;
+        int before = r->num_computed_tokens;
+        /* drafted positions count once accepted (verify_drafts) */
+        r->num_computed_tokens += en->n_tokens - (en->sample_row >= 0 ? en->n_draft : 0);
         kv_publish_full_blocks(e->kvm, &r->kv, r->num_computed_tokens);
-        if (r->num_computed_tokens - en->n_tokens < r->n_prompt) emit_progress(r, r->num_computed_tokens, fn, ctx);
+        if (before < r->n_prompt) emit_progress(r, r->num_computed_tokens, fn, ctx);
         if (en->sample_row < 0) continue; /* mid-prompt chunk */
-        float *row = e->logits + (size_t)en->sample_row * (size_t)n_vocab;
-        /* HOOK logits constraint: a per-sequence constraint (grammar mask)
-         * edits row here, right before sampling. */
-        sample_and_append(e, r, row, fn, ctx);
+        if (verify_drafts(e, r, en, fn, ctx) && r->spec_len > 0) propose_drafts(e, r);
     }
 }
 
