@@ -7,6 +7,7 @@
  * Submitting threads hand requests and cancels over under the mutex; one
  * thread runs the steps. */
 #include <math.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -41,6 +42,14 @@ struct gl_engine {
     gl_top_logprob *top;      /* [20] */
     gr_vocab *vocab;          /* token bytes for grammar masks */
     gl_drafter *drafter;      /* NULL: speculative decoding off */
+    /* the draft-length rule (README "Speculative decoding"): step time
+     * against batch tokens, fitted as t0 + t1 x tokens over recent steps */
+    double fit_w, fit_x, fit_y, fit_xx, fit_xy; /* exponentially weighted sums */
+    double last_step_s;       /* the latest forward pass's time */
+    double spec_threshold;    /* a drafted token is worth its cost when its acceptance
+                                 probability exceeds this: t1 x tokens generated per second */
+    int step_generated;       /* tokens appended in the current step */
+    double gen_rate;          /* tokens generated per second of forward pass (moving average) */
     int32_t *eog_ids;         /* end-of-generation tokens, banned under min_tokens */
     int n_eog;
 
@@ -320,6 +329,7 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     s->no_prefix_cache = req->no_prefix_cache;
     s->prompt_progress = req->prompt_progress;
     s->spec_len = e->drafter && !req->no_speculation ? e->params.spec_max_tokens : 0;
+    s->spec_accept = 0.7; /* optimistic: a new sequence drafts fully until it learns */
     s->progress_sent = -1;
     s->prompt_logprobs = req->prompt_logprobs;
     s->n_logprobs = req->sampling.n_logprobs;
@@ -464,7 +474,11 @@ static bool run_model(gl_engine *e, const sched_plan *plan, gl_event_fn fn, void
     e->stats.n_steps++;
     e->stats.last_batch_tokens = plan->n_tokens;
     e->stats.last_batch_seqs = plan->n_entries;
-    if (!model_forward(e->model, e->rs, e->pool, e->kv, &batch, e->logits, &err)) return true;
+    double t0 = now_s();
+    if (!model_forward(e->model, e->rs, e->pool, e->kv, &batch, e->logits, &err)) {
+        e->last_step_s = now_s() - t0;
+        return true;
+    }
     for (int si = 0; si < plan->n_entries; si++) finish(e, plan->entries[si].seq, GL_FINISH_ERROR, err.message, fn, ctx);
     e->stats.last_batch_seqs = 0;
     return false;
@@ -542,6 +556,7 @@ static gl_finish_reason sample_and_append(gl_engine *e, gl_seq *r, float *row, c
     sampler_accept(r->sampler, tok);
     r->tokens[r->n_tokens++] = tok;
     r->n_generated++;
+    e->step_generated++;
     size_t piece_len;
     const char *piece = tok_piece(m->tokenizer, tok, &piece_len);
     const char *text;
@@ -583,6 +598,9 @@ static bool verify_drafts(gl_engine *e, gl_seq *r, const sched_entry *en, gl_eve
         if (why != GL_FINISH_NONE || !match) break;
     }
     if (k > 0) {
+        /* positions tested: the accepted ones and the first rejected one */
+        for (int j = 0; j < accepted + (accepted < k); j++)
+            r->spec_accept = 0.85 * r->spec_accept + 0.15 * (j < accepted);
         e->stats.spec_drafts++;
         e->stats.spec_draft_tokens += (uint64_t)k;
         e->stats.spec_accepted_tokens += (uint64_t)accepted;
@@ -600,11 +618,26 @@ static bool verify_drafts(gl_engine *e, gl_seq *r, const sched_entry *en, gl_eve
     return true;
 }
 
+/* Draft length for r: the j-th drafted token is accepted with probability
+ * about a^j (a: r's recent per-token acceptance); it is worth drafting while
+ * that beats the engine's threshold. A sequence whose drafts stopped paying
+ * still probes one token every few steps, so its rate can recover. */
+static int draft_length(gl_engine *e, gl_seq *r) {
+    double a = r->spec_accept, thr = e->spec_threshold;
+    int k = r->spec_len;
+    if (thr > 0 && a < 1) k = a <= thr ? 0 : (int)(log(thr) / log(a));
+    if (k > r->spec_len) k = r->spec_len;
+    if (k > 0) r->spec_idle = 0;
+    else if (++r->spec_idle % 8 == 0) k = 1;
+    return k;
+}
+
 /* Drafted tokens for r's next step, written after its last token. */
 static void propose_drafts(gl_engine *e, gl_seq *r) {
     int room = r->max_generated - r->n_generated;
     if (r->cap_tokens - r->n_tokens < room) room = r->cap_tokens - r->n_tokens;
-    int k = r->spec_len < room - 1 ? r->spec_len : room - 1; /* the last row's token needs room too */
+    int k = draft_length(e, r);
+    if (k > room - 1) k = room - 1; /* the last row's token needs room too */
     r->n_draft = k > 0 ? drafter_propose(e->drafter, r->tokens, r->n_tokens, k, r->tokens + r->n_tokens) : 0;
 }
 
@@ -628,6 +661,30 @@ static void update_from_output(gl_engine *e, const sched_plan *plan, gl_event_fn
 
 /* ---- the step ------------------------------------------------------------------------ */
 
+/* Refits step time = t0 + t1 x tokens with this step and sets the draft
+ * threshold: adding a drafted token to a step costs t1 seconds and yields
+ * its acceptance probability p in tokens, which raises throughput when
+ * p / t1 > tokens generated per second (a moving average over steps). Memory-bound steps
+ * (t1 small against t0) draft freely; large, compute-bound batches stop.
+ * Until the fit has steps of different sizes t1 is taken as t0 / 20. */
+static void update_spec_threshold(gl_engine *e, int n_tokens) {
+    double x = n_tokens, y = e->last_step_s, d = 0.97;
+    e->fit_w = d * e->fit_w + 1;
+    e->fit_x = d * e->fit_x + x;
+    e->fit_y = d * e->fit_y + y;
+    e->fit_xx = d * e->fit_xx + x * x;
+    e->fit_xy = d * e->fit_xy + x * y;
+    double mx = e->fit_x / e->fit_w, my = e->fit_y / e->fit_w;
+    double vx = e->fit_xx / e->fit_w - mx * mx, cxy = e->fit_xy / e->fit_w - mx * my;
+    double t1 = vx > 0.25 ? cxy / vx : 0, t0 = my - t1 * mx;
+    if (t1 <= 0 || t0 <= 0) t1 = my / (20 + mx); /* no usable spread yet */
+    if (y > 0) e->gen_rate = 0.8 * e->gen_rate + 0.2 * e->step_generated / y;
+    e->spec_threshold = t1 * e->gen_rate;
+    if (getenv("GENLOOP_SPEC_DEBUG"))
+        fprintf(stderr, "spec: %d tokens %.1f ms, t0 %.1f ms t1 %.2f ms, %.1f tok/s, threshold %.2f\n", n_tokens,
+                y * 1e3, t0 * 1e3, t1 * 1e3, e->gen_rate, e->spec_threshold);
+}
+
 static void publish_stats(gl_engine *e) {
     const scheduler *sc = e->sched;
     e->stats.n_running = sc->n_running;
@@ -647,8 +704,13 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
     if (plan->n_preempted != plan->n_admitted) queued_add(e, plan->n_preempted - plan->n_admitted);
     int n_seqs = 0;
     if (plan->n_tokens > 0 && run_model(e, plan, fn, ctx)) {
+        e->step_generated = 0;
         update_from_output(e, plan, fn, ctx);
         n_seqs = plan->n_entries;
+        bool decode_only = true; /* prompt chunks would fit prefill's cost, not decoding's */
+        for (int si = 0; si < plan->n_entries; si++)
+            decode_only &= plan->entries[si].sample_row >= 0 && plan->entries[si].n_tokens == 1 + plan->entries[si].n_draft;
+        if (e->drafter && decode_only) update_spec_threshold(e, plan->n_tokens);
     }
     publish_stats(e);
     return n_seqs;

@@ -43,7 +43,9 @@ typedef struct gl_seq {
     bool no_prefix_cache;     /* this request does not read the prefix cache */
     bool prompt_progress;     /* report prefill progress */
     int n_draft;              /* drafted tokens at tokens[n_tokens..], run with the next one */
-    int spec_len;             /* draft length this sequence asks for now; 0 = never drafts */
+    int spec_len;             /* longest draft for this sequence; 0 = never drafts */
+    double spec_accept;       /* recent per-token acceptance of its drafts (moving average) */
+    int spec_idle;            /* steps in a row the rule gave it no draft */
     int n_draft_total;        /* tokens drafted for it so far */
     int n_accepted_total;     /* of which accepted */
     int progress_sent;        /* prompt tokens last reported as processed; -1 = none yet */
