@@ -99,6 +99,10 @@ int cli_parse_spec(int argc, char **argv, int *i, gl_engine_params *p) {
         }
         return 1;
     }
+    if (!strcmp(a, "--spec-fixed")) {
+        p->spec_fixed = true;
+        return 1;
+    }
     int *slot = !strcmp(a, "--spec-max-tokens") ? &p->spec_max_tokens
                 : !strcmp(a, "--spec-ngram-min") ? &p->spec_ngram_min
                 : !strcmp(a, "--spec-ngram-max") ? &p->spec_ngram_max : NULL;

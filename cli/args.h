@@ -32,6 +32,7 @@ int cli_parse_spec(int argc, char **argv, int *i, struct gl_engine_params *p);
     "      --spec MODE         speculative decoding: ngram (prompt lookup) or off (default: ngram)\n" \
     "      --spec-max-tokens N drafted tokens per step at most (default 8, up to 16)\n" \
     "      --spec-ngram-min N  shortest n-gram looked up (default 2)\n" \
-    "      --spec-ngram-max N  longest n-gram looked up (default 4)\n"
+    "      --spec-ngram-max N  longest n-gram looked up (default 4)\n" \
+    "      --spec-fixed        always draft --spec-max-tokens (no adaptive length)\n"
 
 #endif

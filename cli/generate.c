@@ -218,6 +218,7 @@ int cmd_generate(int argc, char **argv) {
     ep.spec_max_tokens = defaults.spec_max_tokens;
     ep.spec_ngram_min = defaults.spec_ngram_min;
     ep.spec_ngram_max = defaults.spec_ngram_max;
+    ep.spec_fixed = defaults.spec_fixed;
     engine = gl_engine_create(model, &ep, &err);
     if (!engine) {
         fprintf(stderr, "genloop: %s\n", err.message);

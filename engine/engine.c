@@ -223,9 +223,11 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
         goto fail;
     }
     kern_pool_set_act_bits(e->pool, p.activation_bits); /* validated above */
-    /* drafted tokens' rows: at most a full draft for every sequence, and no
-     * more than the batch holds tokens */
+    /* drafted tokens' rows (n_vocab floats each): a full draft for every
+     * sequence up to 128 rows; batches that large stop drafting anyway
+     * (draft_length), and a draft past the rows left is cut */
     int draft_rows = p.spec_mode == GL_SPEC_OFF ? 0 : p.max_seqs * p.spec_max_tokens;
+    if (draft_rows > 128) draft_rows = 128;
     if (draft_rows > p.max_batch_tokens) draft_rows = p.max_batch_tokens;
     sched_limits limits = {.max_batch_tokens = p.max_batch_tokens, .max_seqs = p.max_seqs,
                            .max_logits = p.max_seqs + PROMPT_LOGPROB_ROWS + draft_rows};
@@ -623,6 +625,7 @@ static bool verify_drafts(gl_engine *e, gl_seq *r, const sched_entry *en, gl_eve
  * that beats the engine's threshold. A sequence whose drafts stopped paying
  * still probes one token every few steps, so its rate can recover. */
 static int draft_length(gl_engine *e, gl_seq *r) {
+    if (e->params.spec_fixed) return r->spec_len;
     double a = r->spec_accept, thr = e->spec_threshold;
     int k = r->spec_len;
     if (thr > 0 && a < 1) k = a <= thr ? 0 : (int)(log(thr) / log(a));

@@ -147,6 +147,7 @@ typedef struct gl_engine_params {
     int spec_max_tokens;      /* drafted tokens per sequence and step at most, 1..GL_SPEC_MAX */
     int spec_ngram_min;       /* n-gram drafter: shortest suffix matched, >= 1 */
     int spec_ngram_max;       /* n-gram drafter: longest suffix matched, >= spec_ngram_min */
+    bool spec_fixed;          /* always draft spec_max_tokens (no adaptive length; for tests) */
 } gl_engine_params;
 
 /* Speculative decoding modes (gl_engine_params.spec_mode). */

@@ -69,6 +69,7 @@ static const setting settings[] = {
     INT(spec_max_tokens, 0, 1, GL_SPEC_MAX, "drafted tokens per sequence and step at most"),
     INT(spec_ngram_min, 0, 1, 64, "n-gram drafter: shortest suffix looked up"),
     INT(spec_ngram_max, 0, 1, 64, "n-gram drafter: longest suffix looked up"),
+    BOOL(spec_fixed, "always draft spec_max_tokens tokens (no adaptive draft length; for tests)"),
     INT(timeout, 0, 1, 86400, "seconds an idle connection is kept open"),
     INT(max_connections, 0, 1, 1 << 20, "open connections at most; more wait or are closed"),
     INT(stream_buffer_bytes, 0, 4096, 1 << 30,

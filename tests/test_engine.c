@@ -104,6 +104,7 @@ static gl_engine *make_engine(int kv_tokens, int max_batch_tokens, int max_seqs)
     p.max_seqs = max_seqs;
     p.spec_mode = spec_mode;
     p.spec_ngram_min = 1; /* draft as often as possible: every path gets exercised */
+    p.spec_fixed = true;
     gl_error err;
     gl_engine *e = gl_engine_create(model, &p, &err);
     ck_assert_msg(e != NULL, "%s", err.message);

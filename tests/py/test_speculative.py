@@ -41,7 +41,7 @@ def test_cli_greedy_identical_with_and_without(which):
     else:
         model, prompt, n = chat_model(), chatml(prompt_text("rename.txt")), "160"
     off, _ = generate(model, prompt, "-n", n, "--spec", "off")
-    on, err = generate(model, prompt, "-n", n, "--spec", "ngram", "--spec-ngram-min", "1")
+    on, err = generate(model, prompt, "-n", n, "--spec", "ngram", "--spec-ngram-min", "1", "--spec-fixed")
     assert on == off
     drafted = [line for line in err.splitlines() if line.startswith("speculative:")]
     assert drafted and int(drafted[0].split()[1]) > 0, err
@@ -62,7 +62,7 @@ def test_cli_rejects_bad_spec_flags():
 
 @pytest.fixture(scope="module")
 def smollm_server():
-    with Server(chat_model(), "--spec", "ngram", "--spec-ngram-min", "1", "--max-seqs", "8", "-t", "2") as s:
+    with Server(chat_model(), "--spec", "ngram", "--spec-ngram-min", "1", "--spec-fixed", "--max-seqs", "8", "-t", "2") as s:
         yield s
 
 
@@ -138,7 +138,7 @@ def test_sampling_distribution_unchanged():
     test of homogeneity, categories with too few samples pooled)."""
     n = 300
     prompt = "Lily and Tom were friends. Lily and Tom liked to play. Lily and Tom"  # drafts: "were", "liked"
-    with Server(tiny_model(), "--spec", "ngram", "--spec-ngram-min", "1", "--max-seqs", "16", "-t", "2") as s:
+    with Server(tiny_model(), "--spec", "ngram", "--spec-ngram-min", "1", "--spec-fixed", "--max-seqs", "16", "-t", "2") as s:
         def one(args):
             seed, spec = args
             status, _, r = post_json(s.url + "/v1/completions",
