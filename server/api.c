@@ -92,7 +92,7 @@ void api_init(api_server *a, const config *cfg) {
         "Tokens drafted by speculative decoding.", NULL);
     m->spec_accepted = metrics_counter(r, "spec_decode_num_accepted_tokens_total",
         "Drafted tokens accepted.", NULL);
-    m->spec_accepted_at = metrics_counter(r, "spec_decode_num_accepted_tokens_per_pos",
+    m->spec_accepted_at = metrics_counter(r, "spec_decode_num_accepted_tokens_per_pos_total",
         "Drafted tokens accepted, by position in the draft (0 = first).", "position");
     m->engine_steps = metrics_counter(r, "engine_steps_total",
         "Engine steps that ran a forward pass.", NULL);

@@ -103,7 +103,7 @@ def test_server_concurrent_greedy_identical(smollm_server):
     assert after["genloop_spec_decode_num_drafts_total"] > before["genloop_spec_decode_num_drafts_total"]
     per_pos = sum(v for k, v in after.items() if k.startswith("genloop_spec_decode_num_accepted_tokens_per_pos"))
     assert per_pos == after[key]
-    assert after['genloop_spec_decode_num_accepted_tokens_per_pos{position="0"}'] > 0
+    assert after['genloop_spec_decode_num_accepted_tokens_per_pos_total{position="0"}'] > 0
 
 
 def test_server_structured_output_identical(smollm_server):
