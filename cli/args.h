@@ -29,7 +29,7 @@ bool cli_set_once(const char *flag, const char **slot, const char *value);
 struct gl_engine_params;
 int cli_parse_spec(int argc, char **argv, int *i, struct gl_engine_params *p);
 #define CLI_SPEC_USAGE \
-    "      --spec MODE         speculative decoding: ngram (prompt lookup) or off (default: ngram)\n" \
+    "      --spec MODE         speculative decoding: ngram (prompt lookup) or off (default: off)\n" \
     "      --spec-max-tokens N drafted tokens per step at most (default 8, up to 16)\n" \
     "      --spec-ngram-min N  shortest n-gram looked up (default 2)\n" \
     "      --spec-ngram-max N  longest n-gram looked up (default 4)\n" \

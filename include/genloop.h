@@ -142,7 +142,7 @@ typedef struct gl_engine_params {
     int n_ctx;                /* per-sequence context limit; 0 = model's */
     bool prefix_caching;      /* reuse cached prompt blocks */
     int activation_bits;      /* 16 (default) or 8: see README "Activation precision" */
-    int spec_mode;            /* speculative decoding: GL_SPEC_NGRAM (default) or GL_SPEC_OFF
+    int spec_mode;            /* speculative decoding: GL_SPEC_OFF (default) or GL_SPEC_NGRAM
                                  (README "Speculative decoding") */
     int spec_max_tokens;      /* drafted tokens per sequence and step at most, 1..GL_SPEC_MAX */
     int spec_ngram_min;       /* n-gram drafter: shortest suffix matched, >= 1 */
