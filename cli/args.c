@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "genloop.h"
 
@@ -83,4 +84,31 @@ bool cli_set_once(const char *flag, const char **slot, const char *value) {
     }
     *slot = value;
     return true;
+}
+
+int cli_parse_spec(int argc, char **argv, int *i, gl_engine_params *p) {
+    const char *a = argv[*i], *v;
+    long l;
+    if (!strcmp(a, "--spec")) {
+        if (!(v = cli_value(argc, argv, i))) return -1;
+        if (!strcmp(v, "ngram")) p->spec_mode = GL_SPEC_NGRAM;
+        else if (!strcmp(v, "off")) p->spec_mode = GL_SPEC_OFF;
+        else {
+            fprintf(stderr, "genloop: invalid value '%s' for --spec: ngram or off\n", v);
+            return -1;
+        }
+        return 1;
+    }
+    if (!strcmp(a, "--spec-fixed")) {
+        p->spec_fixed = true;
+        return 1;
+    }
+    int *slot = !strcmp(a, "--spec-max-tokens") ? &p->spec_max_tokens
+                : !strcmp(a, "--spec-ngram-min") ? &p->spec_ngram_min
+                : !strcmp(a, "--spec-ngram-max") ? &p->spec_ngram_max : NULL;
+    if (!slot) return 0;
+    long hi = slot == &p->spec_max_tokens ? GL_SPEC_MAX : 64;
+    if (!(v = cli_value(argc, argv, i)) || !cli_parse_int(a, v, 1, hi, &l)) return -1;
+    *slot = (int)l;
+    return 1;
 }

@@ -22,4 +22,17 @@ const char *cli_value(int argc, char **argv, int *i);
  * twice" and return false (a second -m must not silently win). */
 bool cli_set_once(const char *flag, const char **slot, const char *value);
 
+/* Speculative decoding flags shared by generate, bench and serve:
+ * --spec ngram|off, --spec-max-tokens N, --spec-ngram-min N, --spec-ngram-max N.
+ * Returns 1 when argv[*i] was one (applied to p, *i advanced), 0 when it is
+ * not, -1 after printing an error. */
+struct gl_engine_params;
+int cli_parse_spec(int argc, char **argv, int *i, struct gl_engine_params *p);
+#define CLI_SPEC_USAGE \
+    "      --spec MODE         speculative decoding: ngram (prompt lookup) or off (default: off)\n" \
+    "      --spec-max-tokens N drafted tokens per step at most (default 8, up to 16)\n" \
+    "      --spec-ngram-min N  shortest n-gram looked up (default 2)\n" \
+    "      --spec-ngram-max N  longest n-gram looked up (default 4)\n" \
+    "      --spec-fixed        always draft --spec-max-tokens (no adaptive length)\n"
+
 #endif

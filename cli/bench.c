@@ -211,7 +211,9 @@ static void usage(FILE *out) {
             "  -r N                repetitions, the median is reported (default 3)\n"
             "  --activation-bits N matmul activation precision: 16 (default) or 8 (faster, less precise)\n"
             "  --kv-type T         KV cache element type: f16 (default), q8_0 or f32\n"
-            "  --json              print one JSON object instead of a table\n");
+            "  --json              print one JSON object instead of a table\n"
+            "speculative decoding (the input-grounded workload is scripts/bench --workload grounded):\n"
+            CLI_SPEC_USAGE);
 }
 
 static int parse_batches(const char *s, int *out) {
@@ -260,6 +262,11 @@ int cmd_bench(int argc, char **argv) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_parse_act_bits(a, v, &act_bits)) return 2;
         } else if (!strcmp(a, "--kv-type")) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_parse_kv_type(a, v, &kv_type)) return 2;
+        } else if (!strncmp(a, "--spec", 6)) {
+            if (cli_parse_spec(argc, argv, &i, &defaults) <= 0) {
+                if (!strcmp(argv[i], a)) fprintf(stderr, "genloop bench: unknown option '%s'\n", a);
+                return 2;
+            }
         } else if (!strcmp(a, "-b")) {
             if (!(v = cli_value(argc, argv, &i))) return 2;
             if ((n_batches = parse_batches(v, batches)) <= 0) {
@@ -303,6 +310,11 @@ int cmd_bench(int argc, char **argv) {
     ep.prefix_caching = false;
     ep.activation_bits = act_bits;
     ep.kv_type = kv_type;
+    ep.spec_mode = defaults.spec_mode;
+    ep.spec_max_tokens = defaults.spec_max_tokens;
+    ep.spec_ngram_min = defaults.spec_ngram_min;
+    ep.spec_ngram_max = defaults.spec_ngram_max;
+    ep.spec_fixed = defaults.spec_fixed;
     gl_engine *e = gl_engine_create(model, &ep, &err);
     if (!e) {
         fprintf(stderr, "genloop bench: %s\n", err.message);

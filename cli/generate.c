@@ -30,6 +30,7 @@ static void usage(FILE *out) {
             "  -c, --ctx N             context length (default: the model's)\n"
             "      --activation-bits N matmul activation precision: 16 (default) or 8 (faster, less precise)\n"
             "      --kv-type T         KV cache element type: f16 (default), q8_0 (half the memory) or f32\n"
+            CLI_SPEC_USAGE
             "  -h, --help              this text\n",
             MAX_STOPS);
 }
@@ -40,6 +41,7 @@ typedef struct gen_state {
     char error[512];
     int n_prompt, n_generated;
     double t_first_token, t_total;
+    int n_draft, n_accepted;
 } gen_state;
 
 static void on_event(const gl_event *ev, void *ctx) {
@@ -56,6 +58,8 @@ static void on_event(const gl_event *ev, void *ctx) {
     st->n_generated = ev->n_generated;
     st->t_first_token = ev->t_first_token;
     st->t_total = ev->t_total;
+    st->n_draft = ev->n_draft_tokens;
+    st->n_accepted = ev->n_accepted_tokens;
 }
 
 static char *read_file(const char *path) {
@@ -157,6 +161,8 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
             VALUE();
             if (!cli_parse_int(a, v, 1, 1 << 24, &n_ctx)) return 2;
+        } else if ((l = cli_parse_spec(argc, argv, &i, &defaults)) != 0) {
+            if (l < 0) return 2;
         } else if (!strcmp(a, "--activation-bits")) {
             VALUE();
             if (!cli_parse_act_bits(a, v, &act_bits)) return 2;
@@ -208,6 +214,11 @@ int cmd_generate(int argc, char **argv) {
     ep.max_seqs = 1;
     ep.activation_bits = act_bits;
     ep.kv_type = kv_type;
+    ep.spec_mode = defaults.spec_mode;
+    ep.spec_max_tokens = defaults.spec_max_tokens;
+    ep.spec_ngram_min = defaults.spec_ngram_min;
+    ep.spec_ngram_max = defaults.spec_ngram_max;
+    ep.spec_fixed = defaults.spec_fixed;
     engine = gl_engine_create(model, &ep, &err);
     if (!engine) {
         fprintf(stderr, "genloop: %s\n", err.message);
@@ -233,6 +244,9 @@ int cmd_generate(int argc, char **argv) {
     fprintf(stderr, "TTFT: %.1f ms (%.1f prompt tokens/s)\n", st.t_first_token * 1e3,
             st.t_first_token > 0 ? st.n_prompt / st.t_first_token : 0);
     fprintf(stderr, "decode: %.2f tokens/s\n", st.n_generated > 1 && decode_s > 0 ? (st.n_generated - 1) / decode_s : 0);
+    if (st.n_draft > 0)
+        fprintf(stderr, "speculative: %d drafted tokens, %d accepted (%.0f%%)\n", st.n_draft, st.n_accepted,
+                100.0 * st.n_accepted / st.n_draft);
     rc = 0;
 done:
     free(ids);

@@ -7,12 +7,14 @@
  * Submitting threads hand requests and cancels over under the mutex; one
  * thread runs the steps. */
 #include <math.h>
+#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "drafter.h"
 #include "gl_error.h"
 #include "grammar.h"
 #include "kernels.h"
@@ -39,6 +41,15 @@ struct gl_engine {
     float *logits;            /* [max_logits][n_vocab] */
     gl_top_logprob *top;      /* [20] */
     gr_vocab *vocab;          /* token bytes for grammar masks */
+    gl_drafter *drafter;      /* NULL: speculative decoding off */
+    /* the draft-length rule (README "Speculative decoding"): step time
+     * against batch tokens, fitted as t0 + t1 x tokens over recent steps */
+    double fit_w, fit_x, fit_y, fit_xx, fit_xy; /* exponentially weighted sums */
+    double last_step_s;       /* the latest forward pass's time */
+    double spec_threshold;    /* a drafted token is worth its cost when its acceptance
+                                 probability exceeds this: t1 x tokens generated per second */
+    int step_generated;       /* tokens appended in the current step */
+    double gen_rate;          /* tokens generated per second of forward pass (moving average) */
     int32_t *eog_ids;         /* end-of-generation tokens, banned under min_tokens */
     int n_eog;
 
@@ -85,6 +96,10 @@ void gl_engine_params_default(gl_engine_params *p) {
     p->max_waiting = 256;
     p->prefix_caching = true;
     p->activation_bits = 16;
+    p->spec_mode = GL_SPEC_OFF; /* README "Speculative decoding": not yet measured never slower */
+    p->spec_max_tokens = 8;
+    p->spec_ngram_min = 2;
+    p->spec_ngram_max = 4;
 }
 
 bool gl_activation_bits_valid(int bits) { return bits == 8 || bits == 16; }
@@ -159,6 +174,17 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
         gl_error_set(err, "kv_type must be f16, q8_0 or f32");
         return NULL;
     }
+    if (p.spec_mode != GL_SPEC_OFF && p.spec_mode != GL_SPEC_NGRAM) {
+        gl_error_set(err, "unknown speculative decoding mode %d", p.spec_mode);
+        return NULL;
+    }
+    if (p.spec_mode != GL_SPEC_OFF &&
+        (p.spec_max_tokens < 1 || p.spec_max_tokens > GL_SPEC_MAX || p.spec_ngram_min < 1 ||
+         p.spec_ngram_max < p.spec_ngram_min || p.spec_ngram_max > 64)) {
+        gl_error_set(err, "speculative decoding: max tokens must be 1..%d and the n-gram range 1 <= min <= max <= 64 "
+                     "(got %d, %d..%d)", GL_SPEC_MAX, p.spec_max_tokens, p.spec_ngram_min, p.spec_ngram_max);
+        return NULL;
+    }
     if (!gl_activation_bits_valid(p.activation_bits)) {
         gl_error_set(err, "activation_bits must be 8 or 16, got %d", p.activation_bits);
         return NULL;
@@ -197,8 +223,14 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
         goto fail;
     }
     kern_pool_set_act_bits(e->pool, p.activation_bits); /* validated above */
+    /* drafted tokens' rows (n_vocab floats each): a full draft for every
+     * sequence up to 128 rows; batches that large stop drafting anyway
+     * (draft_length), and a draft past the rows left is cut */
+    int draft_rows = p.spec_mode == GL_SPEC_OFF ? 0 : p.max_seqs * p.spec_max_tokens;
+    if (draft_rows > 128) draft_rows = 128;
+    if (draft_rows > p.max_batch_tokens) draft_rows = p.max_batch_tokens;
     sched_limits limits = {.max_batch_tokens = p.max_batch_tokens, .max_seqs = p.max_seqs,
-                           .max_logits = p.max_seqs + PROMPT_LOGPROB_ROWS};
+                           .max_logits = p.max_seqs + PROMPT_LOGPROB_ROWS + draft_rows};
     e->rs = model_run_state_create(model, p.max_batch_tokens, limits.max_logits, err);
     if (!e->rs) goto fail;
     int T = p.max_batch_tokens;
@@ -207,6 +239,13 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     e->logits = malloc((size_t)limits.max_logits * (size_t)c->n_vocab * sizeof(float));
     e->top = calloc(20, sizeof *e->top);
     e->vocab = engine_vocab(e, model);
+    if (p.spec_mode != GL_SPEC_OFF) {
+        drafter_params dp = {.mode = p.spec_mode, .ngram_min = p.spec_ngram_min, .ngram_max = p.spec_ngram_max};
+        if (!(e->drafter = drafter_create(&dp))) {
+            gl_error_set(err, "out of memory for the drafter");
+            goto fail;
+        }
+    }
     e->b_tokens = malloc((size_t)T * sizeof(int32_t));
     e->b_positions = malloc((size_t)T * sizeof(int32_t));
     e->b_seq_of_token = malloc((size_t)T * sizeof(int32_t));
@@ -237,6 +276,7 @@ void gl_engine_free(gl_engine *e) {
     free(e->logits);
     free(e->top);
     gr_vocab_free(e->vocab);
+    drafter_free(e->drafter);
     free(e->eog_ids);
     free(e->cancel_ids);
     free(e->b_tokens);
@@ -290,6 +330,8 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     s->min_tokens = req->min_tokens;
     s->no_prefix_cache = req->no_prefix_cache;
     s->prompt_progress = req->prompt_progress;
+    s->spec_len = e->drafter && !req->no_speculation ? e->params.spec_max_tokens : 0;
+    s->spec_accept = 0.7; /* optimistic: a new sequence drafts fully until it learns */
     s->progress_sent = -1;
     s->prompt_logprobs = req->prompt_logprobs;
     s->n_logprobs = req->sampling.n_logprobs;
@@ -377,6 +419,8 @@ static void emit_finished(gl_seq *s, gl_finish_reason reason, const char *error,
         .t_queued = (s->t_scheduled > 0 ? s->t_scheduled : t) - s->t_submit,
         .t_first_token = s->t_first_token > 0 ? s->t_first_token - s->t_submit : 0,
         .t_total = t - s->t_submit,
+        .n_draft_tokens = s->n_draft_total,
+        .n_accepted_tokens = s->n_accepted_total,
     };
     if (fn) fn(&ev, ctx);
 }
@@ -432,7 +476,11 @@ static bool run_model(gl_engine *e, const sched_plan *plan, gl_event_fn fn, void
     e->stats.n_steps++;
     e->stats.last_batch_tokens = plan->n_tokens;
     e->stats.last_batch_seqs = plan->n_entries;
-    if (!model_forward(e->model, e->rs, e->pool, e->kv, &batch, e->logits, &err)) return true;
+    double t0 = now_s();
+    if (!model_forward(e->model, e->rs, e->pool, e->kv, &batch, e->logits, &err)) {
+        e->last_step_s = now_s() - t0;
+        return true;
+    }
     for (int si = 0; si < plan->n_entries; si++) finish(e, plan->entries[si].seq, GL_FINISH_ERROR, err.message, fn, ctx);
     e->stats.last_batch_seqs = 0;
     return false;
@@ -484,12 +532,15 @@ static void emit_progress(gl_seq *s, int processed, gl_event_fn fn, void *ctx) {
 }
 
 /* Sample r's next token from its logits row, append it and stream its
- * text; finish r at an end-of-generation token, a stop string or a limit. */
-static void sample_and_append(gl_engine *e, gl_seq *r, float *row, gl_event_fn fn, void *ctx) {
+ * text. Returns why r must finish (an end-of-generation token, a stop
+ * string, a limit) or GL_FINISH_NONE; *error says why on GL_FINISH_ERROR.
+ * The caller finishes r. */
+static gl_finish_reason sample_and_append(gl_engine *e, gl_seq *r, float *row, const char **error, gl_event_fn fn,
+                                          void *ctx) {
     const gl_model *m = e->model;
     if (r->grammar && gr_matcher_mask(r->grammar, row) == 0) {
-        finish(e, r, GL_FINISH_ERROR, "the grammar allows no token here", fn, ctx);
-        return;
+        *error = "the grammar allows no token here";
+        return GL_FINISH_ERROR;
     }
     float logprob = NAN;
     if (r->n_generated < r->min_tokens && !r->ignore_eos)
@@ -497,16 +548,17 @@ static void sample_and_append(gl_engine *e, gl_seq *r, float *row, gl_event_fn f
     int32_t tok = sampler_sample(r->sampler, row, r->logprobs ? &logprob : NULL, r->logprobs ? e->top : NULL);
     if (r->t_first_token == 0) r->t_first_token = now_s();
     if ((!r->ignore_eos || r->grammar) && tok_is_eog(m->tokenizer, tok)) {
-        finish(e, r, GL_FINISH_STOP, NULL, fn, ctx);
-        return;
+        r->tokens[r->n_tokens] = tok; /* not appended, but seen by the draft check */
+        return GL_FINISH_STOP;
     }
     if (r->grammar && !gr_matcher_accept_token(r->grammar, tok)) {
-        finish(e, r, GL_FINISH_ERROR, "the grammar's run-time bounds (parse stacks, depth) were exceeded", fn, ctx);
-        return;
+        *error = "the grammar's run-time bounds (parse stacks, depth) were exceeded";
+        return GL_FINISH_ERROR;
     }
     sampler_accept(r->sampler, tok);
     r->tokens[r->n_tokens++] = tok;
     r->n_generated++;
+    e->step_generated++;
     size_t piece_len;
     const char *piece = tok_piece(m->tokenizer, tok, &piece_len);
     const char *text;
@@ -516,32 +568,131 @@ static void sample_and_append(gl_engine *e, gl_seq *r, float *row, gl_event_fn f
                    .text = text, .text_len = text_len, .logprob = logprob, .n_top = r->logprobs ? r->n_logprobs : 0,
                    .top = e->top, .n_generated = r->n_generated};
     if (fn) fn(&ev, ctx);
-    if (stopped || (r->grammar && gr_matcher_is_done(r->grammar))) finish(e, r, GL_FINISH_STOP, NULL, fn, ctx);
-    else if (r->n_generated >= r->max_generated || r->n_tokens >= r->cap_tokens)
-        finish(e, r, GL_FINISH_LENGTH, NULL, fn, ctx);
+    if (stopped || (r->grammar && gr_matcher_is_done(r->grammar))) return GL_FINISH_STOP;
+    if (r->n_generated >= r->max_generated || r->n_tokens >= r->cap_tokens) return GL_FINISH_LENGTH;
+    return GL_FINISH_NONE;
+}
+
+/* Speculative verification: samples r's rows in order (row j predicts the
+ * token after the known one and the first j drafted tokens) and keeps
+ * going while the sampled token equals the drafted one. Each row is sampled
+ * exactly as without drafts (grammar mask, penalties, RNG draw, events and
+ * stop rules after the tokens before it), so greedy output is unchanged
+ * and, a draft being a point mass, sampling "accept while equal" is the
+ * speculative sampling rule: the output distribution is unchanged too.
+ * Returns false when r finished (and is freed). */
+static bool verify_drafts(gl_engine *e, gl_seq *r, const sched_entry *en, gl_event_fn fn, void *ctx) {
+    int n_vocab = e->model->config.n_vocab, k = en->n_draft, base = r->n_tokens;
+    int32_t draft[GL_SPEC_MAX];
+    memcpy(draft, r->tokens + base, (size_t)k * sizeof *draft); /* sampling overwrites them */
+    r->n_draft = 0;
+    int accepted = 0;
+    gl_finish_reason why = GL_FINISH_NONE;
+    const char *error = NULL;
+    for (int j = 0; j <= k; j++) {
+        float *row = e->logits + (size_t)(en->sample_row + j) * (size_t)n_vocab;
+        why = sample_and_append(e, r, row, &error, fn, ctx);
+        bool match = j < k && why != GL_FINISH_ERROR && r->tokens[base + j] == draft[j];
+        if (match) {
+            accepted++;
+            e->stats.spec_accepted_at[j]++;
+        }
+        if (why != GL_FINISH_NONE || !match) break;
+    }
+    if (k > 0) {
+        /* positions tested: the accepted ones and the first rejected one */
+        for (int j = 0; j < accepted + (accepted < k); j++)
+            r->spec_accept = 0.85 * r->spec_accept + 0.15 * (j < accepted);
+        e->stats.spec_drafts++;
+        e->stats.spec_draft_tokens += (uint64_t)k;
+        e->stats.spec_accepted_tokens += (uint64_t)accepted;
+        r->n_draft_total += k;
+        r->n_accepted_total += accepted;
+    }
+    if (why != GL_FINISH_NONE) {
+        finish(e, r, why, error, fn, ctx);
+        return false;
+    }
+    /* accepted drafts' K/V stay; the rejected positions' blocks go back */
+    r->num_computed_tokens += accepted;
+    kv_publish_full_blocks(e->kvm, &r->kv, r->num_computed_tokens);
+    kv_trim_slots(e->kvm, &r->kv, r->n_tokens);
+    return true;
+}
+
+/* Draft length for r: the j-th drafted token is accepted with probability
+ * about a^j (a: r's recent per-token acceptance); it is worth drafting while
+ * that beats the engine's threshold. A sequence whose drafts stopped paying
+ * still probes one token every few steps, so its rate can recover. */
+static int draft_length(gl_engine *e, gl_seq *r) {
+    if (e->params.spec_fixed) return r->spec_len;
+    double a = r->spec_accept, thr = e->spec_threshold;
+    int k = r->spec_len;
+    if (thr > 0 && a < 1) k = a <= thr ? 0 : (int)(log(thr) / log(a));
+    if (k > r->spec_len) k = r->spec_len;
+    if (k > 0) r->spec_idle = 0;
+    else if (++r->spec_idle % 8 == 0) k = 1;
+    return k;
+}
+
+/* Drafted tokens for r's next step, written after its last token. */
+static void propose_drafts(gl_engine *e, gl_seq *r) {
+    int room = r->max_generated - r->n_generated;
+    if (r->cap_tokens - r->n_tokens < room) room = r->cap_tokens - r->n_tokens;
+    int k = draft_length(e, r);
+    if (k > room - 1) k = room - 1; /* the last row's token needs room too */
+    r->n_draft = k > 0 ? drafter_propose(e->drafter, r->tokens, r->n_tokens, k, r->tokens + r->n_tokens) : 0;
 }
 
 /* Advances every planned sequence past the tokens just computed and
- * samples those whose plan ends at their last token. */
+ * samples those whose plan ends at their last token (and drafted ones). */
 static void update_from_output(gl_engine *e, const sched_plan *plan, gl_event_fn fn, void *ctx) {
-    int n_vocab = e->model->config.n_vocab;
     for (int si = 0; si < plan->n_entries; si++) {
         const sched_entry *en = &plan->entries[si];
         gl_seq *r = en->seq;
         if (r->prompt_logprobs >= 0 && r->num_computed_tokens < r->n_prompt) emit_prompt_logprobs(e, en, fn, ctx);
         if (r->progress_sent < 0) emit_progress(r, r->num_computed_tokens, fn, ctx); /* the start: the cache hit */
-        r->num_computed_tokens += en->n_tokens;
+        int before = r->num_computed_tokens;
+        /* drafted positions count once accepted (verify_drafts) */
+        r->num_computed_tokens += en->n_tokens - (en->sample_row >= 0 ? en->n_draft : 0);
         kv_publish_full_blocks(e->kvm, &r->kv, r->num_computed_tokens);
-        if (r->num_computed_tokens - en->n_tokens < r->n_prompt) emit_progress(r, r->num_computed_tokens, fn, ctx);
+        if (before < r->n_prompt) emit_progress(r, r->num_computed_tokens, fn, ctx);
         if (en->sample_row < 0) continue; /* mid-prompt chunk */
-        float *row = e->logits + (size_t)en->sample_row * (size_t)n_vocab;
-        /* HOOK logits constraint: a per-sequence constraint (grammar mask)
-         * edits row here, right before sampling. */
-        sample_and_append(e, r, row, fn, ctx);
+        if (verify_drafts(e, r, en, fn, ctx) && r->spec_len > 0) propose_drafts(e, r);
     }
 }
 
 /* ---- the step ------------------------------------------------------------------------ */
+
+/* A drafted token must be expected to pay this many times its fitted cost:
+ * the straight line underestimates what widening a step costs where the
+ * matmul has no packed multi-token kernel (Qwen2.5's Q5_0: 16 streams of
+ * Qwen2.5-Coder-0.5B ran 0.90x with drafts at margin 1). */
+#define SPEC_MARGIN 2.0
+
+/* Refits step time = t0 + t1 x tokens with this step and sets the draft
+ * threshold: adding a drafted token to a step costs t1 seconds and yields
+ * its acceptance probability p in tokens, which raises throughput when
+ * p / t1 > tokens generated per second (a moving average over steps). Memory-bound steps
+ * (t1 small against t0) draft freely; large, compute-bound batches stop.
+ * Until the fit has steps of different sizes t1 is taken as t0 / 20. */
+static void update_spec_threshold(gl_engine *e, int n_tokens) {
+    double x = n_tokens, y = e->last_step_s, d = 0.97;
+    e->fit_w = d * e->fit_w + 1;
+    e->fit_x = d * e->fit_x + x;
+    e->fit_y = d * e->fit_y + y;
+    e->fit_xx = d * e->fit_xx + x * x;
+    e->fit_xy = d * e->fit_xy + x * y;
+    double mx = e->fit_x / e->fit_w, my = e->fit_y / e->fit_w;
+    double vx = e->fit_xx / e->fit_w - mx * mx, cxy = e->fit_xy / e->fit_w - mx * my;
+    double t1 = vx > 0.25 ? cxy / vx : 0, t0 = my - t1 * mx;
+    if (t1 <= 0 || t0 <= 0) t1 = my / (20 + mx); /* no usable spread yet */
+    if (y > 0) e->gen_rate = 0.8 * e->gen_rate + 0.2 * e->step_generated / y;
+    e->spec_threshold = SPEC_MARGIN * t1 * e->gen_rate;
+    if (getenv("GENLOOP_SPEC_DEBUG"))
+        fprintf(stderr, "spec: %d tokens %.1f ms, t0 %.1f ms t1 %.2f ms, %.1f tok/s, threshold %.2f\n", n_tokens,
+                y * 1e3, t0 * 1e3, t1 * 1e3, e->gen_rate, e->spec_threshold);
+}
 
 static void publish_stats(gl_engine *e) {
     const scheduler *sc = e->sched;
@@ -562,8 +713,13 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
     if (plan->n_preempted != plan->n_admitted) queued_add(e, plan->n_preempted - plan->n_admitted);
     int n_seqs = 0;
     if (plan->n_tokens > 0 && run_model(e, plan, fn, ctx)) {
+        e->step_generated = 0;
         update_from_output(e, plan, fn, ctx);
         n_seqs = plan->n_entries;
+        bool decode_only = true; /* prompt chunks would fit prefill's cost, not decoding's */
+        for (int si = 0; si < plan->n_entries; si++)
+            decode_only &= plan->entries[si].sample_row >= 0 && plan->entries[si].n_tokens == 1 + plan->entries[si].n_draft;
+        if (e->drafter && decode_only) update_spec_threshold(e, plan->n_tokens);
     }
     publish_stats(e);
     return n_seqs;

@@ -63,6 +63,13 @@ void kv_free_blocks(kv_manager *m, kv_seq *ks) {
     unlink_holder(m, ks);
 }
 
+void kv_trim_slots(kv_manager *m, kv_seq *ks, int end) {
+    int keep = (end + m->pool->block_size - 1) / m->pool->block_size;
+    if (keep < ks->n_published) keep = ks->n_published;
+    while (ks->n_blocks > keep) kv_release_block(m->pool, ks->block_table[--ks->n_blocks]);
+    if (ks->n_blocks == 0) unlink_holder(m, ks);
+}
+
 void kv_seq_release(kv_manager *m, kv_seq *ks) {
     if (m) kv_free_blocks(m, ks);
     free(ks->block_table);

@@ -56,6 +56,10 @@ bool kv_allocate_slots(kv_manager *m, kv_seq *ks, int end);
 /* Publishes the blocks of ks that are full once n_computed positions are
  * in the cache, so later sequences with the same prefix reuse them. */
 void kv_publish_full_blocks(kv_manager *m, kv_seq *ks, int n_computed);
+/* Gives back the blocks of ks past those backing positions below end
+ * (drafted positions rejected by speculative decoding); they were never
+ * published, so the prefix cache is unaffected. */
+void kv_trim_slots(kv_manager *m, kv_seq *ks, int end);
 /* Gives every block of ks back (preemption, or an admission that did not
  * happen); ks can take blocks again later. */
 void kv_free_blocks(kv_manager *m, kv_seq *ks);

@@ -148,6 +148,7 @@ static void preempt(scheduler *sc, int i) {
     running_remove(sc, i);
     kv_free_blocks(sc->kv, &s->kv);
     s->num_computed_tokens = 0;
+    s->n_draft = 0; /* recomputation starts from the accepted tokens only */
     queue_push_front(&sc->waiting, s);
     sc->n_preemptions++;
     sc->plan.n_preempted++;
@@ -172,16 +173,17 @@ static void plan_add(scheduler *sc, gl_seq *s, int n) {
     if (s->t_scheduled == 0) s->t_scheduled = now_s();
     p->n_tokens += n;
     /* Logits: every row whose next token is a prompt token still to report,
-     * and the last row when it predicts a new token. */
+     * and the rows that predict new tokens: the last known token's and its
+     * drafted tokens'. */
     int first = s->num_computed_tokens;
-    bool samples = first + n == s->n_tokens;
     for (int j = 0; j < n; j++) {
-        bool sample = samples && j == n - 1;
+        bool sample = first + j >= s->n_tokens - 1;
         if (!sample && !seq_wants_prompt_logprob(s, first + j)) continue;
         if (en->logit_first < 0) en->logit_first = p->n_logits;
-        if (sample) en->sample_row = p->n_logits;
+        if (sample && en->sample_row < 0) en->sample_row = p->n_logits;
         p->logit_tokens[p->n_logits++] = en->first + j;
     }
+    if (en->sample_row >= 0) en->n_draft = first + n - s->n_tokens;
 }
 
 /* Logits rows left once every running sequence not yet planned has one. */
@@ -189,19 +191,35 @@ static int logits_left(const scheduler *sc) {
     return sc->limits.max_logits - sc->plan.n_logits - (sc->n_running - sc->plan.n_entries);
 }
 
-/* 1. one token for every running sequence that is decoding; blocks running
- * out preempt the most recently admitted */
+/* 1. one token for every running sequence that is decoding, and its
+ * drafted tokens from the budget the others' tokens leave (cut first when
+ * blocks run out); blocks running out preempt the most recently admitted */
 static int plan_decodes(scheduler *sc, int budget) {
+    int n_decoding = 0, bs = kv_manager_block_size(sc->kv);
+    for (int i = 0; i < sc->n_running; i++)
+        n_decoding += sc->running[i]->n_tokens - sc->running[i]->num_computed_tokens == 1;
+    int spare = budget - n_decoding;
     for (int i = 0; i < sc->n_running && budget > 0; i++) {
         gl_seq *r = sc->running[i];
         if (r->n_tokens - r->num_computed_tokens != 1) continue;
+        n_decoding--;
+        int k = r->n_draft, rows = logits_left(sc);
+        if (k > spare) k = spare;
+        if (k > rows) k = rows;
+        /* a draft's blocks never cost another sequence its token */
+        int new_blocks = (r->n_tokens + k + bs - 1) / bs - r->kv.n_blocks;
+        if (k < 0 || kv_manager_n_free(sc->kv) - new_blocks < n_decoding ||
+            !kv_allocate_slots(sc->kv, &r->kv, r->n_tokens + k))
+            k = 0;
+        r->n_draft = k;
         while (!kv_allocate_slots(sc->kv, &r->kv, r->n_tokens)) {
             preempt(sc, sc->n_running - 1);
             if (sc->n_running <= i) break; /* r itself was the one */
         }
         if (sc->n_running <= i) break;
-        plan_add(sc, r, 1);
-        budget--;
+        plan_add(sc, r, 1 + k);
+        budget -= 1 + k;
+        spare -= k;
     }
     return budget;
 }

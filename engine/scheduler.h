@@ -7,7 +7,10 @@
  * token to every running sequence that is decoding (preempting the most
  * recently admitted ones when blocks run out), then prompt chunks to
  * running sequences still prefilling, then to waiting ones (admission, first
- * come first served). The plan is made from request state and the KV
+ * come first served). A decoding sequence's drafted tokens (speculative
+ * decoding) ride along with its token from what the budget has left once
+ * every decoding sequence has its one; a draft that does not fit is cut,
+ * never another sequence's token. The plan is made from request state and the KV
  * manager alone, so it can be tested without a model. */
 #ifndef GL_SCHEDULER_H
 #define GL_SCHEDULER_H
@@ -39,6 +42,12 @@ typedef struct gl_seq {
     int min_tokens;           /* end-of-generation tokens banned below this many generated */
     bool no_prefix_cache;     /* this request does not read the prefix cache */
     bool prompt_progress;     /* report prefill progress */
+    int n_draft;              /* drafted tokens at tokens[n_tokens..], run with the next one */
+    int spec_len;             /* longest draft for this sequence; 0 = never drafts */
+    double spec_accept;       /* recent per-token acceptance of its drafts (moving average) */
+    int spec_idle;            /* steps in a row the rule gave it no draft */
+    int n_draft_total;        /* tokens drafted for it so far */
+    int n_accepted_total;     /* of which accepted */
     int progress_sent;        /* prompt tokens last reported as processed; -1 = none yet */
     gl_sampler *sampler;      /* NULL in scheduler tests */
     struct gr_matcher *grammar; /* NULL, or the constraint on the output (grammar.h) */
@@ -81,6 +90,7 @@ typedef struct sched_entry {
     int n_tokens;             /* positions from seq->num_computed_tokens on */
     int logit_first;          /* its first logits row, or -1 when none */
     int sample_row;           /* logits row to sample from, or -1 mid-prompt */
+    int n_draft;              /* drafted tokens verified: rows sample_row + 1.. are theirs */
 } sched_entry;
 
 typedef struct sched_plan {

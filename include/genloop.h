@@ -142,7 +142,17 @@ typedef struct gl_engine_params {
     int n_ctx;                /* per-sequence context limit; 0 = model's */
     bool prefix_caching;      /* reuse cached prompt blocks */
     int activation_bits;      /* 16 (default) or 8: see README "Activation precision" */
+    int spec_mode;            /* speculative decoding: GL_SPEC_OFF (default) or GL_SPEC_NGRAM
+                                 (README "Speculative decoding") */
+    int spec_max_tokens;      /* drafted tokens per sequence and step at most, 1..GL_SPEC_MAX */
+    int spec_ngram_min;       /* n-gram drafter: shortest suffix matched, >= 1 */
+    int spec_ngram_max;       /* n-gram drafter: longest suffix matched, >= spec_ngram_min */
+    bool spec_fixed;          /* always draft spec_max_tokens (no adaptive length; for tests) */
 } gl_engine_params;
+
+/* Speculative decoding modes (gl_engine_params.spec_mode). */
+enum { GL_SPEC_OFF = 0, GL_SPEC_NGRAM = 1 };
+#define GL_SPEC_MAX 16        /* bound of spec_max_tokens */
 
 void gl_engine_params_default(gl_engine_params *p);
 /* The one rule for activation_bits (8 or 16), for clients that check a
@@ -177,6 +187,7 @@ typedef struct gl_request {
     int min_tokens;           /* end-of-generation tokens are banned until this many are generated */
     bool no_prefix_cache;     /* do not reuse cached prompt blocks for this request */
     bool prompt_progress;     /* emit GL_EVENT_PROMPT_PROGRESS while the prompt is prefilled */
+    bool no_speculation;      /* never draft for this request (the engine's spec_mode otherwise) */
     void *user;               /* passed back in events */
 } gl_request;
 
@@ -213,6 +224,8 @@ typedef struct gl_event {
     double t_queued;          /* FINISHED, PROMPT_PROGRESS: seconds spent waiting */
     double t_first_token;     /* FINISHED: seconds from submit to the first token */
     double t_total;           /* FINISHED: seconds from submit to finish; PROMPT_PROGRESS: to now */
+    int n_draft_tokens;       /* FINISHED: tokens drafted for this request (speculative decoding) */
+    int n_accepted_tokens;    /* FINISHED: of which accepted */
 } gl_event;
 
 typedef void (*gl_event_fn)(const gl_event *ev, void *ctx);
@@ -230,6 +243,10 @@ typedef struct gl_engine_stats {
     uint64_t n_steps;         /* steps that ran a forward pass */
     int last_batch_seqs;      /* sequences in the latest such step */
     int last_batch_tokens;    /* tokens in the latest such step */
+    uint64_t spec_drafts;     /* speculative decoding: drafts verified (one per sequence and step) */
+    uint64_t spec_draft_tokens; /* tokens in them */
+    uint64_t spec_accepted_tokens; /* of which accepted */
+    uint64_t spec_accepted_at[GL_SPEC_MAX]; /* accepted drafted tokens at each draft position */
 } gl_engine_stats;
 
 gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_error *err);

@@ -86,6 +86,14 @@ void api_init(api_server *a, const config *cfg) {
         "Prompt tokens looked up in the prefix cache.", NULL);
     m->prefix_hits = metrics_counter(r, "prefix_cache_hits_total",
         "Prompt tokens found in the prefix cache.", NULL);
+    m->spec_drafts = metrics_counter(r, "spec_decode_num_drafts_total",
+        "Drafts verified by speculative decoding (one per sequence and step).", NULL);
+    m->spec_draft_tokens = metrics_counter(r, "spec_decode_num_draft_tokens_total",
+        "Tokens drafted by speculative decoding.", NULL);
+    m->spec_accepted = metrics_counter(r, "spec_decode_num_accepted_tokens_total",
+        "Drafted tokens accepted.", NULL);
+    m->spec_accepted_at = metrics_counter(r, "spec_decode_num_accepted_tokens_per_pos_total",
+        "Drafted tokens accepted, by position in the draft (0 = first).", "position");
     m->engine_steps = metrics_counter(r, "engine_steps_total",
         "Engine steps that ran a forward pass.", NULL);
     m->batch_size = metrics_histogram(r, "batch_size",
@@ -556,6 +564,15 @@ void api_handle_metrics(http_req *req, void *ctx) {
         metrics_set(a->m.prefix_queries, NULL, (double)st.prefix_queries);
         metrics_set(a->m.prefix_hits, NULL, (double)st.prefix_hits);
         metrics_set(a->m.engine_steps, NULL, (double)st.n_steps);
+        metrics_set(a->m.spec_drafts, NULL, (double)st.spec_drafts);
+        metrics_set(a->m.spec_draft_tokens, NULL, (double)st.spec_draft_tokens);
+        metrics_set(a->m.spec_accepted, NULL, (double)st.spec_accepted_tokens);
+        for (int i = 0; i < GL_SPEC_MAX; i++) {
+            if (st.spec_accepted_at[i] == 0 && i > 0) break; /* positions past the longest accepted run */
+            char pos[16];
+            snprintf(pos, sizeof pos, "%d", i);
+            metrics_set(a->m.spec_accepted_at, pos, (double)st.spec_accepted_at[i]);
+        }
     }
     size_t len = 0;
     char *text = metrics_render(a->registry, &len);

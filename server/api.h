@@ -37,6 +37,7 @@ typedef struct api_metrics {
     metrics_family *requests_total, *errors_total;     /* {finish_reason}, {code} */
     metrics_family *running, *waiting, *kv_usage, *kv_capacity;
     metrics_family *preemptions, *prefix_queries, *prefix_hits;
+    metrics_family *spec_drafts, *spec_draft_tokens, *spec_accepted, *spec_accepted_at; /* vLLM's spec_decode_* */
     metrics_family *engine_steps;                      /* forward passes */
     metrics_family *batch_size, *batch_tokens;         /* per forward pass */
 } api_metrics;

@@ -592,7 +592,7 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
         "seed", "user", "logprobs", "top_logprobs", "response_format", "top_k", "min_p",
         "repetition_penalty", "ignore_eos", "grammar", "json_schema",
         /* llama.cpp server / vLLM extensions (README "Request fields") */
-        "repeat_penalty", "repeat_last_n", "min_tokens", "cache_prompt", "n_probs", "return_progress",
+        "repeat_penalty", "repeat_last_n", "min_tokens", "cache_prompt", "speculative", "n_probs", "return_progress",
         "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "reasoning_effort",
         /* known, refused by check_unsupported unless null (or harmless) */
         "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio",

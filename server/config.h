@@ -31,6 +31,11 @@ typedef struct config {
     int max_waiting;         /* engine queue bound; beyond it -> 503 */
     int max_body_bytes;      /* request bodies above this -> 413 */
     int n_ctx;               /* per-sequence context; 0 = the model's */
+    char spec[16];           /* speculative decoding: "ngram" or "off" */
+    int spec_max_tokens;     /* drafted tokens per sequence and step at most */
+    int spec_ngram_min;      /* n-gram drafter: shortest suffix looked up */
+    int spec_ngram_max;      /* n-gram drafter: longest suffix looked up */
+    int spec_fixed;          /* always draft spec_max_tokens (no adaptive length) */
     int timeout;             /* seconds an idle connection is kept */
     int max_connections;     /* open connections at most; beyond it new ones wait/close */
     int stream_buffer_bytes; /* unsent stream bytes per client; beyond it the client is dropped */

@@ -77,14 +77,17 @@ typedef struct job_totals {
     double ttft, decode_time;
     double prefill_time;     /* of the choice that answered first: ttft less its queueing */
     int seqs_with_tokens;
+    int draft_tokens, accepted_tokens; /* speculative decoding */
 } job_totals;
 
 static job_totals totals(job *j) {
-    job_totals t = { j->prompt_tokens, 0, 0, INFINITY, 0, 0, 0 };
+    job_totals t = { j->prompt_tokens, 0, 0, INFINITY, 0, 0, 0, 0, 0 };
     double last = 0;
     for (int i = 0; i < j->n_seqs; i++) {
         const job_seq *s = job_seq_at(j, i);
         t.completion_tokens += s->n_generated;
+        t.draft_tokens += s->n_draft;
+        t.accepted_tokens += s->n_accepted;
         /* each prompt counts once in prompt_tokens: its first choice's cache use */
         if (i % j->gen.n == 0) t.cached_tokens += s->n_cached;
         if (s->n_generated > 0) {
@@ -125,7 +128,7 @@ static void write_timings(jbuf *b, const job_totals *t) {
     jbuf_num(b, t->prefill_time > 0 ? computed / t->prefill_time : 0);
     jbuf_printf(b, ",\"predicted_n\":%d,\"predicted_per_second\":", t->completion_tokens);
     jbuf_num(b, t->decode_time > 0 && decoded > 0 ? decoded / t->decode_time : 0);
-    jbuf_puts(b, "}");
+    jbuf_printf(b, ",\"draft_n\":%d,\"draft_n_accepted\":%d}", t->draft_tokens, t->accepted_tokens);
 }
 
 /* ---- streaming -------------------------------------------------------------------- */
@@ -292,6 +295,8 @@ static void seq_on_event(api_sink *sink, const gl_event *ev, double t_event) {
         s->finish = shown.finish;
         s->n_generated = shown.n_generated;
         s->n_cached = ev->n_cached_tokens;
+        s->n_draft = ev->n_draft_tokens;
+        s->n_accepted = ev->n_accepted_tokens;
         s->t_queued = ev->t_queued;
         s->t_first = ev->t_first_token;
         s->t_total = ev->t_total;
@@ -399,6 +404,7 @@ void job_handle(http_req *req, api_server *a, const job_ops *ops) {
             .prompt_logprobs = -1,
             .min_tokens = j->gen.min_tokens,
             .no_prefix_cache = j->gen.no_prefix_cache,
+            .no_speculation = j->gen.no_speculation,
             .prompt_progress = j->gen.stream && j->gen.return_progress && i == 0,
             .user = &s->sink,
         };

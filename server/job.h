@@ -31,6 +31,7 @@ typedef struct job_seq {
     bool final_sent;         /* stream: the chunk with finish_reason went out */
     int n_generated;
     int n_cached;            /* prompt tokens served from the prefix cache */
+    int n_draft, n_accepted; /* speculative decoding: drafted tokens, accepted ones */
     gl_finish_reason finish;
     double t_queued;         /* seconds waiting before the prompt was scheduled */
     double t_first, t_total; /* seconds since submit */

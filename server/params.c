@@ -263,11 +263,13 @@ int params_generation_parse_limits(const cJSON *body, const gl_model *model,
         params_get_bool(body, "ignore_eos", &g->ignore_eos, e) ||
         params_get_int(body, "min_tokens", 0, lim->max_tokens, &g->min_tokens, e))
         return -1;
-    bool cache_prompt = true;
+    bool cache_prompt = true, speculative = true;
     if (params_get_bool(body, "cache_prompt", &cache_prompt, e) ||
+        params_get_bool(body, "speculative", &speculative, e) ||
         params_get_bool(body, "return_progress", &g->return_progress, e))
         return -1;
     g->no_prefix_cache = !cache_prompt;
+    g->no_speculation = !speculative;
     if (g->min_tokens > g->max_tokens && field(body, max_tokens_key))
         return params_fail(e, 400, "min_tokens", "invalid_value",
                            "'min_tokens' (%d) must not exceed '%s' (%d)", g->min_tokens,

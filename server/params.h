@@ -45,6 +45,7 @@ typedef struct params_generation {
     bool no_prefix_cache;    /* cache_prompt: false */
     int min_tokens;          /* end-of-sequence tokens are banned until this many are generated */
     bool return_progress;    /* stream: prompt_progress chunks while the prompt is prefilled */
+    bool no_speculation;     /* speculative: false (opt out of drafted tokens) */
 } params_generation;
 
 /* 400 naming the first key of body not in allowed (NULL-terminated).

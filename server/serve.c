@@ -199,6 +199,11 @@ int serve_main(int argc, char **argv) {
     ep.max_seqs = s->cfg.max_seqs;
     ep.max_waiting = s->cfg.max_waiting;
     ep.n_ctx = s->cfg.n_ctx;
+    ep.spec_mode = strcmp(s->cfg.spec, "ngram") ? GL_SPEC_OFF : GL_SPEC_NGRAM;
+    ep.spec_max_tokens = s->cfg.spec_max_tokens;
+    ep.spec_ngram_min = s->cfg.spec_ngram_min;
+    ep.spec_ngram_max = s->cfg.spec_ngram_max;
+    ep.spec_fixed = s->cfg.spec_fixed;
     s->worker = s->api.worker = worker_start(&s->loop, s->cfg.model, &ep, api_on_worker_msg, &s->api);
     if (!s->worker) {
         fprintf(stderr, "genloop serve: cannot start the engine thread\n");

@@ -26,6 +26,7 @@ typedef struct req_out {
     int n_token_logprobs;     /* TOKEN events with a finite logprob <= 0 */
     int n_generated;
     int n_cached;
+    int n_draft, n_accepted;
 } req_out;
 
 static req_out outs[MAX_REQ];
@@ -53,11 +54,14 @@ static void on_event(const gl_event *ev, void *ctx) {
         o->finish = ev->finish;
         o->n_generated = ev->n_generated;
         o->n_cached = ev->n_cached_tokens;
+        o->n_draft = ev->n_draft_tokens;
+        o->n_accepted = ev->n_accepted_tokens;
     }
 }
 
 static gl_model *model;
 static cJSON *reference;
+static int spec_mode;     /* engines made with speculative decoding (the "+ngram" case) */
 
 static void setup(void) {
     const char *path = testdata_path("models/stories260K.gguf");
@@ -75,6 +79,12 @@ static void setup(void) {
     reference = cJSON_Parse(buf);
     ck_assert_ptr_nonnull(reference);
     memset(outs, 0, sizeof outs);
+    spec_mode = GL_SPEC_OFF;
+}
+
+static void setup_spec(void) {
+    setup();
+    spec_mode = GL_SPEC_NGRAM;
 }
 
 static void teardown(void) {
@@ -92,6 +102,9 @@ static gl_engine *make_engine(int kv_tokens, int max_batch_tokens, int max_seqs)
     p.kv_cache_tokens = kv_tokens;
     p.max_batch_tokens = max_batch_tokens;
     p.max_seqs = max_seqs;
+    p.spec_mode = spec_mode;
+    p.spec_ngram_min = 1; /* draft as often as possible: every path gets exercised */
+    p.spec_fixed = true;
     gl_error err;
     gl_engine *e = gl_engine_create(model, &p, &err);
     ck_assert_msg(e != NULL, "%s", err.message);
@@ -524,6 +537,126 @@ START_TEST(scheduler_step_plans) {
 }
 END_TEST
 
+/* The checks above hold with drafts in flight; these make sure drafting
+ * actually happened and that its counters, opt-out and cache are right. */
+static void assert_drafted(const req_out *o) {
+    ck_assert_msg(o->n_draft > 0, "nothing drafted");
+    ck_assert_int_le(o->n_accepted, o->n_draft);
+}
+
+START_TEST(spec_drafts_counted_and_exact) {
+    gl_engine *e = make_engine(0, 512, 4);
+    int32_t prompt[] = {1, 403, 407, 261, 378};
+    gl_error err;
+    gl_request r = greedy_request(prompt, 5, 120, &outs[0]);
+    r.ignore_eos = true;
+    ck_assert(gl_engine_submit(e, &r, NULL, &err) > 0);
+    r = greedy_request(prompt, 5, 120, &outs[1]);
+    r.ignore_eos = true;
+    r.no_speculation = true;
+    ck_assert(gl_engine_submit(e, &r, NULL, &err) > 0);
+    run_until_idle(e);
+    assert_drafted(&outs[0]);
+    ck_assert_msg(outs[0].n_accepted > 0, "nothing accepted");
+    ck_assert_int_eq(outs[1].n_draft, 0); /* opted out */
+    ck_assert_int_eq(outs[0].n_tokens, 120);
+    ck_assert_mem_eq(outs[0].tokens, outs[1].tokens, 120 * sizeof(int32_t));
+    gl_engine_stats st;
+    gl_engine_get_stats(e, &st);
+    ck_assert_uint_eq(st.spec_draft_tokens, (uint64_t)outs[0].n_draft);
+    ck_assert_uint_eq(st.spec_accepted_tokens, (uint64_t)outs[0].n_accepted);
+    uint64_t at = 0;
+    for (int i = 0; i < GL_SPEC_MAX; i++) at += st.spec_accepted_at[i];
+    ck_assert_uint_eq(at, st.spec_accepted_tokens);
+    ck_assert_uint_gt(st.spec_drafts, 0);
+    assert_pool_empty(e);
+    gl_engine_free(e);
+}
+END_TEST
+
+/* Seeded sampling draws once per generated token with or without drafts,
+ * and a chunk's logits equal single steps', so the sampled output is the
+ * same token for token. */
+START_TEST(spec_sampling_same_as_without) {
+    for (int mode = 0; mode < 2; mode++) {
+        spec_mode = mode ? GL_SPEC_NGRAM : GL_SPEC_OFF;
+        gl_engine *e = make_engine(0, 512, 8);
+        int32_t prompt[] = {1, 403, 407, 261, 378};
+        gl_error err;
+        for (int i = 0; i < 4; i++) {
+            gl_request r = greedy_request(prompt, 5, 120, &outs[4 * mode + i]);
+            r.sampling.temperature = i < 2 ? 0.7f : 1.0f;
+            r.sampling.top_k = i == 1 ? 20 : 0;
+            r.sampling.repetition_penalty = i == 3 ? 1.1f : 1.0f;
+            r.sampling.seed = 100 + (uint64_t)i;
+            r.sampling.has_seed = true;
+            r.sampling.logprobs = i == 2;
+            r.sampling.n_logprobs = i == 2 ? 3 : 0;
+            r.ignore_eos = true;
+            ck_assert(gl_engine_submit(e, &r, NULL, &err) > 0);
+        }
+        run_until_idle(e);
+        assert_pool_empty(e);
+        gl_engine_free(e);
+    }
+    int drafted = 0;
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(outs[i].n_tokens, 120);
+        ck_assert_msg(memcmp(outs[i].tokens, outs[4 + i].tokens, 120 * sizeof(int32_t)) == 0,
+                      "request %d: sampled output changed under speculation", i);
+        drafted += outs[4 + i].n_draft;
+    }
+    ck_assert_int_eq(outs[6].n_token_logprobs, 120);
+    ck_assert_int_gt(drafted, 0);
+}
+END_TEST
+
+/* Prefix hashes cover accepted tokens only: a prompt made of an earlier
+ * request's prompt and output reuses the blocks of its generated tokens
+ * and continues exactly as the earlier request did. */
+START_TEST(spec_prefix_cache_of_generated_blocks) {
+    gl_engine *e = make_engine(0, 512, 4);
+    int32_t prompt[] = {1, 403, 407, 261, 378};
+    gl_error err;
+    gl_request r = greedy_request(prompt, 5, 100, &outs[0]);
+    r.ignore_eos = true;
+    ck_assert(gl_engine_submit(e, &r, NULL, &err) > 0);
+    run_until_idle(e);
+    assert_drafted(&outs[0]);
+    int32_t longer[128];
+    memcpy(longer, prompt, sizeof prompt);
+    memcpy(longer + 5, outs[0].tokens, 60 * sizeof(int32_t));
+    r = greedy_request(longer, 65, 40, &outs[1]);
+    r.ignore_eos = true;
+    ck_assert(gl_engine_submit(e, &r, NULL, &err) > 0);
+    run_until_idle(e);
+    ck_assert_int_eq(outs[1].n_cached, 64);
+    ck_assert_mem_eq(outs[1].tokens, outs[0].tokens + 60, 40 * sizeof(int32_t));
+    assert_pool_empty(e);
+    gl_engine_free(e);
+}
+END_TEST
+
+START_TEST(spec_params_validated) {
+    gl_engine_params p;
+    gl_engine_params_default(&p);
+    p.spec_mode = GL_SPEC_NGRAM;
+    gl_error err;
+    int bad[][3] = {{0, 1, 2}, {GL_SPEC_MAX + 1, 1, 2}, {4, 0, 2}, {4, 3, 2}};
+    for (int i = 0; i < 4; i++) {
+        p.spec_max_tokens = bad[i][0];
+        p.spec_ngram_min = bad[i][1];
+        p.spec_ngram_max = bad[i][2];
+        ck_assert_ptr_null(gl_engine_create(model, &p, &err));
+        ck_assert_msg(strstr(err.message, "speculative") != NULL, "%s", err.message);
+    }
+    p = (gl_engine_params){0};
+    gl_engine_params_default(&p);
+    p.spec_mode = 7;
+    ck_assert_ptr_null(gl_engine_create(model, &p, &err));
+}
+END_TEST
+
 int main(void) {
     if (!testdata_path("models/stories260K.gguf")) {
         printf("SKIP: shared test data not found\n");
@@ -548,6 +681,24 @@ int main(void) {
     tcase_add_test(tc, scheduler_step_plans);
     tcase_add_test(tc, parallel_requests_share_prompt_blocks);
     suite_add_tcase(s, tc);
+    /* the same checks with n-gram drafts in flight */
+    TCase *ts = tcase_create("stories260K+ngram");
+    tcase_add_checked_fixture(ts, setup_spec, teardown);
+    tcase_set_timeout(ts, 600);
+    tcase_add_test(ts, greedy_matches_reference);
+    tcase_add_test(ts, batch_invariance);
+    tcase_add_test(ts, batch_invariance_small_budget_and_preemption);
+    tcase_add_test(ts, stop_string_and_max_tokens);
+    tcase_add_test(ts, cancel_frees_within_a_step);
+    tcase_add_test(ts, seeded_sampling_reproducible);
+    tcase_add_test(ts, prompt_logprobs);
+    tcase_add_test(ts, prefix_cache_hit);
+    tcase_add_test(ts, parallel_requests_share_prompt_blocks);
+    tcase_add_test(ts, spec_drafts_counted_and_exact);
+    tcase_add_test(ts, spec_sampling_same_as_without);
+    tcase_add_test(ts, spec_prefix_cache_of_generated_blocks);
+    tcase_add_test(ts, spec_params_validated);
+    suite_add_tcase(s, ts);
     int failed = test_run_suite(s);
     return failed ? 1 : 0;
 }
