@@ -86,6 +86,14 @@ bool cli_set_once(const char *flag, const char **slot, const char *value) {
     return true;
 }
 
+void cli_copy_spec(gl_engine_params *to, const gl_engine_params *from) {
+    to->spec_mode = from->spec_mode;
+    to->spec_max_tokens = from->spec_max_tokens;
+    to->spec_ngram_min = from->spec_ngram_min;
+    to->spec_ngram_max = from->spec_ngram_max;
+    to->spec_fixed = from->spec_fixed;
+}
+
 int cli_parse_spec(int argc, char **argv, int *i, gl_engine_params *p) {
     const char *a = argv[*i], *v;
     long l;

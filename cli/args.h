@@ -28,6 +28,8 @@ bool cli_set_once(const char *flag, const char **slot, const char *value);
  * not, -1 after printing an error. */
 struct gl_engine_params;
 int cli_parse_spec(int argc, char **argv, int *i, struct gl_engine_params *p);
+/* Copy the speculative-decoding settings cli_parse_spec filled in from into to. */
+void cli_copy_spec(struct gl_engine_params *to, const struct gl_engine_params *from);
 #define CLI_SPEC_USAGE \
     "      --spec MODE         speculative decoding: ngram (prompt lookup) or off (default: off)\n" \
     "      --spec-max-tokens N drafted tokens per step at most (default 8, up to 16)\n" \

@@ -310,11 +310,7 @@ int cmd_bench(int argc, char **argv) {
     ep.prefix_caching = false;
     ep.activation_bits = act_bits;
     ep.kv_type = kv_type;
-    ep.spec_mode = defaults.spec_mode;
-    ep.spec_max_tokens = defaults.spec_max_tokens;
-    ep.spec_ngram_min = defaults.spec_ngram_min;
-    ep.spec_ngram_max = defaults.spec_ngram_max;
-    ep.spec_fixed = defaults.spec_fixed;
+    cli_copy_spec(&ep, &defaults);
     gl_engine *e = gl_engine_create(model, &ep, &err);
     if (!e) {
         fprintf(stderr, "genloop bench: %s\n", err.message);

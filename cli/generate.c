@@ -214,11 +214,7 @@ int cmd_generate(int argc, char **argv) {
     ep.max_seqs = 1;
     ep.activation_bits = act_bits;
     ep.kv_type = kv_type;
-    ep.spec_mode = defaults.spec_mode;
-    ep.spec_max_tokens = defaults.spec_max_tokens;
-    ep.spec_ngram_min = defaults.spec_ngram_min;
-    ep.spec_ngram_max = defaults.spec_ngram_max;
-    ep.spec_fixed = defaults.spec_fixed;
+    cli_copy_spec(&ep, &defaults);
     engine = gl_engine_create(model, &ep, &err);
     if (!engine) {
         fprintf(stderr, "genloop: %s\n", err.message);
