@@ -92,6 +92,7 @@ void cli_copy_spec(gl_engine_params *to, const gl_engine_params *from) {
     to->spec_ngram_min = from->spec_ngram_min;
     to->spec_ngram_max = from->spec_ngram_max;
     to->spec_fixed = from->spec_fixed;
+    to->spec_draft_model = from->spec_draft_model;
 }
 
 int cli_parse_spec(int argc, char **argv, int *i, gl_engine_params *p) {
@@ -100,11 +101,16 @@ int cli_parse_spec(int argc, char **argv, int *i, gl_engine_params *p) {
     if (!strcmp(a, "--spec")) {
         if (!(v = cli_value(argc, argv, i))) return -1;
         if (!strcmp(v, "ngram")) p->spec_mode = GL_SPEC_NGRAM;
+        else if (!strcmp(v, "draft")) p->spec_mode = GL_SPEC_DRAFT;
         else if (!strcmp(v, "off")) p->spec_mode = GL_SPEC_OFF;
         else {
-            fprintf(stderr, "genloop: invalid value '%s' for --spec: ngram or off\n", v);
+            fprintf(stderr, "genloop: invalid value '%s' for --spec: ngram, draft or off\n", v);
             return -1;
         }
+        return 1;
+    }
+    if (!strcmp(a, "--model-draft")) {
+        if (!(v = cli_value(argc, argv, i)) || !cli_set_once(a, &p->spec_draft_model, v)) return -1;
         return 1;
     }
     if (!strcmp(a, "--spec-fixed")) {

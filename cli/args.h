@@ -23,7 +23,7 @@ const char *cli_value(int argc, char **argv, int *i);
 bool cli_set_once(const char *flag, const char **slot, const char *value);
 
 /* Speculative decoding flags shared by generate, bench and serve:
- * --spec ngram|off, --spec-max-tokens N, --spec-ngram-min N, --spec-ngram-max N.
+ * --spec ngram|draft|off, --model-draft FILE, --spec-max-tokens N, --spec-ngram-min N, --spec-ngram-max N.
  * Returns 1 when argv[*i] was one (applied to p, *i advanced), 0 when it is
  * not, -1 after printing an error. */
 struct gl_engine_params;
@@ -31,7 +31,9 @@ int cli_parse_spec(int argc, char **argv, int *i, struct gl_engine_params *p);
 /* Copy the speculative-decoding settings cli_parse_spec filled in from into to. */
 void cli_copy_spec(struct gl_engine_params *to, const struct gl_engine_params *from);
 #define CLI_SPEC_USAGE \
-    "      --spec MODE         speculative decoding: ngram (prompt lookup) or off (default: off)\n" \
+    "      --spec MODE         speculative decoding: ngram (prompt lookup), draft (a draft model) or off\n" \
+    "                          (default: off)\n" \
+    "      --model-draft FILE  the draft model for --spec draft (the target's vocabulary)\n" \
     "      --spec-max-tokens N drafted tokens per step at most (default 8, up to 16)\n" \
     "      --spec-ngram-min N  shortest n-gram looked up (default 2)\n" \
     "      --spec-ngram-max N  longest n-gram looked up (default 4)\n" \

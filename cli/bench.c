@@ -262,7 +262,7 @@ int cmd_bench(int argc, char **argv) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_parse_act_bits(a, v, &act_bits)) return 2;
         } else if (!strcmp(a, "--kv-type")) {
             if (!(v = cli_value(argc, argv, &i)) || !cli_parse_kv_type(a, v, &kv_type)) return 2;
-        } else if (!strncmp(a, "--spec", 6)) {
+        } else if (!strncmp(a, "--spec", 6) || !strcmp(a, "--model-draft")) {
             if (cli_parse_spec(argc, argv, &i, &defaults) <= 0) {
                 if (!strcmp(argv[i], a)) fprintf(stderr, "genloop bench: unknown option '%s'\n", a);
                 return 2;

@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "draft_model.h"
 #include "drafter.h"
 #include "gl_error.h"
 #include "grammar.h"
@@ -41,7 +42,10 @@ struct gl_engine {
     float *logits;            /* [max_logits][n_vocab] */
     gl_top_logprob *top;      /* [20] */
     gr_vocab *vocab;          /* token bytes for grammar masks */
-    gl_drafter *drafter;      /* NULL: speculative decoding off */
+    gl_drafter *drafter;      /* the n-gram drafter, or NULL */
+    gl_model *draft_model;    /* GL_SPEC_DRAFT: loaded here, owned */
+    dm_drafter *dm;           /* GL_SPEC_DRAFT: proposals from draft_model, else NULL */
+    bool spec;                /* speculative decoding on (drafter or dm) */
     /* the draft-length rule (README "Speculative decoding"): step time
      * against batch tokens, fitted as t0 + t1 x tokens over recent steps */
     double fit_w, fit_x, fit_y, fit_xx, fit_xy; /* exponentially weighted sums */
@@ -174,7 +178,7 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
         gl_error_set(err, "kv_type must be f16, q8_0 or f32");
         return NULL;
     }
-    if (p.spec_mode != GL_SPEC_OFF && p.spec_mode != GL_SPEC_NGRAM) {
+    if (p.spec_mode != GL_SPEC_OFF && p.spec_mode != GL_SPEC_NGRAM && p.spec_mode != GL_SPEC_DRAFT) {
         gl_error_set(err, "unknown speculative decoding mode %d", p.spec_mode);
         return NULL;
     }
@@ -189,12 +193,17 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
         gl_error_set(err, "activation_bits must be 8 or 16, got %d", p.activation_bits);
         return NULL;
     }
+    if (p.spec_mode == GL_SPEC_DRAFT && (!p.spec_draft_model || !*p.spec_draft_model)) {
+        gl_error_set(err, "speculative decoding with a draft model needs the draft model's file (--model-draft)");
+        return NULL;
+    }
     gl_engine *e = calloc(1, sizeof *e);
     if (!e) {
         gl_error_set(err, "out of memory");
         return NULL;
     }
     e->model = model;
+    e->spec = p.spec_mode != GL_SPEC_OFF;
     e->params = p;
     pthread_mutex_init(&e->mutex, NULL);
     pthread_cond_init(&e->cond, NULL);
@@ -215,8 +224,10 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     e->n_ctx = p.n_ctx > 0 ? p.n_ctx : c->n_ctx_train;
     if (e->n_ctx > n_blocks * p.block_size) e->n_ctx = n_blocks * p.block_size;
 
+    if (p.spec_mode == GL_SPEC_DRAFT && !(e->draft_model = gl_model_load(p.spec_draft_model, err))) goto fail;
     e->pool = kern_pool_new(p.n_threads);
     int widest = c->n_widest;
+    if (e->draft_model && e->draft_model->config.n_widest > widest) widest = e->draft_model->config.n_widest;
     if (!e->pool || kern_pool_reserve(e->pool, (size_t)widest) ||
         kern_pool_reserve_tokens(e->pool, p.max_batch_tokens, widest)) {
         gl_error_set(err, "cannot start %d compute threads", p.n_threads);
@@ -239,7 +250,12 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     e->logits = malloc((size_t)limits.max_logits * (size_t)c->n_vocab * sizeof(float));
     e->top = calloc(20, sizeof *e->top);
     e->vocab = engine_vocab(e, model);
-    if (p.spec_mode != GL_SPEC_OFF) {
+    /* the draft pool holds as many positions as the target's: it never
+     * needs more, having no prefix sharing to save but no more sequences */
+    if (e->draft_model && !(e->dm = dm_create(e->draft_model, model, e->pool, p.max_batch_tokens,
+                                              n_blocks * p.block_size, p.block_size, p.kv_type, err)))
+        goto fail;
+    if (p.spec_mode == GL_SPEC_NGRAM) {
         drafter_params dp = {.mode = p.spec_mode, .ngram_min = p.spec_ngram_min, .ngram_max = p.spec_ngram_max};
         if (!(e->drafter = drafter_create(&dp))) {
             gl_error_set(err, "out of memory for the drafter");
@@ -277,6 +293,8 @@ void gl_engine_free(gl_engine *e) {
     free(e->top);
     gr_vocab_free(e->vocab);
     drafter_free(e->drafter);
+    dm_free(e->dm); /* after sched_free: the sequences' draft states go with it */
+    gl_model_free(e->draft_model);
     free(e->eog_ids);
     free(e->cancel_ids);
     free(e->b_tokens);
@@ -330,7 +348,7 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     s->min_tokens = req->min_tokens;
     s->no_prefix_cache = req->no_prefix_cache;
     s->prompt_progress = req->prompt_progress;
-    s->spec_len = e->drafter && !req->no_speculation ? e->params.spec_max_tokens : 0;
+    s->spec_len = e->spec && !req->no_speculation ? e->params.spec_max_tokens : 0;
     s->spec_accept = 0.7; /* optimistic: a new sequence drafts fully until it learns */
     s->progress_sent = -1;
     s->prompt_logprobs = req->prompt_logprobs;
@@ -431,6 +449,7 @@ static void finish(gl_engine *e, gl_seq *s, gl_finish_reason reason, const char 
     sched_remove(e->sched, s, &was_waiting);
     if (was_waiting) queued_add(e, -1);
     emit_finished(s, reason, error, fn, ctx);
+    if (e->dm) dm_seq_release(e->dm, &s->draft);
     seq_free(e->kvm, s);
 }
 
@@ -641,7 +660,10 @@ static void propose_drafts(gl_engine *e, gl_seq *r) {
     if (r->cap_tokens - r->n_tokens < room) room = r->cap_tokens - r->n_tokens;
     int k = draft_length(e, r);
     if (k > room - 1) k = room - 1; /* the last row's token needs room too */
-    r->n_draft = k > 0 ? drafter_propose(e->drafter, r->tokens, r->n_tokens, k, r->tokens + r->n_tokens) : 0;
+    int32_t *out = r->tokens + r->n_tokens;
+    if (k <= 0) r->n_draft = 0;
+    else if (e->dm) r->n_draft = dm_propose(e->dm, &r->draft, r->tokens, r->n_tokens, r->cap_tokens, k, out);
+    else r->n_draft = drafter_propose(e->drafter, r->tokens, r->n_tokens, k, out);
 }
 
 /* Advances every planned sequence past the tokens just computed and
@@ -711,6 +733,8 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
     take_submissions(e, fn, ctx);
     const sched_plan *plan = sched_schedule(e->sched);
     if (plan->n_preempted != plan->n_admitted) queued_add(e, plan->n_preempted - plan->n_admitted);
+    if (e->dm && plan->n_preempted > 0) /* a preempted sequence gives its draft blocks back too */
+        for (gl_seq *w = e->sched->waiting.head; w; w = w->next) dm_seq_release(e->dm, &w->draft);
     int n_seqs = 0;
     if (plan->n_tokens > 0 && run_model(e, plan, fn, ctx)) {
         e->step_generated = 0;
@@ -719,7 +743,7 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
         bool decode_only = true; /* prompt chunks would fit prefill's cost, not decoding's */
         for (int si = 0; si < plan->n_entries; si++)
             decode_only &= plan->entries[si].sample_row >= 0 && plan->entries[si].n_tokens == 1 + plan->entries[si].n_draft;
-        if (e->drafter && decode_only) update_spec_threshold(e, plan->n_tokens);
+        if (e->spec && decode_only) update_spec_threshold(e, plan->n_tokens);
     }
     publish_stats(e);
     return n_seqs;

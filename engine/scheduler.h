@@ -48,6 +48,7 @@ typedef struct gl_seq {
     int spec_idle;            /* steps in a row the rule gave it no draft */
     int n_draft_total;        /* tokens drafted for it so far */
     int n_accepted_total;     /* of which accepted */
+    struct dm_seq *draft;     /* the draft model's cache for it (draft_model.h), or NULL */
     int progress_sent;        /* prompt tokens last reported as processed; -1 = none yet */
     gl_sampler *sampler;      /* NULL in scheduler tests */
     struct gr_matcher *grammar; /* NULL, or the constraint on the output (grammar.h) */

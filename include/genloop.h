@@ -142,8 +142,10 @@ typedef struct gl_engine_params {
     int n_ctx;                /* per-sequence context limit; 0 = model's */
     bool prefix_caching;      /* reuse cached prompt blocks */
     int activation_bits;      /* 16 (default) or 8: see README "Activation precision" */
-    int spec_mode;            /* speculative decoding: GL_SPEC_OFF (default) or GL_SPEC_NGRAM
-                                 (README "Speculative decoding") */
+    int spec_mode;            /* speculative decoding: GL_SPEC_OFF (default), GL_SPEC_NGRAM or
+                                 GL_SPEC_DRAFT (README "Speculative decoding") */
+    const char *spec_draft_model; /* GL_SPEC_DRAFT: GGUF of the draft model (the target's vocabulary);
+                                 loaded and owned by the engine */
     int spec_max_tokens;      /* drafted tokens per sequence and step at most, 1..GL_SPEC_MAX */
     int spec_ngram_min;       /* n-gram drafter: shortest suffix matched, >= 1 */
     int spec_ngram_max;       /* n-gram drafter: longest suffix matched, >= spec_ngram_min */
@@ -151,7 +153,7 @@ typedef struct gl_engine_params {
 } gl_engine_params;
 
 /* Speculative decoding modes (gl_engine_params.spec_mode). */
-enum { GL_SPEC_OFF = 0, GL_SPEC_NGRAM = 1 };
+enum { GL_SPEC_OFF = 0, GL_SPEC_NGRAM = 1, GL_SPEC_DRAFT = 2 };
 #define GL_SPEC_MAX 16        /* bound of spec_max_tokens */
 
 void gl_engine_params_default(gl_engine_params *p);

@@ -65,7 +65,9 @@ static const setting settings[] = {
     INT(max_waiting, 0, 0, 1 << 20, "waiting-queue bound; beyond it requests get 503"),
     INT(max_body_bytes, 0, 64, INT_MAX, "largest request body; beyond it 413"),
     INT(n_ctx, 'c', 0, 1 << 24, "context length per sequence; 0 = the model's"),
-    STR(spec, 0, "speculative decoding: ngram (drafts from the request's own prompt and output) or off"),
+    STR(spec, 0, "speculative decoding: ngram (drafts from the request's own prompt and output), "
+                 "draft (from model_draft) or off"),
+    STR(model_draft, 0, "draft model GGUF for spec = draft (must share the model's vocabulary)"),
     INT(spec_max_tokens, 0, 1, GL_SPEC_MAX, "drafted tokens per sequence and step at most"),
     INT(spec_ngram_min, 0, 1, 64, "n-gram drafter: shortest suffix looked up"),
     INT(spec_ngram_max, 0, 1, 64, "n-gram drafter: longest suffix looked up"),
@@ -102,7 +104,7 @@ void config_default(config *c) {
     c->block_size = ep.block_size;
     c->max_batch_tokens = ep.max_batch_tokens;
     c->n_ctx = ep.n_ctx;
-    strcpy(c->spec, ep.spec_mode == GL_SPEC_NGRAM ? "ngram" : "off");
+    strcpy(c->spec, ep.spec_mode == GL_SPEC_NGRAM ? "ngram" : ep.spec_mode == GL_SPEC_DRAFT ? "draft" : "off");
     c->spec_max_tokens = ep.spec_max_tokens;
     c->spec_ngram_min = ep.spec_ngram_min;
     c->spec_ngram_max = ep.spec_ngram_max;
@@ -331,8 +333,10 @@ int config_validate(const config *c, char *err, size_t err_len) {
     gl_kv_type kt;
     if (!gl_kv_type_parse(c->kv_type, &kt))
         return fail(err, err_len, "kv_type: must be f16, q8_0 or f32, got \"%s\"%s", c->kv_type, "");
-    if (strcmp(c->spec, "ngram") && strcmp(c->spec, "off"))
-        return fail(err, err_len, "spec: must be ngram or off, got %s%s", c->spec, "");
+    if (strcmp(c->spec, "ngram") && strcmp(c->spec, "draft") && strcmp(c->spec, "off"))
+        return fail(err, err_len, "spec: must be ngram, draft or off, got %s%s", c->spec, "");
+    if (!strcmp(c->spec, "draft") && !c->model_draft[0])
+        return fail(err, err_len, "spec draft needs model_draft (--model-draft FILE)%s%s", "", "");
     if (c->spec_ngram_min > c->spec_ngram_max)
         return fail(err, err_len, "spec_ngram_min must not exceed spec_ngram_max%s%s", "", "");
     if (c->api_key[0] && c->api_key_file[0])

@@ -31,7 +31,8 @@ typedef struct config {
     int max_waiting;         /* engine queue bound; beyond it -> 503 */
     int max_body_bytes;      /* request bodies above this -> 413 */
     int n_ctx;               /* per-sequence context; 0 = the model's */
-    char spec[16];           /* speculative decoding: "ngram" or "off" */
+    char spec[16];           /* speculative decoding: "ngram", "draft" or "off" */
+    char model_draft[1024];  /* draft model GGUF for spec "draft" */
     int spec_max_tokens;     /* drafted tokens per sequence and step at most */
     int spec_ngram_min;      /* n-gram drafter: shortest suffix looked up */
     int spec_ngram_max;      /* n-gram drafter: longest suffix looked up */

@@ -199,7 +199,8 @@ int serve_main(int argc, char **argv) {
     ep.max_seqs = s->cfg.max_seqs;
     ep.max_waiting = s->cfg.max_waiting;
     ep.n_ctx = s->cfg.n_ctx;
-    ep.spec_mode = strcmp(s->cfg.spec, "ngram") ? GL_SPEC_OFF : GL_SPEC_NGRAM;
+    ep.spec_mode = !strcmp(s->cfg.spec, "ngram") ? GL_SPEC_NGRAM : !strcmp(s->cfg.spec, "draft") ? GL_SPEC_DRAFT : GL_SPEC_OFF;
+    ep.spec_draft_model = s->cfg.model_draft;
     ep.spec_max_tokens = s->cfg.spec_max_tokens;
     ep.spec_ngram_min = s->cfg.spec_ngram_min;
     ep.spec_ngram_max = s->cfg.spec_ngram_max;
