@@ -48,7 +48,7 @@ def test_cli_greedy_identical_with_and_without(which):
 
 
 def test_cli_rejects_bad_spec_flags():
-    for args, needle in ((["--spec", "draft"], "--spec"), (["--spec-max-tokens", "17"], "--spec-max-tokens"),
+    for args, needle in ((["--spec", "bogus"], "--spec"), (["--spec-max-tokens", "17"], "--spec-max-tokens"),
                          (["--spec-ngram-min", "0"], "--spec-ngram-min")):
         r = subprocess.run([binary(), "generate", "-m", tiny_model(), "-p", "x", *args],
                            capture_output=True, text=True, timeout=60)
