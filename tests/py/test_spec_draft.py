@@ -94,8 +94,8 @@ def test_draft_mode_needs_a_file():
 
 @pytest.mark.parametrize("self_draft", [True, False])
 def test_server_concurrent_identical(pair, self_draft):
-    """12 requests at once with --max-seqs 4 and a small KV pool (so some are
-    preempted), each with and without drafts: same text."""
+    """12 requests at once with --max-seqs 4 (so they queue and mix),
+    each with and without drafts: same text."""
     target, draft = pair
     if self_draft:
         model, dm, prompts = tiny_model(), tiny_model(), ["Once upon a time", "Lily and Tom", "The dog", "One day"]
