@@ -720,6 +720,7 @@ static void publish_stats(gl_engine *e) {
     const scheduler *sc = e->sched;
     e->stats.n_running = sc->n_running;
     e->stats.n_blocks_used = e->kv->n_blocks - kv_n_free(e->kv);
+    e->stats.spec_draft_blocks_used = e->dm ? dm_blocks_used(e->dm) : 0;
     e->stats.n_preemptions = sc->n_preemptions;
     e->stats.prefix_queries = sc->prefix_queries;
     e->stats.prefix_hits = sc->prefix_hits;

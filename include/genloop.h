@@ -237,6 +237,7 @@ typedef struct gl_engine_stats {
     int n_waiting;            /* queued, not yet admitted */
     int n_blocks_total;
     int n_blocks_used;        /* held by running sequences */
+    int spec_draft_blocks_used; /* GL_SPEC_DRAFT: blocks of the draft model's own pool held */
     int block_size;
     int kv_capacity_tokens;   /* n_blocks_total * block_size */
     uint64_t n_preemptions;

@@ -61,11 +61,13 @@ static void on_event(const gl_event *ev, void *ctx) {
 
 static gl_model *model;
 static cJSON *reference;
-static int spec_mode;     /* engines made with speculative decoding (the "+ngram" case) */
+static int spec_mode;     /* engines made with speculative decoding (the "+ngram" and "+draft" cases) */
+static char model_path[4096]; /* the draft model's file when spec_mode is GL_SPEC_DRAFT */
 
 static void setup(void) {
     const char *path = testdata_path("models/stories260K.gguf");
     if (!path) exit(TEST_SKIP);
+    snprintf(model_path, sizeof model_path, "%s", path); /* path is testdata_path's static buffer */
     gl_error err;
     model = gl_model_load(path, &err);
     ck_assert_msg(model != NULL, "%s", err.message);
@@ -87,6 +89,12 @@ static void setup_spec(void) {
     spec_mode = GL_SPEC_NGRAM;
 }
 
+/* the model drafting for itself: every proposal the target's greedy choice */
+static void setup_draft(void) {
+    setup();
+    spec_mode = GL_SPEC_DRAFT;
+}
+
 static void teardown(void) {
     gl_model_free(model);
     cJSON_Delete(reference);
@@ -105,6 +113,10 @@ static gl_engine *make_engine(int kv_tokens, int max_batch_tokens, int max_seqs)
     p.spec_mode = spec_mode;
     p.spec_ngram_min = 1; /* draft as often as possible: every path gets exercised */
     p.spec_fixed = true;
+    p.spec_draft_model = model_path;
+    /* a self-draft is always accepted: 8 tokens a step would finish the
+     * staggered requests before enough overlap to preempt */
+    if (spec_mode == GL_SPEC_DRAFT) p.spec_max_tokens = 2;
     gl_error err;
     gl_engine *e = gl_engine_create(model, &p, &err);
     ck_assert_msg(e != NULL, "%s", err.message);
@@ -140,6 +152,7 @@ static void assert_pool_empty(gl_engine *e) {
     gl_engine_stats st;
     gl_engine_get_stats(e, &st);
     ck_assert_int_eq(st.n_blocks_used, 0);
+    ck_assert_int_eq(st.spec_draft_blocks_used, 0);
     ck_assert_int_eq(st.n_running, 0);
     ck_assert_int_eq(st.n_waiting, 0);
 }
@@ -569,6 +582,8 @@ START_TEST(spec_drafts_counted_and_exact) {
     for (int i = 0; i < GL_SPEC_MAX; i++) at += st.spec_accepted_at[i];
     ck_assert_uint_eq(at, st.spec_accepted_tokens);
     ck_assert_uint_gt(st.spec_drafts, 0);
+    if (spec_mode == GL_SPEC_DRAFT) /* its own draft, 120 tokens with no stop: nothing rejected */
+        ck_assert_int_eq(outs[0].n_accepted, outs[0].n_draft);
     assert_pool_empty(e);
     gl_engine_free(e);
 }
@@ -578,8 +593,9 @@ END_TEST
  * and a chunk's logits equal single steps', so the sampled output is the
  * same token for token. */
 START_TEST(spec_sampling_same_as_without) {
+    int on = spec_mode == GL_SPEC_DRAFT ? GL_SPEC_DRAFT : GL_SPEC_NGRAM;
     for (int mode = 0; mode < 2; mode++) {
-        spec_mode = mode ? GL_SPEC_NGRAM : GL_SPEC_OFF;
+        spec_mode = mode ? on : GL_SPEC_OFF;
         gl_engine *e = make_engine(0, 512, 8);
         int32_t prompt[] = {1, 403, 407, 261, 378};
         gl_error err;
@@ -657,6 +673,19 @@ START_TEST(spec_params_validated) {
 }
 END_TEST
 
+START_TEST(spec_draft_needs_a_file) {
+    gl_engine_params p;
+    gl_engine_params_default(&p);
+    p.spec_mode = GL_SPEC_DRAFT;
+    gl_error err;
+    ck_assert_ptr_null(gl_engine_create(model, &p, &err));
+    ck_assert_msg(strstr(err.message, "--model-draft") != NULL, "%s", err.message);
+    p.spec_draft_model = "/nonexistent/draft.gguf";
+    ck_assert_ptr_null(gl_engine_create(model, &p, &err));
+    ck_assert_msg(strstr(err.message, "nonexistent") != NULL, "%s", err.message);
+}
+END_TEST
+
 int main(void) {
     if (!testdata_path("models/stories260K.gguf")) {
         printf("SKIP: shared test data not found\n");
@@ -699,6 +728,23 @@ int main(void) {
     tcase_add_test(ts, spec_prefix_cache_of_generated_blocks);
     tcase_add_test(ts, spec_params_validated);
     suite_add_tcase(s, ts);
+    /* and with the model as its own draft model */
+    TCase *td = tcase_create("stories260K+draft");
+    tcase_add_checked_fixture(td, setup_draft, teardown);
+    tcase_set_timeout(td, 600);
+    tcase_add_test(td, greedy_matches_reference);
+    tcase_add_test(td, batch_invariance);
+    tcase_add_test(td, batch_invariance_small_budget_and_preemption);
+    tcase_add_test(td, stop_string_and_max_tokens);
+    tcase_add_test(td, cancel_frees_within_a_step);
+    tcase_add_test(td, seeded_sampling_reproducible);
+    tcase_add_test(td, prompt_logprobs);
+    tcase_add_test(td, prefix_cache_hit);
+    tcase_add_test(td, parallel_requests_share_prompt_blocks);
+    tcase_add_test(td, spec_drafts_counted_and_exact);
+    tcase_add_test(td, spec_sampling_same_as_without);
+    tcase_add_test(td, spec_draft_needs_a_file);
+    suite_add_tcase(s, td);
     int failed = test_run_suite(s);
     return failed ? 1 : 0;
 }
