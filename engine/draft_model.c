@@ -164,6 +164,7 @@ int dm_propose(dm_drafter *d, dm_seq **sp, const int32_t *tokens, int n_tokens, 
                int32_t *out) {
     if (max_draft <= 0 || n_tokens <= 0) return 0;
     if (n_tokens + max_draft - 1 > cap_tokens) max_draft = cap_tokens - n_tokens + 1;
+    if (max_draft <= 0) return 0;
     dm_seq *s = *sp;
     if (!s && !(s = *sp = seq_new(d, cap_tokens))) return 0;
     /* keep the cached prefix that still matches, and always feed the last token: its logits are the first proposal */
