@@ -95,6 +95,7 @@ typedef struct b_rule {
     gr_elem *body;            /* alternatives, each ended by E_END */
     int n, cap;
     bool defined;
+    bool repeated;            /* some repetition has two or more copies of it in a row */
     const char *first_use;    /* where an undefined rule was first referenced */
 } b_rule;
 
@@ -316,6 +317,11 @@ static void repeat(parser *ps, int rule, int start, int min, int max) {
     }
     ps->n_elems -= ps->rules[rule].n - start;
     ps->rules[rule].n = start;
+    /* Copies of something that can match "" in a row make every string
+     * parse in many ways (which copies took the characters), and the stack
+     * sets grow with their number: refused in build() once nullability is
+     * known. */
+    if (x.type == E_RULE && (min > 1 || max > 1 || max < 0)) ps->rules[x.arg].repeated = true;
     for (int i = 0; i < min; i++) emit(ps, rule, x.type, x.arg);
     if (max < 0) {
         int star = new_rule(ps, NULL, 0); /* star ::= x star | "" */
@@ -724,6 +730,13 @@ static gr_grammar *build(parser *ps) {
     if (!productive[root]) {
         fail_at(ps, ps->end, "the grammar accepts nothing (rule 'root' derives no finite string)");
         goto fail;
+    }
+    for (int r = 0; r < g->n_rules; r++) {
+        if (ps->rules[r].repeated && nullable[r]) {
+            fail_at(ps, ps->end, "a repetition repeats something that can match nothing (x*, x+ or x{m,n} with x "
+                                 "matching \"\"): make the repeated part non-empty");
+            goto fail;
+        }
     }
     int lr = left_recursive_rule(g, nullable);
     if (lr == -2) {

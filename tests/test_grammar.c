@@ -93,6 +93,9 @@ START_TEST(test_gbnf_errors) {
     compile_fails("root ::= root \"x\" | \"y\"", "left-recursive");
     compile_fails("root ::= a\na ::= b\nb ::= \"\" a \"x\" | \"y\"", "left-recursive");
     compile_fails("root ::= (\"a\"?)*", "repeats something that can match nothing");
+    /* found by the fuzz smoke run: 112 nullable copies in a row made each mask take seconds */
+    compile_fails("root ::= (\"a\" | [^x-zz] | \"\"){112}", "repeats something that can match nothing");
+    compile_fails("root ::= x{2,5}\nx ::= \"a\"?", "repeats something that can match nothing");
     compile_fails("root ::= \"x\" root", "accepts nothing");
     compile_fails("root ::= []", "accepts nothing");
     compile_fails("root ::= \"x\"{5,2}", "maximum is below the minimum");
