@@ -474,10 +474,11 @@ def test_cached_prompt_timings_use_computed_tokens(tiny):
 
 # ---- startup, the command line and install-deps ---------------------------------------------
 
-def run_genloop(*args, timeout=120):
+def run_genloop(*args, timeout=120, env=None):
     import subprocess
     from server_util import binary
-    return subprocess.run([binary(), *map(str, args)], capture_output=True, text=True, timeout=timeout)
+    return subprocess.run([binary(), *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          env=None if env is None else {**os.environ, **env})
 
 
 def test_serve_missing_model_fails_before_listening():
@@ -563,9 +564,9 @@ def test_bench_prints_phases_on_stderr():
 
 
 def test_bench_progress_line_on_long_runs():
-    # 2500 tokens: several seconds of decoding at thousands of positions, so progress lines come
+    # progress every 20 ms instead of every second, so a fast host prints lines too
     r = run_genloop("bench", "-m", tiny_model(), "-p", 16, "-n", 2500, "-b", "1", "-r", 1, "-t", 2, "--json",
-                    timeout=300)
+                    timeout=300, env={"GENLOOP_BENCH_PROGRESS_S": "0.02"})
     assert r.returncode == 0, r.stderr
     json.loads(r.stdout)
     assert re.search(r"genloop bench:   prompt 16/16 tokens, generated \d+/2500", r.stderr), r.stderr
