@@ -7,7 +7,6 @@
  * Submitting threads hand requests and cancels over under the mutex; one
  * thread runs the steps. */
 #include <math.h>
-#include <stdio.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -711,9 +710,6 @@ static void update_spec_threshold(gl_engine *e, int n_tokens) {
     if (t1 <= 0 || t0 <= 0) t1 = my / (20 + mx); /* no usable spread yet */
     if (y > 0) e->gen_rate = 0.8 * e->gen_rate + 0.2 * e->step_generated / y;
     e->spec_threshold = SPEC_MARGIN * t1 * e->gen_rate;
-    if (getenv("GENLOOP_SPEC_DEBUG"))
-        fprintf(stderr, "spec: %d tokens %.1f ms, t0 %.1f ms t1 %.2f ms, %.1f tok/s, threshold %.2f\n", n_tokens,
-                y * 1e3, t0 * 1e3, t1 * 1e3, e->gen_rate, e->spec_threshold);
 }
 
 static void publish_stats(gl_engine *e) {
