@@ -8,6 +8,7 @@
 #include "kv_cache.h"
 #include "kv_manager.h"
 #include "model.h"
+#include "sampler.h"
 
 struct dm_seq {
     kv_seq kv;                /* its blocks in the draft pool */
@@ -152,14 +153,6 @@ static bool feed(dm_drafter *d, dm_seq *s, const int32_t *toks, int n) {
     return true;
 }
 
-/* The first of the largest logits: the draft model's greedy token. */
-static int32_t argmax(const float *x, int n) {
-    int best = 0;
-    for (int i = 1; i < n; i++)
-        if (x[i] > x[best]) best = i;
-    return best;
-}
-
 int dm_propose(dm_drafter *d, dm_seq **sp, const int32_t *tokens, int n_tokens, int cap_tokens, int max_draft,
                int32_t *out) {
     if (max_draft <= 0 || n_tokens <= 0) return 0;
@@ -178,10 +171,10 @@ int dm_propose(dm_drafter *d, dm_seq **sp, const int32_t *tokens, int n_tokens, 
         return 0;
     }
     if (!feed(d, s, tokens + keep, n_tokens - keep)) goto fail;
-    out[0] = argmax(d->logits, d->model->config.n_vocab);
+    out[0] = sampler_argmax(d->logits, d->model->config.n_vocab);
     for (int j = 1; j < max_draft; j++) {
         if (!feed(d, s, out + j - 1, 1)) goto fail;
-        out[j] = argmax(d->logits, d->model->config.n_vocab);
+        out[j] = sampler_argmax(d->logits, d->model->config.n_vocab);
     }
     return max_draft;
 fail:

@@ -306,7 +306,7 @@ static void apply_penalties(gl_sampler *s, float *logits) {
     }
 }
 
-static int32_t argmax(const float *logits, int n) {
+int32_t sampler_argmax(const float *logits, int n) {
     int32_t best = 0;
     float best_logit = logits[0];
     for (int i = 1; i < n; i++) {
@@ -469,7 +469,7 @@ static int32_t sample_truncated(gl_sampler *s, const float *logits) {
     }
     float max = -INFINITY;
     for (int j = 0; j < c.n; j++) max = fmaxf(max, logits[cand_id(c, j)]);
-    if (max == -INFINITY) return argmax(logits, s->n_vocab); /* everything banned */
+    if (max == -INFINITY) return sampler_argmax(logits, s->n_vocab); /* everything banned */
 
     float inv_t = 1.0f / p->temperature;
     double z = 0;
@@ -497,7 +497,7 @@ int32_t sampler_sample(gl_sampler *s, float *logits, float *logprob, gl_top_logp
     apply_bias(s, logits);
     apply_penalties(s, logits);
 
-    int32_t chosen = (p->temperature <= 1e-6f || p->top_k == 1) ? argmax(logits, s->n_vocab)
+    int32_t chosen = (p->temperature <= 1e-6f || p->top_k == 1) ? sampler_argmax(logits, s->n_vocab)
                                                                 : sample_truncated(s, logits);
 
     if (logprob) *logprob = logprob_of(raw_logit(s, logits, chosen), lse);

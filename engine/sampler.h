@@ -31,6 +31,8 @@ void sampler_reset(gl_sampler *s);
  * sampler_create clamps to n_vocab; top may be NULL). Does not call
  * sampler_accept. */
 int32_t sampler_sample(gl_sampler *s, float *logits, float *logprob, gl_top_logprob *top);
+/* The first of the largest of logits[0..n): the greedy token. */
+int32_t sampler_argmax(const float *logits, int n);
 
 /* Log-softmax helper shared with prompt logprobs: fills top[0..n_top) with the
  * n_top best entries of logits (ties: lower id first; slots past n_vocab get
