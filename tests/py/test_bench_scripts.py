@@ -177,3 +177,19 @@ os.execv({str(binary())!r}, [{str(binary())!r}, "serve", "-m", v("-m"), "--port"
     if shutil.which("gnuplot"):
         assert png.stat().st_size > 0 and (tmp_path / "b-tradeoff.png").stat().st_size > 0
     assert all(r.split(",")[3] == "0" for r in rows[1:])  # no failed requests
+
+
+def test_perplexity_script_compares_kv_types_and_activation_bits(tmp_path):
+    """scripts/perplexity runs one server per (KV type, activation bits) pair and sets each against the first."""
+    text = tmp_path / "text.txt"
+    text.write_text("Once upon a time, there was a little girl named Lily. She liked to play in the park. " * 12)
+    r = subprocess.run([sys.executable, str(SOURCE_DIR / "scripts" / "perplexity"), "-m", tiny_model(), "-f", str(text),
+                        "--kv-type", "f16,q8_0", "--activation-bits", "16,8", "--ctx", "64", "--windows", "2",
+                        "--threads", "1", "--genloop", binary()], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert [ln.split()[0] for ln in lines] == ["f16/16", "f16/8", "q8_0/16", "q8_0/8"]
+    for ln in lines:
+        assert "over 126 tokens (2 windows of 64)" in ln, ln
+        assert float(ln.split()[2]) > 1.0
+    assert all("vs f16/16: mean |dlogprob|" in ln for ln in lines[1:])
