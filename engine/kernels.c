@@ -11,6 +11,7 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -21,9 +22,15 @@
 /* ---- thread pool ------------------------------------------------------------
  * Workers spin briefly on a generation counter before sleeping on a condition
  * variable: a decode step issues hundreds of small jobs, and a futex round
- * trip per job would cost more than the job itself. */
+ * trip per job would cost more than the job itself. After POOL_PAUSES pauses
+ * a waiting thread (a worker between jobs, the caller waiting for a worker's
+ * last piece) yields its CPU at each check instead: on a host with more
+ * runnable threads than cores, the thread it waits for may be the one the OS
+ * left without a CPU, and pure spinning keeps it off for a whole time slice
+ * (on a quiet host a yield returns at once, a microsecond's delay). */
 
-#define POOL_SPIN 20000
+#define POOL_PAUSES 256
+#define POOL_SPIN (POOL_PAUSES + 2000) /* checks before a worker sleeps */
 
 typedef struct pool_worker {
     struct kern_pool *pool;
@@ -68,7 +75,8 @@ static void *pool_main(void *p) {
         while ((gen = atomic_load_explicit(&pool->generation, memory_order_acquire)) == seen &&
                !atomic_load(&pool->quit)) {
             if (++spins < POOL_SPIN) {
-                cpu_relax();
+                if (spins < POOL_PAUSES) cpu_relax();
+                else sched_yield();
                 continue;
             }
             /* Announce the sleep before re-checking, so kern_pool_run either
@@ -170,7 +178,10 @@ void kern_pool_run(kern_pool *p, void (*fn)(void *arg, int ith, int nth), void *
     /* The caller's fn returns when no work is left to take; wait only for
      * workers still finishing a piece they took. */
     atomic_store(&p->closed, gen);
-    while (atomic_load(&p->inside) > 0) cpu_relax();
+    for (int spins = 0; atomic_load(&p->inside) > 0; spins++) {
+        if (spins < POOL_PAUSES) cpu_relax();
+        else sched_yield();
+    }
 }
 
 /* ---- vector ops -------------------------------------------------------------- */
