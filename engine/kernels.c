@@ -473,7 +473,8 @@ void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t
                 sum += v;
             }
             y[b].d[j] = tmp[j / 2].d;
-            y[b].sum[j] = sum;
+            y[b].off[j] = -32 * sum;
+            y[b].s[j] = y[b].d[j] * (float)sum;
         }
     }
 }
@@ -494,7 +495,7 @@ void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n
                 sum += q;
             }
             y[b].d[j] = blk->d * coarse_step;
-            y[b].sum[j] = sum;
+            y[b].off[j] = -32 * sum;
             y[b].s[j] = y[b].d[j] * (float)sum;
         }
     }

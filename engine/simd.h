@@ -142,7 +142,8 @@ static inline size_t kq8_x8_row_bytes(int64_t n_cols) {
 typedef struct kq16_k {
     int16_t q[8][32];         /* [v][2j + e]: element 16 j + 2 v + e, 256 q + q2 */
     float d[16];              /* unit of sub-block j (that of its 32-element block) */
-    int32_t sum[16];          /* sum of sub-block j's q[][] values, for the -32 of Q6_K */
+    int32_t off[16];          /* -32 times the sum of sub-block j's q[][]: Q6_K's dots start there, for its -32 */
+    float s[16];              /* d[j] times that sum: Q4_K's and Q5_K's minimums take it in one multiply-add */
 } kq16_k;
 
 /* Packed K-quants at 8 bits (kern_pool_set_act_bits): the coarse q of each
@@ -153,8 +154,8 @@ typedef struct kq16_k {
 typedef struct kq8_k {
     int8_t q[4][64];          /* [u][4j + b]: element 16 j + 4 u + b */
     float d[16];              /* unit of sub-block j: x ~ d * q */
-    int32_t sum[16];          /* sum of sub-block j's q */
-    float s[16];              /* d * sum: Q4_K's and Q5_K's minimums take it in one multiply-add */
+    int32_t off[16];          /* -32 times the sum of sub-block j's q, as kq16_k's */
+    float s[16];              /* d * sum, as kq16_k's */
 } kq8_k;
 
 /* What a weight type multiplies with: float rows or one of the 8-bit forms. */

@@ -579,7 +579,39 @@ INLINE __m512 q4_k_scales_mins(const uint8_t *s) {
  * four vectors; Q5_K's fifth bits come by a word permute that puts the two
  * bytes of lane j's sub-block in both halves of the lane. Then vpdpbusd, 4
  * of them a super-block against 8 vpdpwssd, and the same scales (the units
- * those of the coarse part). */
+ * those of the coarse part).
+ *
+ * Prompts run these tiles 1 row x 8 tokens (K_TILE_NT): a row's quants and
+ * scales are unpacked once for 8 tokens, where 2 x 4 did it for 4, and past
+ * the dots the per-output work is the least the float scales allow: Q6_K's
+ * dots start from the activations' -32 sums (a load, no arithmetic), Q4_K's
+ * and Q5_K's minimums take the activations' float sums in one multiply-add.
+ * Every output's operations are the same whatever the tile. */
+#define K_TILE_NT 8
+
+/* dot[r][t] += u0[r] . x[t][v0] + u1[r] . x[t][v1], as dot_pairs but for
+ * up to K_TILE_NT tokens. */
+INLINE void k_dot_pairs(const int NR, const int NT, __m512i dot[2][K_TILE_NT], __m512i dot2[2][K_TILE_NT],
+                        const __m512i u0[2], const __m512i u1[2], const uint8_t *const x[K_TILE_NT], int v0, int v1,
+                        const bool bytes) {
+#pragma GCC unroll 8
+    for (int t = 0; t < NT; t++) {
+        __m512i xl = _mm512_loadu_si512(x[t] + 64 * v0), xh = _mm512_loadu_si512(x[t] + 64 * v1);
+        if (NR > 1) __asm__("" : "+v"(xl), "+v"(xh));
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++) {
+            __m512i *d2 = SPLIT_DOTS(NR, NT) ? &dot2[r][t] : &dot[r][t];
+            if (bytes) {
+                dot[r][t] = _mm512_dpbusd_epi32(dot[r][t], u0[r], xl);
+                *d2 = _mm512_dpbusd_epi32(*d2, u1[r], xh);
+            } else {
+                dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u0[r], xl);
+                *d2 = _mm512_dpwssd_epi32(*d2, u1[r], xh);
+            }
+        }
+    }
+}
+
 INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
                     const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     const size_t ahead = prefetch_distance(NR, row_bytes);
@@ -587,22 +619,25 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
     const int bb = six ? 210 : five ? 176 : 144;
     const int quants = six ? 18 : 16; /* the low 4 bits of every quant, 4 pieces of 32 bytes */
     const int nb = (int)(n_cols / 256);
+    const size_t a_bytes = x8 ? sizeof(kq8_k) : sizeof(kq16_k);
+    const size_t a_d = x8 ? offsetof(kq8_k, d) : offsetof(kq16_k, d);
+    const size_t a_off = x8 ? offsetof(kq8_k, off) : offsetof(kq16_k, off);
+    const size_t a_s = x8 ? offsetof(kq8_k, s) : offsetof(kq16_k, s);
     const __m512i m4 = _mm512_set1_epi16(0x0f), m16 = _mm512_set1_epi16(0x10), m30 = _mm512_set1_epi16(0x30);
     const __m512i sub_scale = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i sub_min = _mm512_add_epi32(sub_scale, _mm512_set1_epi32(8));
     const __m512i b4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10), b30 = _mm512_set1_epi8(0x30);
-    __m512 acc[4][4];
-#pragma GCC unroll 4
+    __m512 acc[2][K_TILE_NT];
+#pragma GCC unroll 2
     for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
     for (int b = 0; b < nb; b++) {
-        const uint8_t *blk[4];
-        const float *ad[4];
-        const int32_t *asum[4];
-        const float *as[4] = {0};
-        __m512i dot[4][4], dot2[4][4], fifth[4];
-#pragma GCC unroll 4
+        const uint8_t *blk[2], *a[K_TILE_NT];
+        __m512i dot[2][K_TILE_NT], dot2[2][K_TILE_NT], fifth[2];
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) a[t] = act + (size_t)t * act_stride + (size_t)b * a_bytes;
+#pragma GCC unroll 2
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * bb;
             prefetch_ahead(blk[r], bb, ahead, NT);
@@ -613,25 +648,20 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
                 __m512i f = _mm512_permutexvar_epi16(_mm512_loadu_si512(twice), _mm512_castsi256_si512(load256(blk[r] + 144)));
                 fifth[r] = _mm512_mask_srli_epi16(f, (__mmask32)0xaaaaaaaau, f, 1);
             }
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
-        }
-        const uint8_t *x[4];
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            if (x8) {
-                const kq8_k *a = (const kq8_k *)(act + (size_t)t * act_stride) + b;
-                x[t] = (const uint8_t *)&a->q[0][0], ad[t] = a->d, asum[t] = a->sum, as[t] = a->s;
-            } else {
-                const kq16_k *a = (const kq16_k *)(act + (size_t)t * act_stride) + b;
-                x[t] = (const uint8_t *)&a->q[0][0], ad[t] = a->d, asum[t] = a->sum;
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) {
+                dot[r][t] = six ? _mm512_loadu_si512(a[t] + a_off) : _mm512_setzero_si512();
+                dot2[r][t] = _mm512_setzero_si512();
             }
         }
+        const uint8_t *x[K_TILE_NT];
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) x[t] = a[t]; /* q[][] comes first in both forms */
         if (x8) {
 #pragma GCC unroll 2
             for (int i = 0; i < 2; i++) { /* pieces 2 i, 2 i + 1: vectors i, i + 2 */
-                __m512i u0[4], u1[4];
-#pragma GCC unroll 4
+                __m512i u0[2], u1[2];
+#pragma GCC unroll 2
                 for (int r = 0; r < NR; r++) {
                     __m512i l = quad_bytes(blk[r] + quants + 64 * i);
                     u0[r] = _mm512_and_si512(l, b4);
@@ -646,12 +676,12 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
                         u1[r] = _mm512_or_si512(u1[r], _mm512_and_si512(f, b16));
                     }
                 }
-                dot_pairs(NR, NT, dot, dot2, u0, u1, x, i, i + 2, true);
+                k_dot_pairs(NR, NT, dot, dot2, u0, u1, x, i, i + 2, true);
             }
         } else
         for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
-            __m512i u0[4], u1[4];
-#pragma GCC unroll 4
+            __m512i u0[2], u1[2];
+#pragma GCC unroll 2
             for (int r = 0; r < NR; r++) {
                 __m512i l = _mm512_cvtepu8_epi16(load256(blk[r] + quants + 32 * k));
                 u0[r] = _mm512_and_si512(l, m4);
@@ -669,39 +699,39 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
                     u1[r] = _mm512_or_si512(u1[r], _mm512_and_si512(_mm512_srli_epi16(fifth[r], k), m16));
                 }
             }
-            dot_pairs(NR, NT, dot, dot2, u0, u1, x, k, k + 4, false);
+            k_dot_pairs(NR, NT, dot, dot2, u0, u1, x, k, k + 4, false);
         }
-        join_dots(NR, NT, dot, dot2);
-#pragma GCC unroll 4
+        if (SPLIT_DOTS(NR, NT))
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+                for (int t = 0; t < NT; t++) dot[r][t] = _mm512_add_epi32(dot[r][t], dot2[r][t]);
+#pragma GCC unroll 2
         for (int r = 0; r < NR; r++) {
             if (six) {
                 __m512 sd = _mm512_mul_ps(
                     _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk[r] + 2)))),
                     _mm512_set1_ps(f16_at(blk[r])));
-#pragma GCC unroll 4
-                for (int t = 0; t < NT; t++) {
-                    __m512i q = _mm512_sub_epi32(dot[r][t], _mm512_slli_epi32(_mm512_loadu_si512(asum[t]), 5));
-                    acc[r][t] =
-                        _mm512_fmadd_ps(_mm512_cvtepi32_ps(q), _mm512_mul_ps(sd, _mm512_loadu_ps(ad[t])), acc[r][t]);
-                }
+#pragma GCC unroll 8
+                for (int t = 0; t < NT; t++)
+                    acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]),
+                                                _mm512_mul_ps(sd, _mm512_loadu_ps((const float *)(a[t] + a_d))), acc[r][t]);
                 continue;
             }
             __m512 sm = q4_k_scales_mins(blk[r] + 4);
             __m512 sd = _mm512_mul_ps(_mm512_permutexvar_ps(sub_scale, sm), _mm512_set1_ps(f16_at(blk[r])));
             __m512 md = _mm512_mul_ps(_mm512_permutexvar_ps(sub_min, sm), _mm512_set1_ps(f16_at(blk[r] + 2)));
-#pragma GCC unroll 4
+#pragma GCC unroll 8
             for (int t = 0; t < NT; t++) {
-                __m512 unit = _mm512_loadu_ps(ad[t]);
+                __m512 unit = _mm512_loadu_ps((const float *)(a[t] + a_d));
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), _mm512_mul_ps(sd, unit), acc[r][t]);
-                if (x8) acc[r][t] = _mm512_fnmadd_ps(md, _mm512_loadu_ps(as[t]), acc[r][t]);
-                else acc[r][t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(asum[t])),
-                                                  _mm512_mul_ps(md, unit), acc[r][t]);
+                acc[r][t] = _mm512_fnmadd_ps(md, _mm512_loadu_ps((const float *)(a[t] + a_s)), acc[r][t]);
             }
         }
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 2
     for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
+#pragma GCC unroll 8
         for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = _mm512_reduce_add_ps(acc[r][t]);
 }
 
@@ -814,12 +844,21 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_0, tile_x16, GL_TYPE_Q5_0, false) /* pac
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_1, tile_x16, GL_TYPE_Q5_1, false) /* packed_rows_q5_1_avx512, packed_rows_q5_1_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_0, tile_x8, GL_TYPE_Q5_0, true) /* packed_rows_x8_q5_0_avx512, packed_rows_x8_q5_0_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* packed_rows_x8_q5_1_avx512, packed_rows_x8_q5_1_whole_avx512 */
-DEFINE_PACKED_ROWS(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K) /* packed_rows_q6_k_avx512 */
-DEFINE_PACKED_ROWS(packed_rows_q4_k, tile_k16, GL_TYPE_Q4_K) /* packed_rows_q4_k_avx512 */
-DEFINE_PACKED_ROWS(packed_rows_q5_k, tile_k16, GL_TYPE_Q5_K) /* packed_rows_q5_k_avx512 */
-DEFINE_PACKED_ROWS(packed_rows_x8_q6_k, tile_k8, GL_TYPE_Q6_K) /* packed_rows_x8_q6_k_avx512 */
-DEFINE_PACKED_ROWS(packed_rows_x8_q4_k, tile_k8, GL_TYPE_Q4_K) /* packed_rows_x8_q4_k_avx512 */
-DEFINE_PACKED_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_x8_q5_k_avx512 */
+/* K-quant rows: 1 x K_TILE_NT tiles, the rest of the tokens as the other
+ * packed types' (one or two read each row alone), 4 of them 2 x 4. */
+#define PACKED_K_ROWS_REST(TILE, TYPE)              \
+    PACKED_ROWS_REST(TILE, TYPE)                    \
+    case 4: ROWS_PASS(TILE, TYPE, 2, 4); break;     \
+    case 5: ROWS_PASS(TILE, TYPE, 1, 5); break;     \
+    case 6: ROWS_PASS(TILE, TYPE, 1, 6); break;     \
+    case 7: ROWS_PASS(TILE, TYPE, 1, 7); break;
+#define DEFINE_PACKED_K_ROWS(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 1, K_TILE_NT, PACKED_K_ROWS_REST)
+DEFINE_PACKED_K_ROWS(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K) /* packed_rows_q6_k_avx512 */
+DEFINE_PACKED_K_ROWS(packed_rows_q4_k, tile_k16, GL_TYPE_Q4_K) /* packed_rows_q4_k_avx512 */
+DEFINE_PACKED_K_ROWS(packed_rows_q5_k, tile_k16, GL_TYPE_Q5_K) /* packed_rows_q5_k_avx512 */
+DEFINE_PACKED_K_ROWS(packed_rows_x8_q6_k, tile_k8, GL_TYPE_Q6_K) /* packed_rows_x8_q6_k_avx512 */
+DEFINE_PACKED_K_ROWS(packed_rows_x8_q4_k, tile_k8, GL_TYPE_Q4_K) /* packed_rows_x8_q4_k_avx512 */
+DEFINE_PACKED_K_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_x8_q5_k_avx512 */
 
 /* A block of up to 16 positions is one vector: each head's scores build up
  * over the channels in registers, four partial sums per head (a fixed order
