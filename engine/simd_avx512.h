@@ -626,6 +626,7 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
     const __m512i m4 = _mm512_set1_epi16(0x0f), m16 = _mm512_set1_epi16(0x10), m30 = _mm512_set1_epi16(0x30);
     const __m512i sub_scale = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i sub_min = _mm512_add_epi32(sub_scale, _mm512_set1_epi32(8));
+    const __m512i d_lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
     const __m512i b4 = _mm512_set1_epi8(0x0f), b16 = _mm512_set1_epi8(0x10), b30 = _mm512_set1_epi8(0x30);
     __m512 acc[2][K_TILE_NT];
 #pragma GCC unroll 2
@@ -718,9 +719,13 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
                                                 _mm512_mul_ps(sd, _mm512_loadu_ps((const float *)(a[t] + a_d))), acc[r][t]);
                 continue;
             }
-            __m512 sm = q4_k_scales_mins(blk[r] + 4);
-            __m512 sd = _mm512_mul_ps(_mm512_permutexvar_ps(sub_scale, sm), _mm512_set1_ps(f16_at(blk[r])));
-            __m512 md = _mm512_mul_ps(_mm512_permutexvar_ps(sub_min, sm), _mm512_set1_ps(f16_at(blk[r] + 2)));
+            /* d under the scales, dmin under the minimums: one multiply, the same products */
+            int32_t halves;
+            memcpy(&halves, blk[r], 4);
+            const __m512 d_dmin =
+                _mm512_permutexvar_ps(d_lanes, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(halves))));
+            const __m512 sm = _mm512_mul_ps(q4_k_scales_mins(blk[r] + 4), d_dmin);
+            const __m512 sd = _mm512_permutexvar_ps(sub_scale, sm), md = _mm512_permutexvar_ps(sub_min, sm);
 #pragma GCC unroll 8
             for (int t = 0; t < NT; t++) {
                 __m512 unit = _mm512_loadu_ps((const float *)(a[t] + a_d));
