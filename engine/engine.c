@@ -29,6 +29,16 @@
  * buffer (n_vocab floats a row). */
 #define PROMPT_LOGPROB_ROWS 64
 
+/* A draft must be predicted to raise the step's tokens per second by this
+ * factor: the acceptance estimates are moving averages, not certainties. */
+#define SPEC_MARGIN 1.05
+/* A sequence the rule left without drafts probes one drafted token, valued
+ * as if half its drafts were accepted, after this many steps (doubling after
+ * each probe that fails, up to SPEC_PROBE_MAX), so it notices when copying
+ * resumes. */
+#define SPEC_PROBE 8
+#define SPEC_PROBE_MAX 64
+
 struct gl_engine {
     gl_model *model;
     gl_engine_params params;
@@ -45,14 +55,18 @@ struct gl_engine {
     gl_model *draft_model;    /* GL_SPEC_DRAFT: loaded here, owned */
     dm_drafter *dm;           /* GL_SPEC_DRAFT: proposals from draft_model, else NULL */
     bool spec;                /* speculative decoding on (drafter or dm) */
-    /* the draft-length rule (README "Speculative decoding"): step time
-     * against batch tokens, fitted as t0 + t1 x tokens over recent steps */
-    double fit_w, fit_x, fit_y, fit_xx, fit_xy; /* exponentially weighted sums */
-    double last_step_s;       /* the latest forward pass's time */
-    double spec_threshold;    /* a drafted token is worth its cost when its acceptance
-                                 probability exceeds this: t1 x tokens generated per second */
-    int step_generated;       /* tokens appended in the current step */
-    double gen_rate;          /* tokens generated per second of forward pass (moving average) */
+    /* the draft-length rule (README "Speculative decoding") */
+    double *width_cost;       /* [max_batch_tokens + 1] seconds a decode step of that many tokens
+                                 takes (moving average; 0: not seen). Per width, not a line: the
+                                 kernels' token tiles make a 17-token step cost 1.6x a 16-token one */
+    double fit_w, fit_x, fit_y, fit_xx, fit_xy; /* line through the same steps (exponentially
+                                 weighted sums): its slope prices widths wider than any seen */
+    double draft_cost;        /* the draft model's seconds per drafted token (moving average; 0: not seen) */
+    int draft_rows;           /* drafted tokens one step carries at most */
+    gl_seq **sp_seq;          /* [max_seqs] the next step's drafting candidates */
+    int *sp_cap, *sp_k;       /* [max_seqs] their longest draft, and the length chosen */
+    double *sp_a, *sp_v;      /* [max_seqs] their acceptance, and their next token's worth */
+    int *sp_pick;             /* [draft_rows] the candidate of each drafted token, best first */
     int32_t *eog_ids;         /* end-of-generation tokens, banned under min_tokens */
     int n_eog;
 
@@ -239,6 +253,7 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     int draft_rows = p.spec_mode == GL_SPEC_OFF ? 0 : p.max_seqs * p.spec_max_tokens;
     if (draft_rows > 128) draft_rows = 128;
     if (draft_rows > p.max_batch_tokens) draft_rows = p.max_batch_tokens;
+    e->draft_rows = draft_rows;
     sched_limits limits = {.max_batch_tokens = p.max_batch_tokens, .max_seqs = p.max_seqs,
                            .max_logits = p.max_seqs + PROMPT_LOGPROB_ROWS + draft_rows};
     e->rs = model_run_state_create(model, p.max_batch_tokens, limits.max_logits, err);
@@ -265,6 +280,19 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     e->b_positions = malloc((size_t)T * sizeof(int32_t));
     e->b_seq_of_token = malloc((size_t)T * sizeof(int32_t));
     e->b_tables = malloc((size_t)p.max_seqs * sizeof *e->b_tables);
+    if (e->spec) {
+        e->width_cost = calloc((size_t)T + 1, sizeof *e->width_cost);
+        e->sp_seq = calloc((size_t)p.max_seqs, sizeof *e->sp_seq);
+        e->sp_cap = calloc((size_t)p.max_seqs, sizeof *e->sp_cap);
+        e->sp_k = calloc((size_t)p.max_seqs, sizeof *e->sp_k);
+        e->sp_a = calloc((size_t)p.max_seqs, sizeof *e->sp_a);
+        e->sp_v = calloc((size_t)p.max_seqs, sizeof *e->sp_v);
+        e->sp_pick = calloc((size_t)draft_rows + 1, sizeof *e->sp_pick);
+        if (!e->width_cost || !e->sp_seq || !e->sp_cap || !e->sp_k || !e->sp_a || !e->sp_v || !e->sp_pick) {
+            gl_error_set(err, "out of memory for the draft-length rule");
+            goto fail;
+        }
+    }
     if (!e->sched || !e->logits || !e->top || !e->vocab || !e->eog_ids || !e->b_tokens || !e->b_positions || !e->b_seq_of_token || !e->b_tables) {
         gl_error_set(err, "out of memory for the engine's buffers");
         goto fail;
@@ -300,6 +328,13 @@ void gl_engine_free(gl_engine *e) {
     free(e->b_positions);
     free(e->b_seq_of_token);
     free(e->b_tables);
+    free(e->width_cost);
+    free(e->sp_seq);
+    free(e->sp_cap);
+    free(e->sp_k);
+    free(e->sp_a);
+    free(e->sp_v);
+    free(e->sp_pick);
     pthread_mutex_destroy(&e->mutex);
     pthread_cond_destroy(&e->cond);
     free(e);
@@ -348,7 +383,8 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     s->no_prefix_cache = req->no_prefix_cache;
     s->prompt_progress = req->prompt_progress;
     s->spec_len = e->spec && !req->no_speculation ? e->params.spec_max_tokens : 0;
-    s->spec_accept = 0.7; /* optimistic: a new sequence drafts fully until it learns */
+    s->spec_accept = 0.7; /* optimistic: a new sequence drafts until it learns */
+    s->spec_gap = SPEC_PROBE;
     s->progress_sent = -1;
     s->prompt_logprobs = req->prompt_logprobs;
     s->n_logprobs = req->sampling.n_logprobs;
@@ -494,11 +530,7 @@ static bool run_model(gl_engine *e, const sched_plan *plan, gl_event_fn fn, void
     e->stats.n_steps++;
     e->stats.last_batch_tokens = plan->n_tokens;
     e->stats.last_batch_seqs = plan->n_entries;
-    double t0 = now_s();
-    if (!model_forward(e->model, e->rs, e->pool, e->kv, &batch, e->logits, &err)) {
-        e->last_step_s = now_s() - t0;
-        return true;
-    }
+    if (!model_forward(e->model, e->rs, e->pool, e->kv, &batch, e->logits, &err)) return true;
     for (int si = 0; si < plan->n_entries; si++) finish(e, plan->entries[si].seq, GL_FINISH_ERROR, err.message, fn, ctx);
     e->stats.last_batch_seqs = 0;
     return false;
@@ -576,7 +608,6 @@ static gl_finish_reason sample_and_append(gl_engine *e, gl_seq *r, float *row, c
     sampler_accept(r->sampler, tok);
     r->tokens[r->n_tokens++] = tok;
     r->n_generated++;
-    e->step_generated++;
     size_t piece_len;
     const char *piece = tok_piece(m->tokenizer, tok, &piece_len);
     const char *text;
@@ -621,6 +652,7 @@ static bool verify_drafts(gl_engine *e, gl_seq *r, const sched_entry *en, gl_eve
         /* positions tested: the accepted ones and the first rejected one */
         for (int j = 0; j < accepted + (accepted < k); j++)
             r->spec_accept = 0.85 * r->spec_accept + 0.15 * (j < accepted);
+        r->spec_gap = accepted > 0 ? SPEC_PROBE : r->spec_gap * 2 > SPEC_PROBE_MAX ? SPEC_PROBE_MAX : r->spec_gap * 2;
         e->stats.spec_drafts++;
         e->stats.spec_draft_tokens += (uint64_t)k;
         e->stats.spec_accepted_tokens += (uint64_t)accepted;
@@ -638,33 +670,6 @@ static bool verify_drafts(gl_engine *e, gl_seq *r, const sched_entry *en, gl_eve
     return true;
 }
 
-/* Draft length for r: the j-th drafted token is accepted with probability
- * about a^j (a: r's recent per-token acceptance); it is worth drafting while
- * that beats the engine's threshold. A sequence whose drafts stopped paying
- * still probes one token every few steps, so its rate can recover. */
-static int draft_length(gl_engine *e, gl_seq *r) {
-    if (e->params.spec_fixed) return r->spec_len;
-    double a = r->spec_accept, thr = e->spec_threshold;
-    int k = r->spec_len;
-    if (thr > 0 && a < 1) k = a <= thr ? 0 : (int)(log(thr) / log(a));
-    if (k > r->spec_len) k = r->spec_len;
-    if (k > 0) r->spec_idle = 0;
-    else if (++r->spec_idle % 8 == 0) k = 1;
-    return k;
-}
-
-/* Drafted tokens for r's next step, written after its last token. */
-static void propose_drafts(gl_engine *e, gl_seq *r) {
-    int room = r->max_generated - r->n_generated;
-    if (r->cap_tokens - r->n_tokens < room) room = r->cap_tokens - r->n_tokens;
-    int k = draft_length(e, r);
-    if (k > room - 1) k = room - 1; /* the last row's token needs room too */
-    int32_t *out = r->tokens + r->n_tokens;
-    if (k <= 0) r->n_draft = 0;
-    else if (e->dm) r->n_draft = dm_propose(e->dm, &r->draft, r->tokens, r->n_tokens, r->cap_tokens, k, out);
-    else r->n_draft = drafter_propose(e->drafter, r->tokens, r->n_tokens, k, out);
-}
-
 /* Advances every planned sequence past the tokens just computed and
  * samples those whose plan ends at their last token (and drafted ones). */
 static void update_from_output(gl_engine *e, const sched_plan *plan, gl_event_fn fn, void *ctx) {
@@ -679,37 +684,124 @@ static void update_from_output(gl_engine *e, const sched_plan *plan, gl_event_fn
         kv_publish_full_blocks(e->kvm, &r->kv, r->num_computed_tokens);
         if (before < r->n_prompt) emit_progress(r, r->num_computed_tokens, fn, ctx);
         if (en->sample_row < 0) continue; /* mid-prompt chunk */
-        if (verify_drafts(e, r, en, fn, ctx) && r->spec_len > 0) propose_drafts(e, r);
+        verify_drafts(e, r, en, fn, ctx);
     }
 }
 
 /* ---- the step ------------------------------------------------------------------------ */
 
-/* A drafted token must be expected to pay this many times its fitted cost:
- * the straight line underestimates what widening a step costs where the
- * matmul has no packed multi-token kernel (Qwen2.5's Q5_0: 16 streams of
- * Qwen2.5-Coder-0.5B ran 0.90x with drafts at margin 1). */
-#define SPEC_MARGIN 2.0
-
-/* Refits step time = t0 + t1 x tokens with this step and sets the draft
- * threshold: adding a drafted token to a step costs t1 seconds and yields
- * its acceptance probability p in tokens, which raises throughput when
- * p / t1 > tokens generated per second (a moving average over steps). Memory-bound steps
- * (t1 small against t0) draft freely; large, compute-bound batches stop.
- * Until the fit has steps of different sizes t1 is taken as t0 / 20. */
-static void update_spec_threshold(gl_engine *e, int n_tokens) {
-    double x = n_tokens, y = e->last_step_s, d = 0.97;
+/* Learns what a decode step of n_tokens costs (s seconds, forward pass and
+ * verification). A sample more than twice the current estimate counts as
+ * twice it: on a shared host another process can stall one step. */
+static void learn_step_cost(gl_engine *e, int n_tokens, double s) {
+    double *c = &e->width_cost[n_tokens];
+    *c = *c > 0 ? 0.8 * *c + 0.2 * (s < 2 * *c ? s : 2 * *c) : s;
+    double x = n_tokens, y = s, d = 0.97;
     e->fit_w = d * e->fit_w + 1;
     e->fit_x = d * e->fit_x + x;
     e->fit_y = d * e->fit_y + y;
     e->fit_xx = d * e->fit_xx + x * x;
     e->fit_xy = d * e->fit_xy + x * y;
+}
+
+/* The cost of a decode step of w tokens: measured, else interpolated between
+ * the nearest measured widths, else (wider than any measured) the widest
+ * measured plus the fitted line's slope per token: an optimistic guess, so
+ * the rule tries that width once and learns its true cost. 0: nothing known. */
+static double width_cost(const gl_engine *e, int w) {
+    const double *c = e->width_cost;
+    int max = e->params.max_batch_tokens;
+    if (c[w] > 0) return c[w];
+    int lo = w - 1, hi = w + 1;
+    while (lo > 0 && !(c[lo] > 0)) lo--;
+    while (hi <= max && !(c[hi] > 0)) hi++;
+    if (lo > 0 && hi <= max) return c[lo] + (c[hi] - c[lo]) * (w - lo) / (hi - lo);
+    if (hi <= max) return c[hi] * w / hi; /* narrower than any seen: proportional, a lower bound */
+    if (lo <= 0) return 0;
     double mx = e->fit_x / e->fit_w, my = e->fit_y / e->fit_w;
-    double vx = e->fit_xx / e->fit_w - mx * mx, cxy = e->fit_xy / e->fit_w - mx * my;
-    double t1 = vx > 0.25 ? cxy / vx : 0, t0 = my - t1 * mx;
-    if (t1 <= 0 || t0 <= 0) t1 = my / (20 + mx); /* no usable spread yet */
-    if (y > 0) e->gen_rate = 0.8 * e->gen_rate + 0.2 * e->step_generated / y;
-    e->spec_threshold = SPEC_MARGIN * t1 * e->gen_rate;
+    double vx = e->fit_xx / e->fit_w - mx * mx, t1 = vx > 0.25 ? (e->fit_xy / e->fit_w - mx * my) / vx : 0;
+    if (t1 <= 0) t1 = my / (20 + mx); /* no usable spread yet */
+    return c[lo] + t1 * (w - lo);
+}
+
+/* Chooses every decoding sequence's draft length for the next step and
+ * proposes the drafts. With B sequences decoding, a step of B + D tokens
+ * yields B + V tokens, V the expected accepted ones (the j-th drafted token
+ * of a sequence with recent per-token acceptance a counts a^j), and costs
+ * the measured width cost plus, with a draft model, D of its drafted
+ * tokens' cost. The D best drafted tokens (greedy by a^j) are taken where
+ * tokens per second beat the step without drafts by SPEC_MARGIN; none where
+ * nothing does, as in large compute-bound batches. */
+static void plan_drafts(gl_engine *e) {
+    const scheduler *sc = e->sched;
+    int n = 0, n_decoding = 0, total = 0;
+    for (int i = 0; i < sc->n_running; i++) {
+        gl_seq *r = sc->running[i];
+        if (r->n_tokens - r->num_computed_tokens != 1) continue;
+        n_decoding++;
+        r->n_draft = 0;
+        int cap = r->max_generated - r->n_generated;
+        if (r->cap_tokens - r->n_tokens < cap) cap = r->cap_tokens - r->n_tokens;
+        cap--; /* the last row's token needs room too */
+        if (cap > r->spec_len) cap = r->spec_len;
+        if (cap <= 0) continue;
+        double a = r->spec_accept;
+        bool probe = r->spec_idle >= r->spec_gap && !e->params.spec_fixed;
+        if (probe) {
+            cap = 1;
+            if (a < 0.5) a = 0.5;
+        }
+        /* the n-gram drafter is cheap: propose first, so only real drafts compete */
+        if (e->drafter && !(cap = drafter_propose(e->drafter, r->tokens, r->n_tokens, cap, r->tokens + r->n_tokens)))
+            continue;
+        e->sp_seq[n] = r;
+        e->sp_cap[n] = cap;
+        e->sp_k[n] = e->params.spec_fixed ? cap : 0;
+        e->sp_a[n] = a;
+        e->sp_v[n] = a;
+        total += cap;
+        n++;
+    }
+    if (n == 0) return;
+    int max_d = e->params.max_batch_tokens - n_decoding;
+    if (max_d > e->draft_rows) max_d = e->draft_rows;
+    if (max_d > total) max_d = total;
+    double base = width_cost(e, n_decoding);
+    if (!e->params.spec_fixed && base > 0) {
+        double best = SPEC_MARGIN * n_decoding / base, v = n_decoding;
+        int best_d = 0;
+        for (int d = 1; d <= max_d; d++) {
+            int pick = -1;
+            for (int i = 0; i < n; i++)
+                if (e->sp_k[i] < e->sp_cap[i] && (pick < 0 || e->sp_v[i] > e->sp_v[pick])) pick = i;
+            v += e->sp_v[pick];
+            e->sp_v[pick] *= e->sp_a[pick];
+            e->sp_k[pick]++;
+            e->sp_pick[d - 1] = pick;
+            double rate = v / (width_cost(e, n_decoding + d) + e->draft_cost * d);
+            if (rate > best) best = rate, best_d = d;
+        }
+        for (int i = 0; i < n; i++) e->sp_k[i] = 0;
+        for (int d = 0; d < best_d; d++) e->sp_k[e->sp_pick[d]]++;
+    }
+    /* base == 0: no decode step measured yet; this one goes without drafts and measures it */
+    for (int i = 0; i < n; i++) {
+        gl_seq *r = e->sp_seq[i];
+        int k = e->sp_k[i];
+        if (k == 0) {
+            r->spec_idle++;
+            continue;
+        }
+        r->spec_idle = 0;
+        if (!e->dm) {
+            r->n_draft = k; /* already written */
+            continue;
+        }
+        double t0 = now_s();
+        r->n_draft = dm_propose(e->dm, &r->draft, r->tokens, r->n_tokens, r->cap_tokens, k, r->tokens + r->n_tokens);
+        double per = (now_s() - t0) / k;
+        e->draft_cost = e->draft_cost > 0 ? 0.8 * e->draft_cost + 0.2 * per : per;
+    }
 }
 
 static void publish_stats(gl_engine *e) {
@@ -733,14 +825,15 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
     if (e->dm && plan->n_preempted > 0) /* a preempted sequence gives its draft blocks back too */
         for (gl_seq *w = e->sched->waiting.head; w; w = w->next) dm_seq_release(e->dm, &w->draft);
     int n_seqs = 0;
+    double t0 = now_s();
     if (plan->n_tokens > 0 && run_model(e, plan, fn, ctx)) {
-        e->step_generated = 0;
-        update_from_output(e, plan, fn, ctx);
-        n_seqs = plan->n_entries;
         bool decode_only = true; /* prompt chunks would fit prefill's cost, not decoding's */
         for (int si = 0; si < plan->n_entries; si++)
             decode_only &= plan->entries[si].sample_row >= 0 && plan->entries[si].n_tokens == 1 + plan->entries[si].n_draft;
-        if (e->spec && decode_only) update_spec_threshold(e, plan->n_tokens);
+        n_seqs = plan->n_entries;
+        update_from_output(e, plan, fn, ctx); /* may free finished sequences: plan entries read above */
+        if (e->spec && decode_only) learn_step_cost(e, plan->n_tokens, now_s() - t0);
+        if (e->spec) plan_drafts(e);
     }
     publish_stats(e);
     return n_seqs;

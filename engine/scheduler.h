@@ -46,6 +46,7 @@ typedef struct gl_seq {
     int spec_len;             /* longest draft for this sequence; 0 = never drafts */
     double spec_accept;       /* recent per-token acceptance of its drafts (moving average) */
     int spec_idle;            /* steps in a row the rule gave it no draft */
+    int spec_gap;             /* idle steps before it probes a drafted token */
     int n_draft_total;        /* tokens drafted for it so far */
     int n_accepted_total;     /* of which accepted */
     struct dm_seq *draft;     /* the draft model's cache for it (draft_model.h), or NULL */
