@@ -23,15 +23,13 @@
 #include "model.h"
 #include "sampler.h"
 #include "scheduler.h"
+#include "spec_rule.h"
 #include "textstream.h"
 
 /* Prompt positions that may ask for logprobs in one step: bounds the logits
  * buffer (n_vocab floats a row). */
 #define PROMPT_LOGPROB_ROWS 64
 
-/* A draft must be predicted to raise the step's tokens per second by this
- * factor: the acceptance estimates are moving averages, not certainties. */
-#define SPEC_MARGIN 1.05
 /* A sequence the rule left without drafts probes one drafted token, valued
  * as if half its drafts were accepted, after this many steps (doubling after
  * each probe that fails, up to SPEC_PROBE_MAX), so it notices when copying
@@ -55,18 +53,12 @@ struct gl_engine {
     gl_model *draft_model;    /* GL_SPEC_DRAFT: loaded here, owned */
     dm_drafter *dm;           /* GL_SPEC_DRAFT: proposals from draft_model, else NULL */
     bool spec;                /* speculative decoding on (drafter or dm) */
-    /* the draft-length rule (README "Speculative decoding") */
-    double *width_cost;       /* [max_batch_tokens + 1] seconds a decode step of that many tokens
-                                 takes (moving average; 0: not seen). Per width, not a line: the
-                                 kernels' token tiles make a 17-token step cost 1.6x a 16-token one */
-    double fit_w, fit_x, fit_y, fit_xx, fit_xy; /* line through the same steps (exponentially
-                                 weighted sums): its slope prices widths wider than any seen */
-    double draft_cost;        /* the draft model's seconds per drafted token (moving average; 0: not seen) */
+    spec_costs costs;         /* the draft-length rule's step costs (spec_rule.h) */
     int draft_rows;           /* drafted tokens one step carries at most */
     gl_seq **sp_seq;          /* [max_seqs] the next step's drafting candidates */
     int *sp_cap, *sp_k;       /* [max_seqs] their longest draft, and the length chosen */
-    double *sp_a, *sp_v;      /* [max_seqs] their acceptance, and their next token's worth */
-    int *sp_pick;             /* [draft_rows] the candidate of each drafted token, best first */
+    double *sp_a, *sp_v;      /* [max_seqs] their acceptance; spec_choose's scratch */
+    int *sp_pick;             /* [draft_rows] spec_choose's scratch */
     int32_t *eog_ids;         /* end-of-generation tokens, banned under min_tokens */
     int n_eog;
 
@@ -281,14 +273,13 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     e->b_seq_of_token = malloc((size_t)T * sizeof(int32_t));
     e->b_tables = malloc((size_t)p.max_seqs * sizeof *e->b_tables);
     if (e->spec) {
-        e->width_cost = calloc((size_t)T + 1, sizeof *e->width_cost);
         e->sp_seq = calloc((size_t)p.max_seqs, sizeof *e->sp_seq);
         e->sp_cap = calloc((size_t)p.max_seqs, sizeof *e->sp_cap);
         e->sp_k = calloc((size_t)p.max_seqs, sizeof *e->sp_k);
         e->sp_a = calloc((size_t)p.max_seqs, sizeof *e->sp_a);
         e->sp_v = calloc((size_t)p.max_seqs, sizeof *e->sp_v);
         e->sp_pick = calloc((size_t)draft_rows + 1, sizeof *e->sp_pick);
-        if (!e->width_cost || !e->sp_seq || !e->sp_cap || !e->sp_k || !e->sp_a || !e->sp_v || !e->sp_pick) {
+        if (!spec_costs_init(&e->costs, T) || !e->sp_seq || !e->sp_cap || !e->sp_k || !e->sp_a || !e->sp_v || !e->sp_pick) {
             gl_error_set(err, "out of memory for the draft-length rule");
             goto fail;
         }
@@ -328,7 +319,7 @@ void gl_engine_free(gl_engine *e) {
     free(e->b_positions);
     free(e->b_seq_of_token);
     free(e->b_tables);
-    free(e->width_cost);
+    spec_costs_free(&e->costs);
     free(e->sp_seq);
     free(e->sp_cap);
     free(e->sp_k);
@@ -690,48 +681,8 @@ static void update_from_output(gl_engine *e, const sched_plan *plan, gl_event_fn
 
 /* ---- the step ------------------------------------------------------------------------ */
 
-/* Learns what a decode step of n_tokens costs (s seconds, forward pass and
- * verification). A sample more than twice the current estimate counts as
- * twice it: on a shared host another process can stall one step. */
-static void learn_step_cost(gl_engine *e, int n_tokens, double s) {
-    double *c = &e->width_cost[n_tokens];
-    *c = *c > 0 ? 0.8 * *c + 0.2 * (s < 2 * *c ? s : 2 * *c) : s;
-    double x = n_tokens, y = s, d = 0.97;
-    e->fit_w = d * e->fit_w + 1;
-    e->fit_x = d * e->fit_x + x;
-    e->fit_y = d * e->fit_y + y;
-    e->fit_xx = d * e->fit_xx + x * x;
-    e->fit_xy = d * e->fit_xy + x * y;
-}
-
-/* The cost of a decode step of w tokens: measured, else interpolated between
- * the nearest measured widths, else (wider than any measured) the widest
- * measured plus the fitted line's slope per token: an optimistic guess, so
- * the rule tries that width once and learns its true cost. 0: nothing known. */
-static double width_cost(const gl_engine *e, int w) {
-    const double *c = e->width_cost;
-    int max = e->params.max_batch_tokens;
-    if (c[w] > 0) return c[w];
-    int lo = w - 1, hi = w + 1;
-    while (lo > 0 && !(c[lo] > 0)) lo--;
-    while (hi <= max && !(c[hi] > 0)) hi++;
-    if (lo > 0 && hi <= max) return c[lo] + (c[hi] - c[lo]) * (w - lo) / (hi - lo);
-    if (hi <= max) return c[hi] * w / hi; /* narrower than any seen: proportional, a lower bound */
-    if (lo <= 0) return 0;
-    double mx = e->fit_x / e->fit_w, my = e->fit_y / e->fit_w;
-    double vx = e->fit_xx / e->fit_w - mx * mx, t1 = vx > 0.25 ? (e->fit_xy / e->fit_w - mx * my) / vx : 0;
-    if (t1 <= 0) t1 = my / (20 + mx); /* no usable spread yet */
-    return c[lo] + t1 * (w - lo);
-}
-
-/* Chooses every decoding sequence's draft length for the next step and
- * proposes the drafts. With B sequences decoding, a step of B + D tokens
- * yields B + V tokens, V the expected accepted ones (the j-th drafted token
- * of a sequence with recent per-token acceptance a counts a^j), and costs
- * the measured width cost plus, with a draft model, D of its drafted
- * tokens' cost. The D best drafted tokens (greedy by a^j) are taken where
- * tokens per second beat the step without drafts by SPEC_MARGIN; none where
- * nothing does, as in large compute-bound batches. */
+/* Chooses every decoding sequence's draft length for the next step
+ * (spec_rule.h) and proposes the drafts. */
 static void plan_drafts(gl_engine *e) {
     const scheduler *sc = e->sched;
     int n = 0, n_decoding = 0, total = 0;
@@ -758,33 +709,13 @@ static void plan_drafts(gl_engine *e) {
         e->sp_cap[n] = cap;
         e->sp_k[n] = e->params.spec_fixed ? cap : 0;
         e->sp_a[n] = a;
-        e->sp_v[n] = a;
         total += cap;
         n++;
     }
     if (n == 0) return;
-    int max_d = e->params.max_batch_tokens - n_decoding;
-    if (max_d > e->draft_rows) max_d = e->draft_rows;
-    if (max_d > total) max_d = total;
-    double base = width_cost(e, n_decoding);
-    if (!e->params.spec_fixed && base > 0) {
-        double best = SPEC_MARGIN * n_decoding / base, v = n_decoding;
-        int best_d = 0;
-        for (int d = 1; d <= max_d; d++) {
-            int pick = -1;
-            for (int i = 0; i < n; i++)
-                if (e->sp_k[i] < e->sp_cap[i] && (pick < 0 || e->sp_v[i] > e->sp_v[pick])) pick = i;
-            v += e->sp_v[pick];
-            e->sp_v[pick] *= e->sp_a[pick];
-            e->sp_k[pick]++;
-            e->sp_pick[d - 1] = pick;
-            double rate = v / (width_cost(e, n_decoding + d) + e->draft_cost * d);
-            if (rate > best) best = rate, best_d = d;
-        }
-        for (int i = 0; i < n; i++) e->sp_k[i] = 0;
-        for (int d = 0; d < best_d; d++) e->sp_k[e->sp_pick[d]]++;
-    }
-    /* base == 0: no decode step measured yet; this one goes without drafts and measures it */
+    int max_d = e->draft_rows < total ? e->draft_rows : total;
+    if (!e->params.spec_fixed)
+        spec_choose(&e->costs, n_decoding, n, e->sp_cap, e->sp_a, max_d, e->sp_k, e->sp_v, e->sp_pick);
     for (int i = 0; i < n; i++) {
         gl_seq *r = e->sp_seq[i];
         int k = e->sp_k[i];
@@ -797,10 +728,10 @@ static void plan_drafts(gl_engine *e) {
             r->n_draft = k; /* already written */
             continue;
         }
+        bool first = !r->draft; /* feeds the whole prompt: a one-off, not a drafted token's cost */
         double t0 = now_s();
         r->n_draft = dm_propose(e->dm, &r->draft, r->tokens, r->n_tokens, r->cap_tokens, k, r->tokens + r->n_tokens);
-        double per = (now_s() - t0) / k;
-        e->draft_cost = e->draft_cost > 0 ? 0.8 * e->draft_cost + 0.2 * per : per;
+        if (!first) spec_costs_learn_draft(&e->costs, k, now_s() - t0);
     }
 }
 
@@ -832,7 +763,7 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
             decode_only &= plan->entries[si].sample_row >= 0 && plan->entries[si].n_tokens == 1 + plan->entries[si].n_draft;
         n_seqs = plan->n_entries;
         update_from_output(e, plan, fn, ctx); /* may free finished sequences: plan entries read above */
-        if (e->spec && decode_only) learn_step_cost(e, plan->n_tokens, now_s() - t0);
+        if (e->spec && decode_only) spec_costs_learn(&e->costs, plan->n_tokens, now_s() - t0);
         if (e->spec) plan_drafts(e);
     }
     publish_stats(e);

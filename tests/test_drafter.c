@@ -7,6 +7,7 @@
 #include "kv_cache.h"
 #include "kv_manager.h"
 #include "scheduler.h"
+#include "spec_rule.h"
 #include "testutil.h"
 
 static gl_drafter *ngram(int lo, int hi) {
@@ -150,8 +151,82 @@ START_TEST(test_draft_leaves_blocks_for_others) {
 }
 END_TEST
 
+/* A cost table from f(w) for widths 1..max. */
+static void costs_from(spec_costs *c, int max, double (*f)(int)) {
+    ck_assert(spec_costs_init(c, max));
+    for (int w = 1; w <= max; w++) spec_costs_learn(c, w, f(w));
+}
+static double memory_bound(int w) { return 10e-3 + 0.1e-3 * w; }   /* weights dominate */
+static double compute_bound(int w) { return 2e-3 * w; }            /* every token costs the same */
+static double tiles_of_4(int w) { return 10e-3 * ((w + 3) / 4); }  /* a tile of 4 tokens costs as 1 */
+
+START_TEST(test_rule_prices_drafts_by_width) {
+    spec_costs c;
+    int cap[16], k[16], pick[128];
+    double a[16], scratch[16];
+    for (int i = 0; i < 16; i++) cap[i] = 8, a[i] = 0.9;
+    /* memory-bound single stream: the whole draft */
+    costs_from(&c, 256, memory_bound);
+    ck_assert_int_eq(spec_choose(&c, 1, 1, cap, a, 128, k, scratch, pick), 8);
+    ck_assert_int_eq(k[0], 8);
+    /* ...but not drafts nobody accepts */
+    double low[1] = {0.02};
+    ck_assert_int_eq(spec_choose(&c, 1, 1, cap, low, 128, k, scratch, pick), 0);
+    spec_costs_free(&c);
+    /* compute-bound: a drafted token costs a full token and is worth less,
+     * at 1 stream and at 16 */
+    costs_from(&c, 256, compute_bound);
+    ck_assert_int_eq(spec_choose(&c, 1, 1, cap, a, 128, k, scratch, pick), 0);
+    ck_assert_int_eq(spec_choose(&c, 16, 16, cap, a, 128, k, scratch, pick), 0);
+    for (int i = 0; i < 16; i++) ck_assert_int_eq(k[i], 0);
+    spec_costs_free(&c);
+    /* token tiles of 4: fill the tile, never open the next one; the best
+     * sequence drafts first */
+    costs_from(&c, 256, tiles_of_4);
+    a[1] = 0.5;
+    ck_assert_int_eq(spec_choose(&c, 2, 2, cap, a, 128, k, scratch, pick), 2);
+    ck_assert_int_eq(k[0], 2);
+    ck_assert_int_eq(k[1], 0);
+    ck_assert_int_eq(spec_choose(&c, 16, 16, cap, a, 128, k, scratch, pick), 0);
+    /* a draft model that costs a target step per drafted token: no drafts
+     * even when all are accepted */
+    double one[1] = {1.0};
+    ck_assert_int_eq(spec_choose(&c, 1, 1, cap, one, 128, k, scratch, pick), 3);
+    spec_costs_learn_draft(&c, 1, 10e-3);
+    ck_assert_int_eq(spec_choose(&c, 1, 1, cap, one, 128, k, scratch, pick), 0);
+    spec_costs_free(&c);
+}
+END_TEST
+
+START_TEST(test_rule_learns_unseen_widths) {
+    spec_costs c;
+    int cap[1] = {8}, k[1], pick[8];
+    double a[1] = {0.9}, scratch[1];
+    ck_assert(spec_costs_init(&c, 64));
+    /* nothing measured: no drafts (the step measures its width) */
+    ck_assert_int_eq(spec_choose(&c, 1, 1, cap, a, 8, k, scratch, pick), 0);
+    ck_assert(spec_costs_width(&c, 3) == 0);
+    /* one width known: wider ones are guessed cheap, so the rule tries them */
+    spec_costs_learn(&c, 1, 10e-3);
+    ck_assert_int_eq(spec_choose(&c, 1, 1, cap, a, 8, k, scratch, pick), 8);
+    /* once width 9 is seen costing 9 steps, widths between interpolate and
+     * drafting stops */
+    spec_costs_learn(&c, 9, 90e-3);
+    ck_assert(spec_costs_width(&c, 5) > 49e-3 && spec_costs_width(&c, 5) < 51e-3);
+    ck_assert_int_eq(spec_choose(&c, 1, 1, cap, a, 8, k, scratch, pick), 0);
+    /* one stalled step moves the estimate by at most a fifth of itself */
+    spec_costs_learn(&c, 1, 1.0);
+    ck_assert(spec_costs_width(&c, 1) < 12.1e-3);
+    /* out of range: ignored, priced 0 */
+    spec_costs_learn(&c, 65, 1.0);
+    ck_assert(spec_costs_width(&c, 65) == 0 && spec_costs_width(&c, 0) == 0);
+    spec_costs_free(&c);
+}
+END_TEST
+
 int main(void) {
     const TTest *tests[] = {test_ngram_latest_longest_match, test_drafts_ride_under_the_budget,
-                            test_draft_leaves_blocks_for_others};
+                            test_draft_leaves_blocks_for_others, test_rule_prices_drafts_by_width,
+                            test_rule_learns_unseen_widths};
     return test_run_tests("drafter", tests, (int)(sizeof tests / sizeof tests[0])) ? 1 : 0;
 }
