@@ -686,9 +686,18 @@ static void update_from_output(gl_engine *e, const sched_plan *plan, gl_event_fn
 static void plan_drafts(gl_engine *e) {
     const scheduler *sc = e->sched;
     int n = 0, n_decoding = 0, total = 0;
+    /* Prompt tokens waiting: the next steps are full of them and a drafted
+     * token would take a prompt token's place in the budget (and cost a
+     * compute-bound token, not the decode table's price): no drafts. */
+    bool prefill = sc->waiting.head != NULL;
+    for (int i = 0; i < sc->n_running; i++) prefill |= sc->running[i]->n_tokens - sc->running[i]->num_computed_tokens > 1;
     for (int i = 0; i < sc->n_running; i++) {
         gl_seq *r = sc->running[i];
         if (r->n_tokens - r->num_computed_tokens != 1) continue;
+        if (prefill && !e->params.spec_fixed) {
+            r->n_draft = 0;
+            continue;
+        }
         n_decoding++;
         r->n_draft = 0;
         int cap = r->max_generated - r->n_generated;
