@@ -32,7 +32,7 @@ int cli_parse_spec(int argc, char **argv, int *i, struct gl_engine_params *p);
 void cli_copy_spec(struct gl_engine_params *to, const struct gl_engine_params *from);
 #define CLI_SPEC_USAGE \
     "      --spec MODE         speculative decoding: ngram (prompt lookup), draft (a draft model) or off\n" \
-    "                          (default: off)\n" \
+    "                          (default: ngram)\n" \
     "      --model-draft FILE  the draft model for --spec draft (the target's vocabulary)\n" \
     "      --spec-max-tokens N drafted tokens per step at most (default 8, up to 16)\n" \
     "      --spec-ngram-min N  shortest n-gram looked up (default 2)\n" \

@@ -216,7 +216,8 @@ static void usage(FILE *out) {
             "  --activation-bits N matmul activation precision: 16 (default) or 8 (faster, less precise)\n"
             "  --kv-type T         KV cache element type: f16 (default), q8_0 or f32\n"
             "  --json              print one JSON object instead of a table\n"
-            "speculative decoding (the input-grounded workload is scripts/bench --workload grounded):\n"
+            "speculative decoding (off here unless --spec; the input-grounded workload is\n"
+            "scripts/bench --workload grounded):\n"
             CLI_SPEC_USAGE);
 }
 
@@ -241,6 +242,9 @@ int cmd_bench(int argc, char **argv) {
     bool json = false;
     gl_engine_params defaults;
     gl_engine_params_default(&defaults);
+    /* tg measures decode speed against the roofline and llama-bench: no
+     * drafts unless asked (random prompts' greedy loops would be copied) */
+    defaults.spec_mode = GL_SPEC_OFF;
     int act_bits = defaults.activation_bits;
     gl_kv_type kv_type = defaults.kv_type;
     for (int i = 1; i < argc; i++) {

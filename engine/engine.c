@@ -105,7 +105,7 @@ void gl_engine_params_default(gl_engine_params *p) {
     p->max_waiting = 256;
     p->prefix_caching = true;
     p->activation_bits = 16;
-    p->spec_mode = GL_SPEC_OFF; /* README "Speculative decoding": not yet measured never slower */
+    p->spec_mode = GL_SPEC_NGRAM; /* README "Speculative decoding": the rule drafts only where it pays */
     p->spec_max_tokens = 8;
     p->spec_ngram_min = 2;
     p->spec_ngram_max = 4;

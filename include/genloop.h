@@ -142,7 +142,7 @@ typedef struct gl_engine_params {
     int n_ctx;                /* per-sequence context limit; 0 = model's */
     bool prefix_caching;      /* reuse cached prompt blocks */
     int activation_bits;      /* 16 (default) or 8: see README "Activation precision" */
-    int spec_mode;            /* speculative decoding: GL_SPEC_OFF (default), GL_SPEC_NGRAM or
+    int spec_mode;            /* speculative decoding: GL_SPEC_NGRAM (default), GL_SPEC_OFF or
                                  GL_SPEC_DRAFT (README "Speculative decoding") */
     const char *spec_draft_model; /* GL_SPEC_DRAFT: GGUF of the draft model (the target's vocabulary);
                                  loaded and owned by the engine */
