@@ -252,12 +252,14 @@ static void swiglu_scalar(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-/* GELU by its tanh approximation, as Gemma's gelu_pytorch_tanh. */
+/* GELU by its tanh approximation, as Gemma's gelu_pytorch_tanh, written as
+ * 0.5 g (1 + tanh(a / 2)) = g / (1 + e^-a), a = 2 sqrt(2 / pi) (g + 0.044715 g^3):
+ * one exp instead of tanh, as the vector kernels (simd_body.h) compute it. */
 static void geglu_scalar(float *gate, const float *up, int n) {
-    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
     for (int i = 0; i < n; i++) {
         float g = gate[i];
-        gate[i] = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * up[i];
+        float a = g * (1.5957691216057308f + 0.07135481627260025f * g * g);
+        gate[i] = g / (1.0f + expf(-a)) * up[i];
     }
 }
 
@@ -293,7 +295,10 @@ void kern_swiglu(kern_pool *p, float *gate, const float *up, int n) {
     glu_run(p, gate, up, n, impl ? impl->swiglu : swiglu_scalar);
 }
 
-void kern_geglu(kern_pool *p, float *gate, const float *up, int n) { glu_run(p, gate, up, n, geglu_scalar); }
+void kern_geglu(kern_pool *p, float *gate, const float *up, int n) {
+    const kern_impl *impl = kern_impl_active();
+    glu_run(p, gate, up, n, impl ? impl->geglu : geglu_scalar);
+}
 
 void kern_get_row(const gl_tensor *w, int64_t row, float *out) {
     size_t row_bytes = gl_type_row_bytes(w->type, w->n_cols);
