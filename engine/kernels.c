@@ -263,12 +263,14 @@ static void swiglu_scalar(float *gate, const float *up, int n) {
     for (int i = 0; i < n; i++) gate[i] = gate[i] / (1.0f + expf(-gate[i])) * up[i];
 }
 
-/* GELU by its tanh approximation, as Gemma's gelu_pytorch_tanh. */
+/* GELU by its tanh approximation, as Gemma's gelu_pytorch_tanh, written as
+ * 0.5 g (1 + tanh(a / 2)) = g / (1 + e^-a), a = 2 sqrt(2 / pi) (g + 0.044715 g^3):
+ * one exp instead of tanh, as the vector kernels (simd_body.h) compute it. */
 static void geglu_scalar(float *gate, const float *up, int n) {
-    const float k = 0.7978845608028654f; /* sqrt(2 / pi) */
     for (int i = 0; i < n; i++) {
         float g = gate[i];
-        gate[i] = 0.5f * g * (1.0f + tanhf(k * (g + 0.044715f * g * g * g))) * up[i];
+        float a = g * (1.5957691216057308f + 0.07135481627260025f * g * g);
+        gate[i] = g / (1.0f + expf(-a)) * up[i];
     }
 }
 
@@ -304,7 +306,10 @@ void kern_swiglu(kern_pool *p, float *gate, const float *up, int n) {
     glu_run(p, gate, up, n, impl ? impl->swiglu : swiglu_scalar);
 }
 
-void kern_geglu(kern_pool *p, float *gate, const float *up, int n) { glu_run(p, gate, up, n, geglu_scalar); }
+void kern_geglu(kern_pool *p, float *gate, const float *up, int n) {
+    const kern_impl *impl = kern_impl_active();
+    glu_run(p, gate, up, n, impl ? impl->geglu : geglu_scalar);
+}
 
 void kern_get_row(const gl_tensor *w, int64_t row, float *out) {
     size_t row_bytes = gl_type_row_bytes(w->type, w->n_cols);
@@ -720,7 +725,8 @@ typedef struct matmul_job {
     matmul_part parts[MATMUL_MAX_PARTS];
     int n_parts;
     long n_rows;               /* all parts together */
-    int chunk;                 /* rows handed to a thread at a time */
+    int chunk;                 /* rows handed to a thread at a time, at least */
+    int guided;                /* > 0: a piece is also the remaining rows / guided, while larger */
     atomic_int next_tok;       /* quantization: next activation row */
     atomic_long next_row;      /* work stealing by chunks */
 } matmul_job;
@@ -777,9 +783,14 @@ static void matmul_scalar_rows(matmul_job *job, const matmul_part *part, int ith
 static void matmul_worker(void *arg, int ith, int nth) {
     matmul_job *job = arg;
     for (;;) {
-        long g0 = atomic_fetch_add_explicit(&job->next_row, job->chunk, memory_order_relaxed);
-        if (g0 >= job->n_rows) break;
-        long g1 = g0 + job->chunk < job->n_rows ? g0 + job->chunk : job->n_rows;
+        long g0 = atomic_load_explicit(&job->next_row, memory_order_relaxed), piece;
+        do {
+            if (g0 >= job->n_rows) return;
+            piece = job->guided ? ((job->n_rows - g0) / job->guided) & ~3L : 0;
+            if (piece < job->chunk) piece = job->chunk;
+        } while (!atomic_compare_exchange_weak_explicit(&job->next_row, &g0, g0 + piece, memory_order_relaxed,
+                                                        memory_order_relaxed));
+        long g1 = g0 + piece < job->n_rows ? g0 + piece : job->n_rows;
         /* The hand-out may span parts: each piece goes to its own matrix. */
         for (int i = 0; i < job->n_parts; i++) {
             const matmul_part *part = &job->parts[i];
@@ -868,11 +879,22 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
         }
     }
     /* Hand-outs: a memory-bound call (a few tokens) streams its weights best
-     * in long runs -- each new run starts without prefetched lines -- so two
-     * per thread; a compute-bound one takes about eight per thread, so both
-     * cores finish together. A multiple of 4 rows keeps the 4-row tiles of
-     * single-token calls whole. */
-    long chunk = job.n_rows / ((n_tokens <= 4 ? 2 : 8) * p->n_threads);
+     * in long runs -- each new run starts without prefetched lines -- so it
+     * hands out half of each thread's share of what is left (guided): long
+     * runs first, then shorter ones down to about 32 KB of weights, so the
+     * threads finish together even when one started late or runs slower (a
+     * fixed quarter of Gemma 3's 170 MB output matrix could leave one thread
+     * waiting ~2 ms). A compute-bound one takes about eight per thread. A
+     * multiple of 4 rows keeps the 4-row tiles of single-token calls whole;
+     * no result depends on where the pieces start. */
+    long chunk;
+    if (n_tokens <= 4) {
+        size_t row_bytes = job.parts[0].row_bytes ? job.parts[0].row_bytes : 1;
+        chunk = (long)(32768 / row_bytes);
+        job.guided = 2 * p->n_threads;
+    } else {
+        chunk = job.n_rows / (8 * p->n_threads);
+    }
     chunk = chunk < 4 ? 4 : chunk & ~3L;
     job.chunk = (int)chunk;
     atomic_init(&job.next_row, 0);

@@ -220,6 +220,16 @@ static inline float clean_logit(float x) {
     return x;
 }
 
+/* clean_logit over a row, in the branch-free form the compiler vectorizes
+ * (a branch per logit cost ~100 us over Gemma 3's 262144 each token). */
+static void clean_logits(float *logits, int n) {
+    for (int i = 0; i < n; i++) {
+        float x = logits[i];
+        x = x != x ? -INFINITY : x;
+        logits[i] = x == INFINITY ? FLT_MAX : x;
+    }
+}
+
 /* "a ranks above b": larger logit, ties to the lower id, so every selection
  * here is deterministic. */
 static inline bool better(const float *key, int32_t a, int32_t b) {
@@ -306,15 +316,45 @@ static void apply_penalties(gl_sampler *s, float *logits) {
     }
 }
 
+/* The scan in 16 independent lanes (lane j sees i = j mod 16), each
+ * keeping its first strictly larger value, as compares and blends of four
+ * 4-lane vectors (GCC / clang vector extensions at the width every x86-64
+ * and ARM64 has); then the lanes' best, ties to the lower index, and the
+ * tail in order: the first index of the largest value, as one strict scan
+ * from logits[0] gives (a NaN never wins; a NaN logits[0] keeps 0). A
+ * one-lane scan waits on each compare: ~300 us over Gemma 3's 262144 logits,
+ * each token, against ~40 us. */
+typedef float argmax_vf __attribute__((vector_size(16)));
+typedef int32_t argmax_vi __attribute__((vector_size(16)));
+enum { ARGMAX_VECS = 4, ARGMAX_LANES = 4 * ARGMAX_VECS };
+
 int32_t sampler_argmax(const float *logits, int n) {
+    if (n <= 0 || isnan(logits[0])) return 0;
+    argmax_vf lv[ARGMAX_VECS];
+    argmax_vi li[ARGMAX_VECS], idx[ARGMAX_VECS];
+    for (int v = 0; v < ARGMAX_VECS; v++) {
+        lv[v] = (argmax_vf){logits[0], logits[0], logits[0], logits[0]};
+        li[v] = (argmax_vi){0, 0, 0, 0};
+        idx[v] = (argmax_vi){4 * v, 4 * v + 1, 4 * v + 2, 4 * v + 3};
+    }
+    int i = 0;
+    for (; i + ARGMAX_LANES <= n; i += ARGMAX_LANES)
+        for (int v = 0; v < ARGMAX_VECS; v++) {
+            argmax_vf x;
+            memcpy(&x, logits + i + 4 * v, sizeof x);
+            argmax_vi up = x > lv[v];
+            lv[v] = (argmax_vf)(((argmax_vi)x & up) | ((argmax_vi)lv[v] & ~up));
+            li[v] = (idx[v] & up) | (li[v] & ~up);
+            idx[v] += ARGMAX_LANES;
+        }
     int32_t best = 0;
     float best_logit = logits[0];
-    for (int i = 1; i < n; i++) {
-        if (logits[i] > best_logit) {
-            best = i;
-            best_logit = logits[i];
-        }
-    }
+    for (int v = 0; v < ARGMAX_VECS; v++)
+        for (int j = 0; j < 4; j++)
+            if (lv[v][j] > best_logit || (lv[v][j] == best_logit && li[v][j] < best))
+                best = li[v][j], best_logit = lv[v][j];
+    for (; i < n; i++)
+        if (logits[i] > best_logit) best = i, best_logit = logits[i];
     return best;
 }
 
@@ -490,7 +530,7 @@ int32_t sampler_sample(gl_sampler *s, float *logits, float *logprob, gl_top_logp
     const gl_sampling_params *p = &s->params;
     int n_top = top ? p->n_logprobs : 0;
 
-    for (int i = 0; i < s->n_vocab; i++) logits[i] = clean_logit(logits[i]);
+    clean_logits(logits, s->n_vocab);
     double lse = (logprob || n_top > 0) ? log_normalizer(logits, s->n_vocab, top, n_top) : 0;
 
     s->n_saved = 0;

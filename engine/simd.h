@@ -207,6 +207,7 @@ typedef struct kern_impl {
     kern_rows_fn packed_rows_x8[GL_TYPE_COUNT];        /* the same against 8-bit activations (kq8_chunk, kq8_k) */
     kern_attend_fn attend;
     void (*swiglu)(float *gate, const float *up, int n); /* gate = silu(gate) * up */
+    void (*geglu)(float *gate, const float *up, int n);  /* gate = gelu_tanh(gate) * up */
     void (*to_f16)(const float *x, uint16_t *y, int n);   /* IEEE half, round to nearest even */
 } kern_impl;
 

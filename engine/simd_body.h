@@ -718,6 +718,66 @@ static void FN(swiglu)(float *gate, const float *up, int n) {
     }
 }
 
+/* gelu_tanh(g) * u as g * sigmoid(2 k (g + 0.044715 g^3)) * u: the same
+ * function as 0.5 g (1 + tanh(...)) without tanh, and without its
+ * cancellation for negative g. e^-a past exp_ps's saturation (a < -88) is
+ * taken as inf, so such g give (-)0 as expf does; a g whose cube overflows
+ * gives a = +-inf: g or 0, never NaN. */
+#define GEGLU_C1 1.5957691216057308f   /* 2 sqrt(2 / pi) */
+#define GEGLU_C3 0.07135481627260025f  /* 2 sqrt(2 / pi) 0.044715 */
+#if SIMD_AVX512
+/* exp_ps on 16 lanes, step for step, so both widths give the same bits. */
+INLINE __m512 exp16_ps(__m512 x) {
+    const __m512 lo = _mm512_set1_ps(-87.0f);
+    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
+    return _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
+}
+#endif
+
+static void FN(geglu)(float *gate, const float *up, int n); /* geglu_avx2, geglu_avx512 */
+static void FN(geglu)(float *gate, const float *up, int n) {
+    int i = 0;
+#if SIMD_AVX512
+    for (; i + 16 <= n; i += 16) {
+        __m512 g = _mm512_loadu_ps(gate + i);
+        __m512 a = _mm512_mul_ps(g, _mm512_fmadd_ps(_mm512_mul_ps(g, g), _mm512_set1_ps(GEGLU_C3), _mm512_set1_ps(GEGLU_C1)));
+        __m512 e = exp16_ps(_mm512_sub_ps(_mm512_setzero_ps(), a));
+        e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(a, _mm512_set1_ps(-88.0f), _CMP_LT_OQ), _mm512_set1_ps(INFINITY));
+        _mm512_storeu_ps(gate + i, _mm512_mul_ps(_mm512_div_ps(g, _mm512_add_ps(_mm512_set1_ps(1.0f), e)),
+                                                 _mm512_loadu_ps(up + i)));
+    }
+#endif
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 a = _mm256_mul_ps(g, _mm256_fmadd_ps(_mm256_mul_ps(g, g), _mm256_set1_ps(GEGLU_C3), _mm256_set1_ps(GEGLU_C1)));
+        __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), a));
+        e = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(a, _mm256_set1_ps(-88.0f), _CMP_LT_OQ));
+        _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
+                                                 _mm256_loadu_ps(up + i)));
+    }
+    if (i < n) { /* the tail through padded copies: each element's value never depends on n */
+        float g[8] = {0}, u[8] = {0};
+        memcpy(g, gate + i, (size_t)(n - i) * sizeof *g);
+        memcpy(u, up + i, (size_t)(n - i) * sizeof *u);
+        FN(geglu)(g, u, 8);
+        memcpy(gate + i, g, (size_t)(n - i) * sizeof *g);
+    }
+}
+
 /* F16C rounds to nearest even, as gl_fp32_to_fp16 does; the tail goes
  * through it. */
 static void FN(to_f16)(const float *x, uint16_t *y, int n) { /* to_f16_avx2, to_f16_avx512 */

@@ -46,5 +46,6 @@ static const kern_impl FN(impl) = {
 #endif
     .attend = FN(attend),
     .swiglu = FN(swiglu),
+    .geglu = FN(geglu),
     .to_f16 = FN(to_f16),
 };

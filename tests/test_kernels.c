@@ -488,6 +488,56 @@ START_TEST(swiglu_matches_reference) {
 }
 END_TEST
 
+/* geglu: every implementation (the scalar one through kern_geglu) against
+ * gelu_tanh in double, in both forms: 0.5 x (1 + tanh(c)) with libm's tanh
+ * (which cancels to 0 for x under about -6) and its equal x / (1 + e^-2c),
+ * over small to overflowing inputs,
+ * never NaN, each element's value independent of how many share the call;
+ * and within rounding of the float libm form the kernels replaced. */
+START_TEST(geglu_matches_reference) {
+    find_impls();
+    enum { N = 4003 };
+    static float g[N], u[N], all[N];
+    for (int i = 0; i < N; i++) g[i] = rnd_uniform(-12, 12), u[i] = rnd_uniform(-2, 2);
+    for (int i = 0; i < 200; i++) g[i] = rnd_uniform(-1, 1) * powf(10.0f, (float)(i % 40) - 5);
+    const float special[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 30.0f, -30.0f, 1e13f, -1e13f, 3e38f, -3e38f, 5.5f, -5.5f};
+    memcpy(g + 200, special, sizeof special);
+    for (size_t i = 0; i < sizeof special / sizeof *special; i++) u[200 + i] = 0.5f; /* products stay finite */
+    kern_pool *p = kern_pool_new(2);
+    for (int k = -1; k < n_impls; k++) {
+        const char *name = k < 0 ? "scalar" : impls[k]->name;
+        memcpy(all, g, sizeof all);
+        if (k < 0) {
+            ck_assert_int_eq(kern_set_backend("scalar"), 0);
+            kern_geglu(p, all, u, N);
+            kern_set_backend("auto");
+        } else {
+            impls[k]->geglu(all, u, N);
+        }
+        for (int i = 0; i < N; i++) {
+            double x = g[i], c = 0.7978845608028654 * (x + 0.044715 * x * x * x);
+            double want = x / (1.0 + exp(-2 * c)) * u[i];
+            double want_tanh = 0.5 * x * (1.0 + tanh(c)) * u[i];
+            float t = g[i];
+            float libm = 0.5f * t * (1.0f + tanhf(0.7978845608028654f * (t + 0.044715f * t * t * t))) * u[i];
+            ck_assert_msg(!isnan(all[i]), "%s geglu %d: NaN for %g", name, i, g[i]);
+            /* float rounding of the argument costs |c| ulps of the result */
+            double tol = 1e-6 * fabs(want) * (1 + fabs(c)) + 1e-30;
+            ck_assert_msg(fabs(all[i] - want) <= tol, "%s geglu %d (g %g): %.9g vs %.9g", name, i, g[i], all[i], want);
+            ck_assert_msg(fabs(all[i] - want_tanh) <= tol + 1e-15 * fabs(x * u[i]), "%s geglu %d: %g vs tanh form %g",
+                          name, i, all[i], want_tanh);
+            ck_assert_msg(fabs(all[i] - libm) <= 1e-6 * (1 + fabs(libm)), "%s geglu %d: %g vs libm's %g", name, i, all[i],
+                          libm);
+            if (k < 0) continue;
+            float one = g[i];
+            impls[k]->geglu(&one, &u[i], 1);
+            ck_assert_msg(!memcmp(&one, &all[i], sizeof one), "%s geglu %d depends on n", name, i);
+        }
+    }
+    kern_pool_free(p);
+}
+END_TEST
+
 /* The cache's F16 conversion gives gl_fp32_to_fp16's bits: random values,
  * ties, subnormals, overflow and the largest finite halves. */
 START_TEST(to_f16_matches_reference) {
@@ -718,6 +768,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, matmul_x8_is_batch_and_thread_invariant);
     tcase_add_test(tc, matmul_n_matches_single_matmuls);
     tcase_add_test(tc, swiglu_matches_reference);
+    tcase_add_test(tc, geglu_matches_reference);
     tcase_add_test(tc, to_f16_matches_reference);
     tcase_add_test(tc, backend_selection);
     tcase_add_test(tc, attention_matches_reference);

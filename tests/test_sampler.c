@@ -151,6 +151,41 @@ START_TEST(test_greedy_argmax_and_ties) {
 }
 END_TEST
 
+/* sampler_argmax (vectorized, 16 lanes) is the one-lane strict scan: every
+ * length around the lane count, the maximum in each lane and the tail, ties
+ * between lanes, NaNs anywhere (a NaN at 0 keeps 0), -inf rows, +-0. */
+static int32_t scan_argmax(const float *l, int n) {
+    int32_t best = 0;
+    float b = l[0];
+    for (int i = 1; i < n; i++)
+        if (l[i] > b) best = i, b = l[i];
+    return best;
+}
+
+START_TEST(test_argmax_matches_scan) {
+    enum { N = 300 };
+    float l[N];
+    for (int round = 0; round < 4000; round++) {
+        int n = 1 + round % 70 + (round % 7 == 0 ? 200 : 0);
+        random_logits(l, n, 4);
+        int kind = round % 9;
+        if (kind == 1) /* ties: the same maximum in several lanes */
+            for (int k = 0; k < 4; k++) l[(int)(urand() * n)] = 9.0f;
+        if (kind == 2) l[(int)(urand() * n)] = NAN, l[(int)(urand() * n)] = NAN;
+        if (kind == 3) l[0] = NAN;
+        if (kind == 4)
+            for (int i = 0; i < n; i++) l[i] = -INFINITY;
+        if (kind == 5)
+            for (int i = 0; i < n; i++) l[i] = urand() < 0.5 ? 0.0f : -0.0f;
+        if (kind == 6) l[n - 1] = 50.0f; /* in the tail */
+        if (kind == 7)
+            for (int i = 0; i < n; i++) l[i] = (float)(int)(urand() * 3); /* many ties */
+        ck_assert_msg(sampler_argmax(l, n) == scan_argmax(l, n), "round %d (n %d, kind %d): %d vs %d", round, n, kind,
+                      sampler_argmax(l, n), scan_argmax(l, n));
+    }
+}
+END_TEST
+
 START_TEST(test_top_k_1_is_greedy) {
     float logits[1000];
     const float temps[] = {0.1f, 1.0f, 5.0f, 1000.0f};
@@ -707,6 +742,7 @@ static Suite *sampler_suite(void) {
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, test_defaults);
     tcase_add_test(tc, test_greedy_argmax_and_ties);
+    tcase_add_test(tc, test_argmax_matches_scan);
     tcase_add_test(tc, test_top_k_1_is_greedy);
     tcase_add_test(tc, test_top_p_tiny_keeps_max);
     tcase_add_test(tc, test_no_filter_keeps_all);

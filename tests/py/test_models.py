@@ -4,7 +4,8 @@ scripts/make_tiny_gguf.py, then the two real models scripts/fetch-model
 knows, Gemma 3 270M and Qwen2.5-Coder-0.5B, on several prompts (one of 605
 tokens, past Gemma 3's 512-position sliding window), in prefill and decode
 mode, at the default activation precision. The bar: the tolerance of
-conftest.compare_logits and the same top-1 token at every position.
+conftest.compare_logits and the same top-1 token at every position, but
+for near-ties (TOP1_TIE).
 """
 import json
 from pathlib import Path
@@ -78,21 +79,34 @@ def tokenize(model, text):
     return json.loads(out.stdout)
 
 
+# A position may pick another top-1 than the reference only where the
+# reference itself ranks the two within this fraction of max(1, max |logit|):
+# a tie far inside the rounding compare_logits admits (1e-3), which any
+# last-bit change of float32 math (a reordered sum, another exp) can flip.
+TOP1_TIE = 5e-5
+
+
 def compare_in_chunks(got, hidden, output, label, rows=64):
     """compare_logits and top-1 agreement over every position, computing the
     reference logits (hidden @ output.T) a few rows at a time: a 605 x 262144
-    float64 matrix would take 1.3 GB."""
-    max_diff, max_logit, top1 = 0.0, 0.0, []
+    float64 matrix would take 1.3 GB. Returns (within tolerance, top-1 the
+    same at every position but near-ties)."""
+    max_diff, max_logit, top1, gaps = 0.0, 0.0, [], []
     for r0 in range(0, len(hidden), rows):
         want = hidden[r0:r0 + rows] @ output.T
-        max_diff = max(max_diff, float(np.abs(got[r0:r0 + rows] - want).max()))
+        g = got[r0:r0 + rows]
+        max_diff = max(max_diff, float(np.abs(g - want).max()))
         max_logit = max(max_logit, float(np.abs(want).max()))
-        top1.append(got[r0:r0 + rows].argmax(axis=1) == want.argmax(axis=1))
-    top1 = np.concatenate(top1)
-    rel = max_diff / max(1.0, max_logit)
+        pick, best = g.argmax(axis=1), want.argmax(axis=1)
+        top1.append(pick == best)
+        rows_ = np.arange(len(g))
+        gaps.append(want[rows_, best] - want[rows_, pick])  # 0 where they agree
+    top1, gap = np.concatenate(top1), float(np.concatenate(gaps).max())
+    scale = max(1.0, max_logit)
+    rel = max_diff / scale
     print(f"{label}: {len(hidden)} positions, max|diff| {max_diff:.3e}, max|logit| {max_logit:.3f}, "
-          f"relative {rel:.3e}, top-1 agreement {top1.mean():.4f}")
-    return rel <= 1e-3, bool(top1.all())
+          f"relative {rel:.3e}, top-1 agreement {top1.mean():.4f}, largest reference gap of a different pick {gap:.2e}")
+    return rel <= 1e-3, gap <= TOP1_TIE * scale
 
 
 def check_real_model(dump_logits, path, prompts, decode_prompts):
@@ -106,7 +120,7 @@ def check_real_model(dump_logits, path, prompts, decode_prompts):
             got = dump_logits(path, ids, decode=mode == "decode")
             close, same_top1 = compare_in_chunks(got, hidden, output, f"{path.name} prompt {i} {mode}")
             if not (close and same_top1):
-                failures.append(f"prompt {i} {mode}: within tolerance {close}, top-1 identical {same_top1}")
+                failures.append(f"prompt {i} {mode}: within tolerance {close}, top-1 identical but near-ties {same_top1}")
     assert not failures, failures
 
 
