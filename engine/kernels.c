@@ -520,16 +520,18 @@ void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t
     const int m = (int)(n % 512 / 32);
     kq8_chunk *ch = (kq8_chunk *)y;
     kq8_32 tmp[16];
-    for (int64_t c = 0; c < n_full; c++, x += 512) {
-        impl->quantize_32(x, tmp, 512);
-        for (int j = 0; j < 16; j++) {
+    /* whole chunks, then a last one of more than KQ_SHORT_TAIL blocks, zero past the row */
+    const int64_t n_chunks = n_full + (m > KQ_SHORT_TAIL);
+    for (int64_t c = 0; c < n_chunks; c++, x += 512) {
+        const int mc = c < n_full ? 16 : m;
+        if (mc < 16) memset(&ch[c], 0, sizeof ch[c]);
+        impl->quantize_32(x, tmp, 32 * (int64_t)mc);
+        for (int j = 0; j < mc; j++) {
             for (int v = 0; v < 8; v++) memcpy(&ch[c].q[v][4 * j], &tmp[j].q[4 * v], 4);
             ch[c].d[j] = coarse_unit(&tmp[j], &ch[c].s[j]);
         }
     }
-    if (m > KQ_SHORT_TAIL) {
-        kern_quantize_x16(impl, x, (kq16_chunk *)(ch + n_full), n % 512);
-    } else if (m > 0) {
+    if (m > 0 && m <= KQ_SHORT_TAIL) {
         kq8_tail *tail = (kq8_tail *)(ch + n_full);
         memset(tail, 0, sizeof *tail);
         impl->quantize_32(x, tmp, 32 * (int64_t)m);

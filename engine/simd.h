@@ -80,9 +80,9 @@ static inline int64_t kq16_chunks(int64_t n_cols) { return (n_cols / 32 + 15) / 
  * block j's bytes of groups g and g + 1, that is elements 2g..2g+3 (Q8_0;
  * its signed bytes offset by 128 to be unsigned, taken back through s), or
  * in their low nibbles elements 2g..2g+3 and in their high ones 16+2g..
- * 16+2g+3 (Q4). A row's whole chunks come in this form; its last chunk of
- * fewer than 16 blocks, if any, follows as a kq8_tail (a short tail) or as
- * one kq16_chunk on the 16-bit tails. */
+ * 16+2g+3 (Q4). A row's chunks come in this form, a last one of m < 16
+ * blocks with zeros past the row (its groups are 2m bytes apart, so the
+ * permute differs), but a short tail, which comes as a kq8_tail. */
 typedef struct kq8_chunk {
     int8_t q[8][64];          /* [v][4j + e]: element 4v + e of block j */
     float d[16];              /* unit of block j: x ~ d * q */
@@ -124,7 +124,7 @@ static inline bool kq_tail_lane(int m, int v, int lane, int *j, int *e0) {
 /* Bytes of one activation row in the 8-bit form. */
 static inline size_t kq8_x8_row_bytes(int64_t n_cols) {
     int64_t nb = n_cols / 32;
-    size_t tail = nb % 16 == 0 ? 0 : nb % 16 <= KQ_SHORT_TAIL ? sizeof(kq8_tail) : sizeof(kq16_chunk);
+    size_t tail = nb % 16 == 0 ? 0 : nb % 16 <= KQ_SHORT_TAIL ? sizeof(kq8_tail) : sizeof(kq8_chunk);
     return (size_t)(nb / 16) * sizeof(kq8_chunk) + tail;
 }
 
@@ -238,7 +238,8 @@ void kern_quantize_256_coarse(const kern_impl *impl, const float *x, kq8_256 *y,
 /* Activation rows for packed weights, from quantize_32 (kernels.c). */
 void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int64_t n);
 void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t n); /* n % 256 == 0 */
-/* One row into kq8_x8_row_bytes(n) bytes: whole chunks as kq8_chunk, then a kq8_tail or a kq16_chunk. */
+/* One row into kq8_x8_row_bytes(n) bytes: chunks as kq8_chunk (a last one of more than KQ_SHORT_TAIL
+ * blocks zero past the row), then a short tail as a kq8_tail. */
 void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t n);
 void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n); /* n % 256 == 0 */
 /* The activation form packed weights of this type take, at 16 and at 8 bits. */

@@ -100,8 +100,8 @@ INLINE int chunk_hdr(const int type) {
  * j's four bytes. The 16-bit tiles want group g's bits (elements 2 g + e,
  * 16 + 2 g + e, e = 0, 1) in words 2 j + e: bytes 2 (g % 2) + e, bit g / 2
  * and 4 + g / 2. fifth_words spreads bytes 0, 1 (even groups) and 2, 3 (odd
- * ones) to words; add_fifth then takes each group's bits at bits 0 and 4 of
- * the words and moves the next group's there (see fifth_next). */
+ * ones) to words (high bytes zero); fifth_nibbles and with_fifth then take
+ * each group's bits. */
 INLINE void fifth_words(__m512i fb, __m512i *even, __m512i *odd) {
     const __m512i ie = _mm512_broadcast_i32x4(_mm_setr_epi8(0, -128, 1, -128, 4, -128, 5, -128, 8, -128, 9, -128, 12, -128, 13, -128));
     const __m512i io = _mm512_broadcast_i32x4(_mm_setr_epi8(2, -128, 3, -128, 6, -128, 7, -128, 10, -128, 11, -128, 14, -128, 15, -128));
@@ -109,21 +109,28 @@ INLINE void fifth_words(__m512i fb, __m512i *even, __m512i *odd) {
     *odd = _mm512_shuffle_epi8(fb, io);
 }
 
-/* lo, hi (nibbles, in bytes or words) take bit 0 and bit 4 of each byte of
- * f as their bit 4. */
-INLINE void add_fifth(__m512i *lo, __m512i *hi, __m512i f) {
-    const __m512i m16 = _mm512_set1_epi8(0x10);
-    *lo = _mm512_or_si512(*lo, _mm512_and_si512(_mm512_slli_epi16(f, 4), m16));
-    *hi = _mm512_or_si512(*hi, _mm512_and_si512(f, m16));
+/* The fifth bits' two nibbles, each alone in its byte (bits 4..7 zero):
+ * lo's bit p is the low nibble's, hi's bit p the high one's (element
+ * 4 p + b and 16 + 4 p + b in the x8 form). */
+INLINE void fifth_nibbles(__m512i f, __m512i *lo, __m512i *hi) {
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    *lo = _mm512_and_si512(f, m4);
+    *hi = _mm512_and_si512(_mm512_srli_epi16(f, 4), m4);
 }
 
-/* The next group's fifth bits to bits 0 and 4 (16-bit tiles: even, odd
- * alternate, each shifted once per two groups; the bit that crosses in from
- * the byte above lands in bits 5..7, never read). */
-INLINE void fifth_next(__m512i *even, __m512i *odd) {
-    __m512i used = *even;
-    *even = *odd;
-    *odd = _mm512_srli_epi16(used, 1);
+/* q's nibble (q & m4, m4 the bytes' or words' 0x0f) with bit p of each
+ * byte of nib (fifth_nibbles) as its bit 4: one table look-up puts the bit
+ * at 4 with nothing else in the byte, one ternary-logic op merges it, where
+ * a shift, two ANDs and an OR did. */
+INLINE __m512i with_fifth(__m512i q, __m512i nib, int p, __m512i m4) {
+    static const uint8_t at4[4][16] = {
+        {0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16, 0, 16},
+        {0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16, 0, 0, 16, 16},
+        {0, 0, 0, 0, 16, 16, 16, 16, 0, 0, 0, 0, 16, 16, 16, 16},
+        {0, 0, 0, 0, 0, 0, 0, 0, 16, 16, 16, 16, 16, 16, 16, 16},
+    };
+    const __m512i bit = _mm512_shuffle_epi8(_mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)at4[p])), nib);
+    return _mm512_ternarylogic_epi32(q, bit, m4, 0xec); /* (q & m4) | bit */
 }
 
 /* The sums of a, b, c and d in lanes 0, 4, 8 and 12, each by the tree
@@ -330,21 +337,27 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                 dot_pairs(NR, NT, dot, dot2, u0, u1, x, g, g + 1, false);
             }
         } else {
-            __m512i fe[4], fo[4];
+            __m512i fn[4][4]; /* even groups' low and high nibbles, then odd ones' */
             if (five)
 #pragma GCC unroll 4
-                for (int r = 0; r < NR; r++)
-                    fifth_words(_mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), chunk[r] + (hdr - 4) * m), &fe[r], &fo[r]);
+                for (int r = 0; r < NR; r++) {
+                    __m512i fe, fo;
+                    fifth_words(_mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), chunk[r] + (hdr - 4) * m), &fe, &fo);
+                    fifth_nibbles(fe, &fn[r][0], &fn[r][1]);
+                    fifth_nibbles(fo, &fn[r][2], &fn[r][3]);
+                }
+#pragma GCC unroll 8
             for (int g = 0; g < 8; g++) {
                 __m512i lo[4], hi[4];
 #pragma GCC unroll 4
                 for (int r = 0; r < NR; r++) {
                     __m512i v = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, false);
-                    lo[r] = _mm512_and_si512(v, m4);
-                    hi[r] = _mm512_srli_epi16(v, 4);
                     if (five) {
-                        add_fifth(&lo[r], &hi[r], fe[r]);
-                        fifth_next(&fe[r], &fo[r]);
+                        lo[r] = with_fifth(v, fn[r][2 * (g % 2)], g / 2, m4);
+                        hi[r] = with_fifth(_mm512_srli_epi16(v, 4), fn[r][2 * (g % 2) + 1], g / 2, m4);
+                    } else {
+                        lo[r] = _mm512_and_si512(v, m4);
+                        hi[r] = _mm512_srli_epi16(v, 4);
                     }
                 }
                 dot_pairs(NR, NT, dot, dot2, lo, hi, x, g, g + 8, false);
@@ -386,14 +399,17 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
 #pragma GCC unroll 4
             for (int p = 0; p < NP; p++) dot[p][t] = dot2[p][t] = _mm512_setzero_si512();
         }
-        __m512i fe[4], fo[4];
+        __m512i fn[4][4];
         if (five)
 #pragma GCC unroll 4
             for (int p = 0; p < NP; p++) {
                 const __mmask8 km = (__mmask8)((1u << m) - 1);
                 __m256i lo = _mm256_maskz_loadu_epi32(km, chunk[2 * p] - 4 * m);
                 __m256i hi = 2 * p + 1 < NR ? _mm256_maskz_loadu_epi32(km, chunk[2 * p + 1] - 4 * m) : _mm256_setzero_si256();
-                fifth_words(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), &fe[p], &fo[p]);
+                __m512i fe, fo;
+                fifth_words(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), &fe, &fo);
+                fifth_nibbles(fe, &fn[p][0], &fn[p][1]);
+                fifth_nibbles(fo, &fn[p][2], &fn[p][3]);
             }
         for (int g = 0; g < (q8 ? 16 : 8); g += q8 ? 2 : 1) {
             __m512i u0[4], u1[4];
@@ -408,12 +424,10 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                                        : _mm256_zextsi128_si256(lo);
                     v[i] = q8 ? _mm512_cvtepi8_epi16(both) : _mm512_cvtepu8_epi16(both);
                 }
-                u0[p] = q8 ? v[0] : _mm512_and_si512(v[0], m4);
-                u1[p] = q8 ? v[1] : _mm512_srli_epi16(v[0], 4);
-                if (five) {
-                    add_fifth(&u0[p], &u1[p], fe[p]);
-                    fifth_next(&fe[p], &fo[p]);
-                }
+                u0[p] = q8 ? v[0] : five ? with_fifth(v[0], fn[p][2 * (g % 2)], g / 2, m4) : _mm512_and_si512(v[0], m4);
+                u1[p] = q8     ? v[1]
+                        : five ? with_fifth(_mm512_srli_epi16(v[0], 4), fn[p][2 * (g % 2) + 1], g / 2, m4)
+                               : _mm512_srli_epi16(v[0], 4);
             }
             dot_pairs(NP, NT, dot, dot2, u0, u1, x, g, q8 ? g + 1 : g + 8, false);
         }
@@ -448,15 +462,91 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
  * one word permute per pair of groups puts block j's four bytes in lane j,
  * and vpdpbusd dots them with four activation bytes. Q8_0's bytes are made
  * unsigned by +128, which comes back as -128 dw times the activation sums.
- * A row's last chunk of at most KQ_SHORT_TAIL blocks adds into the same
- * accumulators (add_short_tail); a longer one runs on tile_x16_panel's tails
- * against the kq16_chunk after the row's kq8_chunks, taking the
- * accumulators over through state: every output's operations stay fixed by
- * its row and token. */
+ * A row's last chunk of m < 16 blocks runs the same way (its groups 2m
+ * bytes apart, its lanes past m against zero activations), but a short
+ * tail (m <= KQ_SHORT_TAIL), which add_short_tail adds into the same
+ * accumulators: every output's operations stay fixed by its row and token. */
 INLINE __m512i quad_bytes(const uint8_t *p) {
     static const uint16_t lanes[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
                                        8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
     return _mm512_permutexvar_epi16(_mm512_loadu_si512(lanes), _mm512_loadu_si512(p));
+}
+
+/* The same for a chunk of m < 16 blocks, whose groups are 2m bytes apart:
+ * lanes from quad_lanes(m). Lanes past m take whatever words, against zero
+ * activations. */
+INLINE __m512i quad_lanes(int m) {
+    static const uint16_t lanes[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    return _mm512_mask_sub_epi16(_mm512_loadu_si512(lanes), (__mmask32)0xaaaaaaaau, _mm512_loadu_si512(lanes),
+                                 _mm512_set1_epi16((short)(16 - m)));
+}
+
+INLINE __m512i quad_bytes_m(const uint8_t *p, int m, __m512i lanes) {
+    if (m == 16) return quad_bytes(p);
+    return _mm512_permutexvar_epi16(lanes, _mm512_maskz_loadu_epi8(first_bytes(4 * m), p));
+}
+
+/* One chunk of m blocks (m == 16 but for a row's last) into acc. */
+INLINE void x8_chunk(const int type, const int NR, const int NT, const uint8_t *const chunk[4],
+                     const kq8_chunk *const a[4], const int m, __m512 acc[4][4]) {
+    const bool q8 = type == GL_TYPE_Q8_0, five = is_q5(type);
+    const int hdr = chunk_hdr(type) * m;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+    const __m512i lanes = m == 16 ? _mm512_setzero_si512() : quad_lanes(m);
+    const uint8_t *x[4];
+    __m512i dot[4][4], dot2[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) x[t] = (const uint8_t *)&a[t]->q[0][0];
+    if (q8) {
+        for (int g = 0; g < 16; g += 4) {
+            __m512i u0[4], u1[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                u0[r] = _mm512_xor_si512(quad_bytes_m(chunk[r] + hdr + 2 * m * g, m, lanes), flip);
+                u1[r] = _mm512_xor_si512(quad_bytes_m(chunk[r] + hdr + 2 * m * (g + 2), m, lanes), flip);
+            }
+            dot_pairs(NR, NT, dot, dot2, u0, u1, x, g / 2, g / 2 + 1, true);
+        }
+    } else {
+        /* Q5's fifth bits: byte b of lane j is block j's byte b, element 4 p + b's
+         * bit at p (groups 2 p, 2 p + 1), element 16 + 4 p + b's at 4 + p */
+        __m512i flo[4], fhi[4];
+        if (five)
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++)
+                fifth_nibbles(m == 16 ? _mm512_loadu_si512(chunk[r] + hdr - 64)
+                                      : _mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), chunk[r] + hdr - 4 * m),
+                              &flo[r], &fhi[r]);
+#pragma GCC unroll 4
+        for (int g = 0; g < 8; g += 2) {
+            __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i v = quad_bytes_m(chunk[r] + hdr + 2 * m * g, m, lanes);
+                lo[r] = five ? with_fifth(v, flo[r], g / 2, m4) : _mm512_and_si512(v, m4);
+                hi[r] = five ? with_fifth(_mm512_srli_epi16(v, 4), fhi[r], g / 2, m4)
+                             : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+            }
+            dot_pairs(NR, NT, dot, dot2, lo, hi, x, g / 2, g / 2 + 4, true);
+        }
+    }
+    join_dots(NR, NT, dot, dot2);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        __m512 dw = chunk_f16(chunk[r], m);
+        __m512 mw = chunk_offsets(type, chunk[r], m, dw);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), sc, acc[r][t]);
+            acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
+        }
+    }
 }
 
 INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
@@ -464,85 +554,25 @@ INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, in
                           int mode) {
     const size_t ahead = prefetch_distance(NR, row_bytes);
     const int bb = block32_bytes(type);
-    const int hdr = 16 * chunk_hdr(type);
-    const bool q8 = type == GL_TYPE_Q8_0, five = is_q5(type);
-    const int nb = (int)(n_cols / 32), n_full = nb / 16;
-    const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
+    const int nb = (int)(n_cols / 32), n_full = nb / 16, last = nb % 16 > KQ_SHORT_TAIL ? nb % 16 : 0;
     __m512 acc[4][4];
     start_outputs(NR, NT, acc, state, mode);
-    for (int c = 0; c < n_full; c++) {
-        const uint8_t *chunk[4], *x[4];
+    for (int c = 0; c < n_full + (last > 0); c++) {
+        const uint8_t *chunk[4];
         const kq8_chunk *a[4];
-        __m512i dot[4][4], dot2[4][4];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             chunk[r] = w + (size_t)r * row_bytes + (size_t)c * 16 * bb;
             prefetch_ahead(chunk[r], 16 * bb, ahead, NT);
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
         }
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            a[t] = (const kq8_chunk *)(act + (size_t)t * act_stride) + c;
-            x[t] = (const uint8_t *)&a[t]->q[0][0];
-        }
-        if (q8) {
-            for (int g = 0; g < 16; g += 4) {
-                __m512i u0[4], u1[4];
-#pragma GCC unroll 4
-                for (int r = 0; r < NR; r++) {
-                    u0[r] = _mm512_xor_si512(quad_bytes(chunk[r] + hdr + 32 * g), flip);
-                    u1[r] = _mm512_xor_si512(quad_bytes(chunk[r] + hdr + 32 * (g + 2)), flip);
-                }
-                dot_pairs(NR, NT, dot, dot2, u0, u1, x, g / 2, g / 2 + 1, true);
-            }
-        } else {
-            /* Q5's fifth bits: byte b of lane j is block j's byte b, element 4 p + b's
-             * bit at p for groups 2 p, 2 p + 1, moved to bit 0 one pair at a time */
-            __m512i f[4];
-            if (five)
-#pragma GCC unroll 4
-                for (int r = 0; r < NR; r++) f[r] = _mm512_loadu_si512(chunk[r] + hdr - 64);
-            for (int g = 0; g < 8; g += 2) {
-                __m512i lo[4], hi[4];
-#pragma GCC unroll 4
-                for (int r = 0; r < NR; r++) {
-                    __m512i v = quad_bytes(chunk[r] + hdr + 32 * g);
-                    lo[r] = _mm512_and_si512(v, m4);
-                    hi[r] = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
-                    if (five) {
-                        add_fifth(&lo[r], &hi[r], f[r]);
-                        f[r] = _mm512_srli_epi16(f[r], 1);
-                    }
-                }
-                dot_pairs(NR, NT, dot, dot2, lo, hi, x, g / 2, g / 2 + 4, true);
-            }
-        }
-        join_dots(NR, NT, dot, dot2);
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            __m512 dw = chunk_f16(chunk[r], 16);
-            __m512 mw = chunk_offsets(type, chunk[r], 16, dw);
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) {
-                __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), sc, acc[r][t]);
-                acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
-            }
-        }
+        for (int t = 0; t < NT; t++) a[t] = (const kq8_chunk *)(act + (size_t)t * act_stride) + c;
+        if (c < n_full) x8_chunk(type, NR, NT, chunk, a, 16, acc);
+        else x8_chunk(type, NR, NT, chunk, a, last, acc);
     }
-    if (nb % 16 && nb % 16 <= KQ_SHORT_TAIL) {
+    if (nb % 16 && nb % 16 <= KQ_SHORT_TAIL)
         add_short_tail(type, false, NR, NT, w + (size_t)n_full * 16 * bb, row_bytes,
                    act + (size_t)n_full * sizeof(kq8_chunk), act_stride, nb % 16, ahead, acc);
-    } else if (nb % 16) {
-        _Alignas(64) float own[4 * 64];
-        float *st = state ? state : own;
-        finish_outputs(NR, NT, acc, out, out_stride, st, X16_STORE);
-        tile_x16_panel(type, w + (size_t)n_full * 16 * bb, row_bytes, 32 * (nb % 16),
-                       act + (size_t)n_full * sizeof(kq8_chunk), act_stride, NR, NT, out, out_stride, st,
-                       X16_LOAD | (mode & X16_STORE));
-        return;
-    }
     finish_outputs(NR, NT, acc, out, out_stride, state, mode);
 }
 

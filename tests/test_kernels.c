@@ -89,12 +89,12 @@ static void act_as_seen(kern_act_kind kind, const float *x, int64_t n, float *se
     } else if (kind == KERN_ACT_Q8_32 || kind == KERN_ACT_Q16_X16 || kind == KERN_ACT_Q16_K || kind == KERN_ACT_Q8_X8 ||
                kind == KERN_ACT_Q8_32_COARSE || kind == KERN_ACT_Q8_K) {
         /* the 16-bit forms hold the same 32-element blocks, rearranged; the
-         * 8-bit one their coarse parts, but for a last chunk of < 16 blocks */
+         * 8-bit ones their coarse parts */
         kq8_32 *q = malloc((size_t)(n / 32) * sizeof *q);
         kern_quantize_32_ref(x, q, n);
         for (int64_t i = 0; i < n; i++) {
             bool coarse = kind == KERN_ACT_Q8_32_COARSE || kind == KERN_ACT_Q8_K ||
-                          (kind == KERN_ACT_Q8_X8 && (i < n / 512 * 512 || n % 512 / 32 <= KQ_SHORT_TAIL));
+                          kind == KERN_ACT_Q8_X8;
             seen[i] = q[i / 32].d * (256 * q[i / 32].q[i % 32] + (coarse ? 0 : q[i / 32].q2[i % 32]));
             half_step[i] = q[i / 32].d * (coarse ? 128 : 1); /* q2 may clip to 127 at a half step of q */
         }
@@ -280,8 +280,8 @@ START_TEST(quant_kernels_match_reference) {
                 check_type(impls[k], type, 9, 23 * 32, 5);
                 check_type(impls[k], type, 7, 32 * 32, 6); /* whole chunks only */
                 /* last chunks of 4, 2 and 3 blocks (short tails, 3 with lanes that
-                 * shift block from vector to vector), 8, 5 and 12 (masked whole chunks) */
-                static const int tails[] = {20, 18, 19, 24, 21, 28};
+                 * shift block from vector to vector), 8, 5, 12, 9 and 15 (masked chunks) */
+                static const int tails[] = {20, 18, 19, 24, 21, 28, 25, 31};
                 for (size_t i = 0; i < sizeof tails / sizeof tails[0]; i++)
                     check_type(impls[k], type, 5, tails[i] * 32, 6);
                 /* rows longer than a panel (4-token tiles of packed weights go
