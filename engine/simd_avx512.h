@@ -40,29 +40,32 @@ INLINE __m512i group_bytes(const uint8_t *p, int m, bool sign) {
  * when split), x[t] the activation vectors of token t, 64 bytes each: 32
  * words of kq16_chunk, whose pairs of 16-bit products vpdpwssd sums into
  * each 32-bit lane, or (bytes) 64 signed bytes of kq8_chunk against
- * unsigned weight bytes, four products to a lane by vpdpbusd. */
-INLINE void dot_pairs(const int NR, const int NT, __m512i dot[4][4], __m512i dot2[4][4], const __m512i u0[4],
-                      const __m512i u1[4], const uint8_t *const x[4], int v0, int v1, const bool bytes) {
-#pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) {
-        __m512i xl = _mm512_loadu_si512(x[t] + 64 * v0), xh = _mm512_loadu_si512(x[t] + 64 * v1);
-        /* In registers, not folded into each row's multiply-add as a memory
-         * operand: a core may load only one 512-bit vector per cycle, so
-         * loading them NR times is a bound. */
-        if (NR > 1) __asm__("" : "+v"(xl), "+v"(xh));
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            __m512i *d2 = SPLIT_DOTS(NR, NT) ? &dot2[r][t] : &dot[r][t];
-            if (bytes) {
-                dot[r][t] = _mm512_dpbusd_epi32(dot[r][t], u0[r], xl);
-                *d2 = _mm512_dpbusd_epi32(*d2, u1[r], xh);
-            } else {
-                dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u0[r], xl);
-                *d2 = _mm512_dpwssd_epi32(*d2, u1[r], xh);
-            }
-        }
+ * unsigned weight bytes, four products to a lane by vpdpbusd. One body for
+ * the tiles' two accumulator shapes: dot_pairs (up to 4 x 4) and, for the
+ * K-quants' prompt tiles, k_dot_pairs (up to 2 x K_TILE_NT). The loads stay
+ * in registers, not folded into each row's multiply-add as a memory
+ * operand: a core may load only one 512-bit vector per cycle, so loading
+ * them NR times is a bound. */
+#define DEFINE_DOT_PAIRS(name, ROWS, COLS)                                                                           \
+    INLINE void name(const int NR, const int NT, __m512i dot[ROWS][COLS], __m512i dot2[ROWS][COLS],                 \
+                     const __m512i u0[ROWS], const __m512i u1[ROWS], const uint8_t *const x[COLS], int v0, int v1,  \
+                     const bool bytes) {                                                                           \
+        _Pragma("GCC unroll 8") for (int t = 0; t < NT; t++) {                                                     \
+            __m512i xl = _mm512_loadu_si512(x[t] + 64 * v0), xh = _mm512_loadu_si512(x[t] + 64 * v1);              \
+            if (NR > 1) __asm__("" : "+v"(xl), "+v"(xh));                                                          \
+            _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++) {                                                 \
+                __m512i *d2 = SPLIT_DOTS(NR, NT) ? &dot2[r][t] : &dot[r][t];                                       \
+                if (bytes) {                                                                                       \
+                    dot[r][t] = _mm512_dpbusd_epi32(dot[r][t], u0[r], xl);                                         \
+                    *d2 = _mm512_dpbusd_epi32(*d2, u1[r], xh);                                                     \
+                } else {                                                                                           \
+                    dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u0[r], xl);                                         \
+                    *d2 = _mm512_dpwssd_epi32(*d2, u1[r], xh);                                                     \
+                }                                                                                                  \
+            }                                                                                                      \
+        }                                                                                                          \
     }
-}
+DEFINE_DOT_PAIRS(dot_pairs, 4, 4)
 
 /* dot += dot2 where dot_pairs split them. */
 INLINE void join_dots(const int NR, const int NT, __m512i dot[4][4], const __m512i dot2[4][4]) {
@@ -619,28 +622,7 @@ INLINE __m512 q4_k_scales_mins(const uint8_t *s) {
  * Every output's operations are the same whatever the tile. */
 #define K_TILE_NT 8
 
-/* dot[r][t] += u0[r] . x[t][v0] + u1[r] . x[t][v1], as dot_pairs but for
- * up to K_TILE_NT tokens. */
-INLINE void k_dot_pairs(const int NR, const int NT, __m512i dot[2][K_TILE_NT], __m512i dot2[2][K_TILE_NT],
-                        const __m512i u0[2], const __m512i u1[2], const uint8_t *const x[K_TILE_NT], int v0, int v1,
-                        const bool bytes) {
-#pragma GCC unroll 8
-    for (int t = 0; t < NT; t++) {
-        __m512i xl = _mm512_loadu_si512(x[t] + 64 * v0), xh = _mm512_loadu_si512(x[t] + 64 * v1);
-        if (NR > 1) __asm__("" : "+v"(xl), "+v"(xh));
-#pragma GCC unroll 2
-        for (int r = 0; r < NR; r++) {
-            __m512i *d2 = SPLIT_DOTS(NR, NT) ? &dot2[r][t] : &dot[r][t];
-            if (bytes) {
-                dot[r][t] = _mm512_dpbusd_epi32(dot[r][t], u0[r], xl);
-                *d2 = _mm512_dpbusd_epi32(*d2, u1[r], xh);
-            } else {
-                dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u0[r], xl);
-                *d2 = _mm512_dpwssd_epi32(*d2, u1[r], xh);
-            }
-        }
-    }
-}
+DEFINE_DOT_PAIRS(k_dot_pairs, 2, K_TILE_NT)
 
 INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
                     const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {

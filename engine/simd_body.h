@@ -698,6 +698,17 @@ INLINE float exp_sum_f32(float *y, int n, float m) {
     return hsum_ps(acc);
 }
 
+/* A gated unit's last n < 8 elements through padded copies, so each
+ * element's value never depends on the call's length. */
+static void FN(glu_tail)(void (*glu)(float *, const float *, int), float *gate, const float *up, int n) {
+    if (n <= 0) return;
+    float g[8] = {0}, u[8] = {0};
+    memcpy(g, gate, (size_t)n * sizeof *g);
+    memcpy(u, up, (size_t)n * sizeof *u);
+    glu(g, u, 8);
+    memcpy(gate, g, (size_t)n * sizeof *g);
+}
+
 /* silu(g) * u = g / (1 + e^-g) * u; e^-g saturating at e^88 gives a
  * quotient that underflows towards 0, as silu does. */
 static void FN(swiglu)(float *gate, const float *up, int n); /* swiglu_avx2, swiglu_avx512 */
@@ -709,13 +720,7 @@ static void FN(swiglu)(float *gate, const float *up, int n) {
         __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), g));
         _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(one, e)), _mm256_loadu_ps(up + i)));
     }
-    if (i < n) { /* the tail through padded copies: each element's value never depends on n */
-        float g[8] = {0}, u[8] = {0};
-        memcpy(g, gate + i, (size_t)(n - i) * sizeof *g);
-        memcpy(u, up + i, (size_t)(n - i) * sizeof *u);
-        FN(swiglu)(g, u, 8);
-        memcpy(gate + i, g, (size_t)(n - i) * sizeof *g);
-    }
+    FN(glu_tail)(FN(swiglu), gate + i, up + i, n - i);
 }
 
 /* gelu_tanh(g) * u as g * sigmoid(2 k (g + 0.044715 g^3)) * u: the same
@@ -726,25 +731,11 @@ static void FN(swiglu)(float *gate, const float *up, int n) {
 #define GEGLU_C1 1.5957691216057308f   /* 2 sqrt(2 / pi) */
 #define GEGLU_C3 0.07135481627260025f  /* 2 sqrt(2 / pi) 0.044715 */
 #if SIMD_AVX512
-/* exp_ps on 16 lanes, step for step, so both widths give the same bits. */
+/* exp_ps on 16 lanes as two halves, so both widths give the same bits. */
 INLINE __m512 exp16_ps(__m512 x) {
-    const __m512 lo = _mm512_set1_ps(-87.0f);
-    __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
-    x = _mm512_min_ps(_mm512_max_ps(x, lo), _mm512_set1_ps(88.0f));
-    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps((__mmask16)~under, p, _mm512_castsi512_ps(e));
+    __m256 lo = exp_ps(_mm512_castps512_ps256(x));
+    __m256 hi = exp_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
+    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
 }
 #endif
 
@@ -769,13 +760,7 @@ static void FN(geglu)(float *gate, const float *up, int n) {
         _mm256_storeu_ps(gate + i, _mm256_mul_ps(_mm256_div_ps(g, _mm256_add_ps(_mm256_set1_ps(1.0f), e)),
                                                  _mm256_loadu_ps(up + i)));
     }
-    if (i < n) { /* the tail through padded copies: each element's value never depends on n */
-        float g[8] = {0}, u[8] = {0};
-        memcpy(g, gate + i, (size_t)(n - i) * sizeof *g);
-        memcpy(u, up + i, (size_t)(n - i) * sizeof *u);
-        FN(geglu)(g, u, 8);
-        memcpy(gate + i, g, (size_t)(n - i) * sizeof *g);
-    }
+    FN(glu_tail)(FN(geglu), gate + i, up + i, n - i);
 }
 
 /* F16C rounds to nearest even, as gl_fp32_to_fp16 does; the tail goes
