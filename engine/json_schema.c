@@ -183,10 +183,13 @@ static long count_kw(compiler *c, const cJSON *s, const char *k, long def, long 
     if (!v) return def;
     size_t old = path_push(c, k);
     long r = def;
-    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble != (double)(long)v->valuedouble)
+    /* The range first: casting a double past LONG_MAX to long is undefined. */
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0))
         fail(c, "must be a non-negative integer");
     else if (v->valuedouble > (double)max)
         fail(c, "values above %ld are not supported", max);
+    else if (v->valuedouble != (double)(long)v->valuedouble)
+        fail(c, "must be a non-negative integer");
     else
         r = (long)v->valuedouble;
     path_pop(c, old);

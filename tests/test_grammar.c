@@ -250,6 +250,10 @@ START_TEST(test_schema_errors) {
     schema_fails("false", "accepts nothing");
     schema_fails("{\"type\":\"string\",\"pattern\":\"a(?=b)\"}", "(?...)");
     schema_fails("{\"type\":\"array\",\"minItems\":3,\"maxItems\":2}", "minItems 3 is above maxItems 2");
+    /* past LONG_MAX: refused before any cast (a fuzz find under UBSan) */
+    schema_fails("{\"type\":\"array\",\"maxItems\":7777777777777777777777777777777}", "/maxItems: values above");
+    schema_fails("{\"type\":\"string\",\"maxLength\":1.5}", "/maxLength: must be a non-negative integer");
+    schema_fails("{\"type\":\"string\",\"minLength\":-1e300}", "/minLength: must be a non-negative integer");
     char deep[4000] = "";
     for (int i = 0; i < 80; i++) strcat(deep, "{\"type\":\"array\",\"items\":");
     strcat(deep, "{}");
