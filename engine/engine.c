@@ -694,12 +694,9 @@ static void plan_drafts(gl_engine *e) {
     for (int i = 0; i < sc->n_running; i++) {
         gl_seq *r = sc->running[i];
         if (r->n_tokens - r->num_computed_tokens != 1) continue;
-        if (prefill && !e->params.spec_fixed) {
-            r->n_draft = 0;
-            continue;
-        }
-        n_decoding++;
         r->n_draft = 0;
+        if (prefill && !e->params.spec_fixed) continue;
+        n_decoding++;
         int cap = r->max_generated - r->n_generated;
         if (r->cap_tokens - r->n_tokens < cap) cap = r->cap_tokens - r->n_tokens;
         cap--; /* the last row's token needs room too */

@@ -65,6 +65,12 @@ static inline void cpu_relax(void) {
 #endif
 }
 
+/* One wait of a thread that has checked spins times already. */
+static inline void pool_pause(int spins) {
+    if (spins < POOL_PAUSES) cpu_relax();
+    else sched_yield();
+}
+
 static void *pool_main(void *p) {
     pool_worker *w = p;
     kern_pool *pool = w->pool;
@@ -75,8 +81,7 @@ static void *pool_main(void *p) {
         while ((gen = atomic_load_explicit(&pool->generation, memory_order_acquire)) == seen &&
                !atomic_load(&pool->quit)) {
             if (++spins < POOL_SPIN) {
-                if (spins < POOL_PAUSES) cpu_relax();
-                else sched_yield();
+                pool_pause(spins);
                 continue;
             }
             /* Announce the sleep before re-checking, so kern_pool_run either
@@ -178,10 +183,7 @@ void kern_pool_run(kern_pool *p, void (*fn)(void *arg, int ith, int nth), void *
     /* The caller's fn returns when no work is left to take; wait only for
      * workers still finishing a piece they took. */
     atomic_store(&p->closed, gen);
-    for (int spins = 0; atomic_load(&p->inside) > 0; spins++) {
-        if (spins < POOL_PAUSES) cpu_relax();
-        else sched_yield();
-    }
+    for (int spins = 0; atomic_load(&p->inside) > 0; spins++) pool_pause(spins);
 }
 
 /* ---- vector ops -------------------------------------------------------------- */

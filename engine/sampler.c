@@ -215,19 +215,14 @@ void sampler_reset(gl_sampler *s) {
 /* NaN means "impossible"; +inf would poison max-subtraction, so it becomes
  * the largest finite logit. */
 static inline float clean_logit(float x) {
-    if (isnan(x)) return -INFINITY;
-    if (x == INFINITY) return FLT_MAX;
-    return x;
+    /* branch-free, so a loop over a row vectorizes (a branch per logit cost
+     * ~100 us over Gemma 3's 262144 each token) */
+    x = x != x ? -INFINITY : x;
+    return x == INFINITY ? FLT_MAX : x;
 }
 
-/* clean_logit over a row, in the branch-free form the compiler vectorizes
- * (a branch per logit cost ~100 us over Gemma 3's 262144 each token). */
 static void clean_logits(float *logits, int n) {
-    for (int i = 0; i < n; i++) {
-        float x = logits[i];
-        x = x != x ? -INFINITY : x;
-        logits[i] = x == INFINITY ? FLT_MAX : x;
-    }
+    for (int i = 0; i < n; i++) logits[i] = clean_logit(logits[i]);
 }
 
 /* "a ranks above b": larger logit, ties to the lower id, so every selection
