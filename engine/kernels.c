@@ -338,8 +338,13 @@ static bool impl_by_name(const char *name, const kern_impl **out) {
     return *out || !strcmp(name, "scalar") || !strcmp(name, "auto");
 }
 
+/* GENLOOP_AMX=0 keeps prompts on the VNNI tiles (A/B measurements). */
+static bool amx_allowed = true;
+
 static void backend_init(void) {
     const kern_impl *impl;
+    const char *amx = getenv("GENLOOP_AMX");
+    amx_allowed = !(amx && !strcmp(amx, "0"));
     const char *env = getenv("GENLOOP_KERNELS");
     /* An unknown or unsupported name keeps the best. */
     backend = env && *env && impl_by_name(env, &impl) ? impl : best_impl();
@@ -504,6 +509,37 @@ void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n
             y[b].d[j] = blk->d * coarse_step;
             y[b].off[j] = -32 * sum;
             y[b].s[j] = y[b].d[j] * (float)sum;
+        }
+    }
+}
+
+void kern_quantize_qa(const kern_impl *impl, const float *x, uint8_t *group, int t, int64_t n, bool x8) {
+    for (int64_t b = 0; b < n / 256; b++, x += 256) {
+        kq8_32 tmp[8];
+        impl->quantize_32(x, tmp, 256);
+        kqa16_k *y16 = (kqa16_k *)group + b;
+        kqa8_k *y8 = (kqa8_k *)group + b;
+        for (int j = 0; j < 16; j++) { /* as kern_quantize_k16 and kern_quantize_k8 */
+            const kq8_32 *blk = &tmp[j / 2];
+            int32_t sum = 0;
+            for (int i = 0; i < 16; i++) {
+                int e = 16 * (j % 2) + i;
+                if (x8) {
+                    y8->q[j][i / 4][t][i % 4] = blk->q[e];
+                    sum += blk->q[e];
+                } else {
+                    y16->q[j][i / 4][t][i % 4] = blk->q[e];
+                    y16->q2[j][i / 4][t][i % 4] = blk->q2[e];
+                    sum += (int16_t)(256 * blk->q[e] + blk->q2[e]);
+                }
+            }
+            if (x8) {
+                y8->d[j][t] = blk->d * coarse_step;
+                y8->s[j][t] = y8->d[j][t] * (float)sum;
+            } else {
+                y16->d[j][t] = blk->d;
+                y16->s[j][t] = y16->d[j][t] * (float)sum;
+            }
         }
     }
 }
@@ -679,6 +715,8 @@ static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
     if (kind == KERN_ACT_Q8_256 || kind == KERN_ACT_Q8_256_COARSE) return (size_t)(n_cols / 256) * sizeof(kq8_256);
     if (kind == KERN_ACT_Q8_X8) return kq8_x8_row_bytes(n_cols);
     if (kind == KERN_ACT_Q8_K) return (size_t)(n_cols / 256) * sizeof(kq8_k);
+    if (kind == KERN_ACT_QA_K16) return (size_t)(n_cols / 256) * sizeof(kqa16_k) / KQA_GROUP;
+    if (kind == KERN_ACT_QA_K8) return (size_t)(n_cols / 256) * sizeof(kqa8_k) / KQA_GROUP;
     return (size_t)n_cols * sizeof(float);
 }
 
@@ -700,7 +738,8 @@ int kern_pool_reserve_tokens(kern_pool *p, int max_tokens, int64_t max_cols) {
         size_t b = act_row_bytes((kern_act_kind)kind, cols);
         row = b > row ? b : row;
     }
-    return act_reserve(p, (size_t)max_tokens * row);
+    /* the AMX forms come in whole groups of tokens */
+    return act_reserve(p, (size_t)((max_tokens + KQA_GROUP - 1) / KQA_GROUP * KQA_GROUP) * row);
 }
 
 /* ---- matmul ------------------------------------------------------------------ */
@@ -753,6 +792,9 @@ static void quantize_rows(matmul_job *job) {
             kern_quantize_x8(job->impl, x, dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_K) {
             kern_quantize_k8(job->impl, x, (kq8_k *)dst, n);
+        } else if (job->act_kind == KERN_ACT_QA_K16 || job->act_kind == KERN_ACT_QA_K8) {
+            uint8_t *group = (uint8_t *)job->act + (size_t)(t / KQA_GROUP) * KQA_GROUP * job->act_stride;
+            kern_quantize_qa(job->impl, x, group, t % KQA_GROUP, n, job->act_kind == KERN_ACT_QA_K8);
         } else if (job->act_kind == KERN_ACT_Q8_32_COARSE) {
             kern_quantize_32_coarse(job->impl, x, (kq8_32 *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_256_COARSE) {
@@ -822,12 +864,24 @@ static kern_rows_fn rows_x8_of(const kern_impl *impl, uint32_t type) {
     return avx2 ? avx2->rows_x8[type] : NULL;
 }
 
-/* How w is multiplied under impl: its rows function, weights and activation form. */
-static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int act_bits, matmul_part *part) {
+/* How w is multiplied under impl: its rows function, weights and activation
+ * form. A prompt-sized call of packed K-quants takes AMX where there is
+ * (its outputs are the VNNI tiles' bit for bit, so the choice by token
+ * count keeps batch invariance). */
+static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int act_bits, int n_tokens, matmul_part *part) {
     part->w = w;
     part->row_bytes = gl_type_row_bytes(w->type, w->n_cols);
     part->rows = impl && w->type < GL_TYPE_COUNT ? impl->rows[w->type] : NULL;
     part->weights = w->data;
+    kern_rows_fn amx = part->rows && w->packed && n_tokens >= KERN_AMX_MIN_TOKENS && amx_allowed &&
+                               impl->packed_rows[w->type]
+                           ? kern_amx_rows(w->type, act_bits == 8)
+                           : NULL;
+    if (amx) {
+        part->rows = amx;
+        part->weights = w->packed;
+        return act_bits == 8 ? KERN_ACT_QA_K8 : KERN_ACT_QA_K16;
+    }
     if (part->rows && w->packed && act_bits == 8 && impl->packed_rows_x8[w->type]) {
         part->rows = impl->packed_rows_x8[w->type];
         part->weights = w->packed;
@@ -846,6 +900,12 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
     return kern_act_kind_of(w->type);
 }
 
+static bool is_amx_kind(kern_act_kind kind) { return kind == KERN_ACT_QA_K16 || kind == KERN_ACT_QA_K8; }
+
+static int n_tokens_padded(kern_act_kind kind, int n_tokens) {
+    return is_amx_kind(kind) ? (n_tokens + KQA_GROUP - 1) / KQA_GROUP * KQA_GROUP : n_tokens;
+}
+
 void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float *x, int n_tokens, float *const *outs) {
     const kern_impl *impl = kern_impl_active();
     matmul_job job = {.pool = p, .x = x, .n_tokens = n_tokens, .impl = impl};
@@ -853,7 +913,7 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
      * rest (a different weight type among them) run as jobs of their own. */
     for (int i = 0; i < n; i++) {
         matmul_part part = {.out = outs[i]};
-        kern_act_kind kind = plan_part(impl, ws[i], p->act_bits, &part);
+        kern_act_kind kind = plan_part(impl, ws[i], p->act_bits, n_tokens, &part);
         bool fits = job.n_parts < MATMUL_MAX_PARTS && ws[i]->n_cols == ws[0]->n_cols &&
                     (job.n_parts == 0 || (kind == job.act_kind && !part.rows == !job.parts[0].rows));
         if (!fits) {
@@ -871,8 +931,11 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
         job.act_stride = act_row_bytes(job.act_kind, job.n_cols);
         if (job.act_kind == KERN_ACT_F32) {
             job.act = (const uint8_t *)x;
-        } else if (act_reserve(p, (size_t)n_tokens * job.act_stride) == 0) {
+        } else if (act_reserve(p, (size_t)n_tokens_padded(job.act_kind, n_tokens) * job.act_stride) == 0) {
             job.act = p->act;
+            if (is_amx_kind(job.act_kind) && n_tokens % KQA_GROUP) /* the last group's tokens past the call: zero */
+                memset(p->act + (size_t)(n_tokens / KQA_GROUP) * KQA_GROUP * job.act_stride, 0,
+                       (size_t)KQA_GROUP * job.act_stride);
             /* One row is quicker to quantize here than to hand out. */
             atomic_init(&job.next_tok, 0);
             if (n_tokens < 2 * p->n_threads) quantize_rows(&job);
@@ -900,6 +963,7 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
         chunk = job.n_rows / (8 * p->n_threads);
     }
     chunk = chunk < 4 ? 4 : chunk & ~3L;
+    if (is_amx_kind(job.act_kind)) chunk = chunk < 16 ? 16 : chunk & ~15L; /* whole 16-row tiles */
     job.chunk = (int)chunk;
     atomic_init(&job.next_row, 0);
     kern_pool_run(p, matmul_worker, &job);

@@ -164,6 +164,8 @@ typedef enum kern_act_kind {
     KERN_ACT_Q8_32_COARSE,    /* kq8_32 with q2 = 0 and s of the coarse part: 8-bit activations */
     KERN_ACT_Q8_256_COARSE,   /* kq8_256 likewise, bsums of 256 q alone */
     KERN_ACT_Q8_K,            /* kq8_k: packed K-quants at 8 bits */
+    KERN_ACT_QA_K16,          /* kqa16_k: packed K-quants on AMX, 16-bit activations */
+    KERN_ACT_QA_K8,           /* kqa8_k: the same at 8 bits */
     KERN_ACT_COUNT
 } kern_act_kind;
 
@@ -210,6 +212,38 @@ typedef struct kern_impl {
     void (*geglu)(float *gate, const float *up, int n);  /* gate = gelu_tanh(gate) * up */
     void (*to_f16)(const float *x, uint16_t *y, int n);   /* IEEE half, round to nearest even */
 } kern_impl;
+
+/* Packed K-quants on AMX (kernels_amx.c): a prompt's tokens in groups of
+ * 16, each super-block of a group laid out as the B operand of tdpbssd with
+ * K = 16 (one sub-block): [j][k][t][e] is element 16 j + 4 k + e of token t
+ * of the group, so one tile load gives sub-block j of 16 tokens and one
+ * tdpbssd the exact dots of 16 rows' sub-block j with them. The units and
+ * sums are kq16_k's (kqa16_k) and kq8_k's (kqa8_k), by sub-block and token,
+ * so the float steps that follow are those of the VNNI tiles, each output's
+ * bit for bit. An activation "row" is a sixteenth of a group: token t's
+ * group starts at act + (t / 16) * 16 * stride. Tokens past the call's are
+ * zero. */
+#define KQA_GROUP 16
+typedef struct kqa16_k {
+    int8_t q[16][4][16][4];   /* [j][k][t][e]: coarse part */
+    int8_t q2[16][4][16][4];  /* residual */
+    float d[16][16];          /* [j][t]: unit of sub-block j, as kq16_k's */
+    float s[16][16];          /* [j][t]: d times the sub-block's sum of 256 q + q2 */
+} kqa16_k;
+typedef struct kqa8_k {
+    int8_t q[16][4][16][4];   /* [j][k][t][e]: coarse part alone */
+    float d[16][16];          /* as kq8_k's */
+    float s[16][16];
+} kqa8_k;
+/* Token t's part of an AMX group (kqa16_k or kqa8_k at group, x8 for the
+ * second), from quantize_32 as kern_quantize_k16 / kern_quantize_k8. */
+void kern_quantize_qa(const kern_impl *impl, const float *x, uint8_t *group, int t, int64_t n, bool x8);
+/* Rows functions of packed Q4_K, Q5_K, Q6_K against those forms; NULL when
+ * the CPU or the OS does not let this process use AMX (the first call asks
+ * the OS for the tile state). */
+kern_rows_fn kern_amx_rows(uint32_t type, bool x8);
+/* Calls of this many tokens or more take the AMX rows when there are. */
+#define KERN_AMX_MIN_TOKENS 16
 
 /* What both x86 implementations need: AVX2, FMA and F16C (F16C through
  * cpuid: clang has no __builtin_cpu_supports("f16c")). */

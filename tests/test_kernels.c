@@ -416,6 +416,105 @@ START_TEST(matmul_x8_is_batch_and_thread_invariant) {
 }
 END_TEST
 
+/* ---- AMX K-quant rows ------------------------------------------------------------
+ * Prompt-sized calls of packed Q4_K, Q5_K and Q6_K take AMX, smaller ones
+ * the VNNI tiles: both must give the same bits, or a sequence's logits
+ * would depend on how many tokens shared its call. */
+
+/* AMX rows vs the avx512 packed rows on the same packed weights and
+ * activations, memcmp-equal; also for a row range that starts off the
+ * 16-row tiles. */
+static void amx_case(uint32_t type, bool x8, int64_t n_rows, int64_t n_cols, int n_tok) {
+    const kern_impl *vnni = kern_impl_avx512();
+    kern_rows_fn amx = kern_amx_rows(type, x8);
+    size_t row_bytes = gl_type_row_bytes(type, n_cols);
+    uint8_t *w = malloc((size_t)n_rows * row_bytes);
+    gl_tensor wt = {.type = type, .n_cols = n_cols, .n_rows = n_rows, .data = w, .n_bytes = n_rows * row_bytes};
+    fill_weights(type, w, n_rows, n_cols);
+    ck_assert_int_eq(kern_set_backend("avx512"), 0);
+    ck_assert_int_eq(kern_pack(&wt), 0);
+    kern_set_backend("auto");
+    ck_assert_ptr_nonnull(wt.packed);
+    float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
+    fill_acts(x, (int64_t)n_tok * n_cols);
+    const int64_t nb = n_cols / 256;
+    size_t vs = (size_t)nb * (x8 ? sizeof(kq8_k) : sizeof(kq16_k));
+    size_t as = (size_t)nb * (x8 ? sizeof(kqa8_k) : sizeof(kqa16_k)) / KQA_GROUP;
+    int n_groups = (n_tok + KQA_GROUP - 1) / KQA_GROUP;
+    uint8_t *av = malloc(vs * (size_t)n_tok), *aa = calloc((size_t)n_groups * KQA_GROUP, as);
+    for (int t = 0; t < n_tok; t++) {
+        const float *xt = x + (size_t)t * (size_t)n_cols;
+        if (x8) kern_quantize_k8(vnni, xt, (kq8_k *)(av + (size_t)t * vs), n_cols);
+        else kern_quantize_k16(vnni, xt, (kq16_k *)(av + (size_t)t * vs), n_cols);
+        kern_quantize_qa(vnni, xt, aa + (size_t)(t / KQA_GROUP) * KQA_GROUP * as, t % KQA_GROUP, n_cols, x8);
+    }
+    size_t n_out = (size_t)n_tok * (size_t)n_rows;
+    float *ov = malloc(n_out * sizeof *ov), *oa = malloc(n_out * sizeof *oa);
+    memset(ov, 0xff, n_out * sizeof *ov);
+    memset(oa, 0xee, n_out * sizeof *oa);
+    kern_rows_fn fv = x8 ? vnni->packed_rows_x8[type] : vnni->packed_rows[type];
+    fv(wt.packed, row_bytes, (int)n_rows, n_cols, av, vs, n_tok, ov, (size_t)n_rows);
+    amx(wt.packed, row_bytes, (int)n_rows, n_cols, aa, as, n_tok, oa, (size_t)n_rows);
+    for (size_t i = 0; i < n_out; i++)
+        ck_assert_msg(!memcmp(&ov[i], &oa[i], sizeof *ov), "%s%s %lld x %lld, %d tokens: token %zu row %zu: amx %.9g, vnni %.9g",
+                      gl_type_get(type)->name, x8 ? " x8" : "", (long long)n_rows, (long long)n_cols, n_tok,
+                      i / (size_t)n_rows, i % (size_t)n_rows, oa[i], ov[i]);
+    if (n_rows > 3) { /* rows 3.. alone */
+        memset(oa, 0xee, n_out * sizeof *oa);
+        amx(wt.packed + 3 * row_bytes, row_bytes, (int)n_rows - 3, n_cols, aa, as, n_tok, oa + 3, (size_t)n_rows);
+        for (int t = 0; t < n_tok; t++)
+            ck_assert_msg(!memcmp(ov + (size_t)t * n_rows + 3, oa + (size_t)t * n_rows + 3, (size_t)(n_rows - 3) * sizeof *ov),
+                          "%s%s: rows from 3 differ (token %d)", gl_type_get(type)->name, x8 ? " x8" : "", t);
+    }
+    kern_unpack(&wt);
+    free(w), free(x), free(av), free(aa), free(ov), free(oa);
+}
+
+START_TEST(amx_k_rows_match_vnni) {
+    if (!kern_impl_avx512() || !kern_amx_rows(GL_TYPE_Q4_K, false)) {
+        printf("SKIP: amx_k_rows_match_vnni: no AMX on this host\n");
+        return;
+    }
+    static const uint32_t types[] = {GL_TYPE_Q4_K, GL_TYPE_Q5_K, GL_TYPE_Q6_K};
+    for (size_t ti = 0; ti < 3; ti++)
+        for (int x8 = 0; x8 < 2; x8++) {
+            for (int n_tok = 1; n_tok <= 40; n_tok++) amx_case(types[ti], x8, 37, n_tok % 2 ? 768 : 256, n_tok);
+            /* 22 super-blocks: more than a panel, unpacked again for each group of tokens */
+            static const int64_t cols[] = {2048, 4352, 5632};
+            static const int toks[] = {15, 16, 17, 64, 100};
+            for (size_t c = 0; c < 3; c++)
+                for (size_t n = 0; n < 5; n++) amx_case(types[ti], x8, c == 1 ? 16 : 21, cols[c], toks[n]);
+            amx_case(types[ti], x8, 5, 512, 33);
+        }
+}
+END_TEST
+
+/* Through the pool: a prompt-sized call (AMX where there is) gives each
+ * token the bits it gets alone (VNNI), at both activation widths. */
+START_TEST(matmul_k_prompt_is_batch_invariant) {
+    static const uint32_t types[] = {GL_TYPE_Q4_K, GL_TYPE_Q5_K, GL_TYPE_Q6_K};
+    for (size_t ti = 0; ti < 3; ti++)
+        for (int bits = 8; bits <= 16; bits += 8) {
+            int64_t n_rows = 150, n_cols = 1280;
+            int n_tok = 37;
+            uint8_t *data;
+            gl_tensor w = random_tensor(types[ti], n_rows, n_cols, &data);
+            ck_assert_int_eq(kern_pack(&w), 0);
+            float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
+            fill_acts(x, (int64_t)n_tok * n_cols);
+            float *all = malloc((size_t)n_tok * (size_t)n_rows * sizeof *all), *one = malloc((size_t)n_rows * sizeof *one);
+            matmul_bits("auto", 2, bits, &w, x, n_tok, all);
+            for (int t = 0; t < n_tok; t++) {
+                matmul_bits("auto", 1 + t % 2, bits, &w, x + (size_t)t * (size_t)n_cols, 1, one);
+                ck_assert_msg(!memcmp(one, all + (size_t)t * (size_t)n_rows, (size_t)n_rows * sizeof *one),
+                              "%s %d-bit: token %d alone differs from the prompt", gl_type_get(types[ti])->name, bits, t);
+            }
+            kern_unpack(&w);
+            free(data), free(x), free(all), free(one);
+        }
+}
+END_TEST
+
 /* kern_matmul_n gives what one kern_matmul per matrix gives, bit for bit,
  * also when the matrices differ in type (some then run apart). */
 START_TEST(matmul_n_matches_single_matmuls) {
@@ -767,6 +866,8 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, matmul_is_batch_and_thread_invariant);
     tcase_add_test(tc, matmul_x8_is_batch_and_thread_invariant);
     tcase_add_test(tc, matmul_n_matches_single_matmuls);
+    tcase_add_test(tc, amx_k_rows_match_vnni);
+    tcase_add_test(tc, matmul_k_prompt_is_batch_invariant);
     tcase_add_test(tc, swiglu_matches_reference);
     tcase_add_test(tc, geglu_matches_reference);
     tcase_add_test(tc, to_f16_matches_reference);

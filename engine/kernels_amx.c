@@ -1,0 +1,279 @@
+/* kernels_amx.c -- packed Q4_K, Q5_K and Q6_K prompt rows on AMX (Sapphire
+ * Rapids and later): tdpbssd gives the exact integer dots of 16 rows'
+ * sub-block j with 16 tokens at once (K = 16, one sub-block: a quarter of
+ * the unit's peak, still ~7x vpdpbusd), and the float steps after it are the
+ * VNNI tiles' (simd_avx512.h, tile_kq) with the accumulators transposed:
+ * where tile_kq keeps per output a vector over the 16 sub-blocks, these keep
+ * per row and sub-block a vector over the 16 tokens, and replay per lane the
+ * same multiply, fused multiply-adds and final tree of sum4_ps as vertical
+ * adds. So every output equals the VNNI tiles' bit for bit, and a sequence's
+ * logits do not depend on whether its call ran here or there.
+ *
+ * Weights: a row group's super-blocks are unpacked once into signed bytes
+ * in element order (Q6_K's -32 and Q5_K's fifth bits applied), which the A
+ * tile reads 16 bytes a row (stride 256). Activations come as kqa16_k /
+ * kqa8_k (simd.h), whose sub-block j of 16 tokens is one B tile. 16-bit
+ * activations take two tdpbssd, the coarse part's dots shifted up 8 bits
+ * and the residual's added: exactly the 16-bit products vpdpwssd sums. */
+#include "simd.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(GENLOOP_NO_AVX512)
+#include <cpuid.h>
+#include <immintrin.h>
+#include <pthread.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifdef __clang__
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8"))), \
+                             apply_to = function)
+#else
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")
+#endif
+
+#define INLINE static inline __attribute__((always_inline))
+
+/* Super-blocks of a row group unpacked at once: 16 rows x 16 x 256 bytes
+ * of quants and 16 KiB of scales on the stack. Longer rows unpack each
+ * panel again for every group of tokens. */
+#define AMX_PANEL 16
+
+typedef struct amx_tilecfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_tilecfg;
+
+/* Tiles: 0 the weights (16 rows x 16 bytes), 1 and 2 the coarse and
+ * residual activations (4 x 64 bytes: 16 tokens x 4 bytes), 3 and 4 their
+ * dots (16 rows x 16 tokens). */
+static void amx_config(void) {
+    _Alignas(64) amx_tilecfg c;
+    memset(&c, 0, sizeof c);
+    c.palette = 1;
+    c.rows[0] = 16, c.colsb[0] = 16;
+    c.rows[1] = c.rows[2] = 4, c.colsb[1] = c.colsb[2] = 64;
+    c.rows[3] = c.rows[4] = 16, c.colsb[3] = c.colsb[4] = 64;
+    _tile_loadconfig(&c);
+}
+
+/* Row r's super-block blk (kern_pack's layout, simd.h) into 256 signed
+ * bytes in element order, and its scales into sc: Q6_K's d * scale by
+ * sub-block; Q4_K's and Q5_K's d * scale in lanes 0..7 and dmin * min in
+ * 8..15 by 32-element block. The same products as tile_kq's. */
+INLINE void unpack_super_block(const int type, const uint8_t *blk, int8_t *dst, float *sc) {
+    const bool six = type == GL_TYPE_Q6_K, five = type == GL_TYPE_Q5_K;
+    const uint8_t *quants = blk + (six ? 18 : 16);
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i l01 = _mm512_loadu_si512(quants), l23 = _mm512_loadu_si512(quants + 64);
+    /* v[m], byte 32 h + 2 j + e: group 2 m + h, element 16 j + 4 m + 2 h + e */
+    __m512i v[4] = {_mm512_and_si512(l01, m4), _mm512_and_si512(l23, m4),
+                    _mm512_and_si512(_mm512_srli_epi16(l01, 4), m4), _mm512_and_si512(_mm512_srli_epi16(l23, 4), m4)};
+    if (six) { /* group k + 2 i's high bits at 2 i of piece k's byte: to bits 4, 5 */
+        const __m512i h = _mm512_loadu_si512(blk + 146), m30 = _mm512_set1_epi8(0x30), b32 = _mm512_set1_epi8(32);
+        v[0] = _mm512_or_si512(v[0], _mm512_and_si512(_mm512_slli_epi16(h, 4), m30));
+        v[1] = _mm512_or_si512(v[1], _mm512_and_si512(_mm512_slli_epi16(h, 2), m30));
+        v[2] = _mm512_or_si512(v[2], _mm512_and_si512(h, m30));
+        v[3] = _mm512_or_si512(v[3], _mm512_and_si512(_mm512_srli_epi16(h, 2), m30));
+        for (int m = 0; m < 4; m++) v[m] = _mm512_sub_epi8(v[m], b32);
+    } else if (five) { /* bit g of byte b is group g's: both halves of a vector, shifted by 2 m and 2 m + 1 */
+        const __m512i f = _mm512_broadcast_i64x4(_mm256_loadu_si256((const __m256i *)(blk + 144)));
+        const __m512i m16 = _mm512_set1_epi8(0x10);
+        for (int m = 0; m < 4; m++) {
+            const __m512i cnt = _mm512_mask_set1_epi16(_mm512_set1_epi16((short)(2 * m)), (__mmask32)0xffff0000u,
+                                                       (short)(2 * m + 1));
+            v[m] = _mm512_or_si512(v[m], _mm512_and_si512(_mm512_slli_epi16(_mm512_srlv_epi16(f, cnt), 4), m16));
+        }
+    }
+    /* dword j of p[m]: elements 4 m .. 4 m + 3 of sub-block j */
+    static const uint16_t pairs[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    const __m512i idx = _mm512_loadu_si512(pairs);
+    __m512i p[4];
+    for (int m = 0; m < 4; m++) p[m] = _mm512_permutexvar_epi16(idx, v[m]);
+    /* a 4 x 16 transpose of dwords: sub-block j's 16 bytes together */
+    const __m512i a = _mm512_unpacklo_epi32(p[0], p[1]), b = _mm512_unpackhi_epi32(p[0], p[1]);
+    const __m512i c = _mm512_unpacklo_epi32(p[2], p[3]), d = _mm512_unpackhi_epi32(p[2], p[3]);
+    const __m512i e0 = _mm512_unpacklo_epi64(a, c), e1 = _mm512_unpackhi_epi64(a, c); /* lane l: sub-blocks 4 l, 4 l + 1 */
+    const __m512i e2 = _mm512_unpacklo_epi64(b, d), e3 = _mm512_unpackhi_epi64(b, d); /* 4 l + 2, 4 l + 3 */
+    const __m512i t0 = _mm512_shuffle_i64x2(e0, e1, _MM_SHUFFLE(1, 0, 1, 0)), t1 = _mm512_shuffle_i64x2(e2, e3, _MM_SHUFFLE(1, 0, 1, 0));
+    const __m512i t2 = _mm512_shuffle_i64x2(e0, e1, _MM_SHUFFLE(3, 2, 3, 2)), t3 = _mm512_shuffle_i64x2(e2, e3, _MM_SHUFFLE(3, 2, 3, 2));
+    _mm512_store_si512(dst, _mm512_shuffle_i64x2(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm512_store_si512(dst + 64, _mm512_shuffle_i64x2(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
+    _mm512_store_si512(dst + 128, _mm512_shuffle_i64x2(t2, t3, _MM_SHUFFLE(2, 0, 2, 0)));
+    _mm512_store_si512(dst + 192, _mm512_shuffle_i64x2(t2, t3, _MM_SHUFFLE(3, 1, 3, 1)));
+    if (six) {
+        const __m512 s = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
+        _mm512_store_ps(sc, _mm512_mul_ps(s, _mm512_set1_ps(_cvtsh_ss(*(const uint16_t *)blk))));
+        return;
+    }
+    /* the 12 scale bytes: scale i and min i (6 bits) of block i < 4 in bytes i and 4 + i; of i >= 4 in byte
+     * 8 + i - 4's nibbles with the top bits of bytes i - 4 and i */
+    int scales[16];
+    const uint8_t *q = blk + 4;
+    for (int i = 0; i < 8; i++) {
+        if (i < 4) {
+            scales[i] = q[i] & 63;
+            scales[8 + i] = q[i + 4] & 63;
+        } else {
+            scales[i] = (q[i + 4] & 0xf) | ((q[i - 4] >> 6) << 4);
+            scales[8 + i] = (q[i + 4] >> 4) | ((q[i] >> 6) << 4);
+        }
+    }
+    const __m512 d_dmin = _mm512_mask_blend_ps((__mmask16)0xff00, _mm512_set1_ps(_cvtsh_ss(*(const uint16_t *)blk)),
+                                               _mm512_set1_ps(_cvtsh_ss(*(const uint16_t *)(blk + 2))));
+    _mm512_store_ps(sc, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(scales)), d_dmin));
+}
+
+/* The sums of sub-blocks 0..15 by the tree of _mm512_reduce_add_ps (lane
+ * i + lane i + 8, then + 4, + 2, + 1), which sum4_ps replays. */
+INLINE __m512 lanes_tree(const __m512 x[16]) {
+    __m512 s8[8], s4[4];
+    for (int i = 0; i < 8; i++) s8[i] = _mm512_add_ps(x[i], x[i + 8]);
+    for (int i = 0; i < 4; i++) s4[i] = _mm512_add_ps(s8[i], s8[i + 4]);
+    return _mm512_add_ps(_mm512_add_ps(s4[0], s4[2]), _mm512_add_ps(s4[1], s4[3]));
+}
+
+INLINE void amx_rows(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
+                     const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
+    const bool six = type == GL_TYPE_Q6_K;
+    const int bb = six ? 210 : type == GL_TYPE_Q5_K ? 176 : 144;
+    const int nb = (int)(n_cols / 256);
+    const size_t g_bytes = KQA_GROUP * act_stride, a_bytes = x8 ? sizeof(kqa8_k) : sizeof(kqa16_k);
+    const size_t a_d = x8 ? offsetof(kqa8_k, d) : offsetof(kqa16_k, d);
+    const size_t a_s = x8 ? offsetof(kqa8_k, s) : offsetof(kqa16_k, s);
+    const int panel = nb < AMX_PANEL ? nb : AMX_PANEL;
+    _Alignas(64) int8_t wq[AMX_PANEL][16][256];
+    _Alignas(64) float ws[AMX_PANEL][16][16];
+    _Alignas(64) int32_t cb[2][2][16][16]; /* [b % 2][coarse, residual][row][token] */
+    _Alignas(64) float res[16][16][16];    /* [sub-block][row][token] */
+    amx_config();
+    for (int r0 = 0; r0 < n_rows; r0 += 16) {
+        const int nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
+        for (int g = 0; g * KQA_GROUP < n_tok; g++) {
+            const uint8_t *ga = act + (size_t)g * g_bytes;
+            for (int p0 = 0; p0 < nb; p0 += panel) {
+                const int np = nb - p0 < panel ? nb - p0 : panel;
+                if (g == 0 || nb > panel)
+                    for (int b = 0; b < np; b++)
+                        for (int r = 0; r < 16; r++) {
+                            if (r < nr) {
+                                unpack_super_block(type, w + (size_t)(r0 + r) * row_bytes + (size_t)(p0 + b) * bb,
+                                                   wq[b][r], ws[b][r]);
+                            } else {
+                                memset(wq[b][r], 0, 256);
+                                memset(ws[b][r], 0, sizeof ws[b][r]);
+                            }
+                        }
+                for (int j = 0; j < 16; j++) {
+                    __m512 acc[16];
+#pragma GCC unroll 16
+                    for (int r = 0; r < 16; r++) acc[r] = p0 ? _mm512_load_ps(res[j][r]) : _mm512_setzero_ps();
+                    const int lane = six ? j : j / 2;
+                    /* the dots of super-block b into cb[b % 2], the next one's issued before this one's floats */
+#define AMX_DOTS(b)                                                                                               \
+    do {                                                                                                        \
+        const uint8_t *a_ = ga + (size_t)(p0 + (b)) * a_bytes;                                                    \
+        _tile_loadd(0, wq[b][0] + 16 * j, 256);                                                                 \
+        _tile_loadd(1, a_ + 256 * j, 64);                                                                       \
+        _tile_zero(3);                                                                                          \
+        _tile_dpbssd(3, 0, 1);                                                                                  \
+        _tile_stored(3, cb[(b) % 2][0], 64);                                                                    \
+        if (!x8) {                                                                                              \
+            _tile_loadd(2, a_ + 4096 + 256 * j, 64);                                                            \
+            _tile_zero(4);                                                                                      \
+            _tile_dpbssd(4, 0, 2);                                                                              \
+            _tile_stored(4, cb[(b) % 2][1], 64);                                                                \
+        }                                                                                                       \
+    } while (0)
+                    AMX_DOTS(0);
+                    for (int b = 0; b < np; b++) {
+                        if (b + 1 < np) AMX_DOTS(b + 1);
+                        const uint8_t *a = ga + (size_t)(p0 + b) * a_bytes;
+                        const __m512 unit = _mm512_loadu_ps((const float *)(a + a_d) + 16 * j);
+                        const __m512 s = _mm512_loadu_ps((const float *)(a + a_s) + 16 * j);
+                        const int32_t(*c)[16][16] = cb[b % 2];
+#pragma GCC unroll 16
+                        for (int r = 0; r < 16; r++) {
+                            __m512i idot = _mm512_load_si512(c[0][r]);
+                            if (!x8) idot = _mm512_add_epi32(_mm512_slli_epi32(idot, 8), _mm512_load_si512(c[1][r]));
+                            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(_mm512_set1_ps(ws[b][r][lane]), unit),
+                                                     acc[r]);
+                            if (!six) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(ws[b][r][8 + lane]), s, acc[r]);
+                        }
+                    }
+#undef AMX_DOTS
+#pragma GCC unroll 16
+                    for (int r = 0; r < 16; r++) _mm512_store_ps(res[j][r], acc[r]);
+                }
+            }
+            /* each row's 16 lanes by the reduce tree, then rows x tokens into the outputs */
+            _Alignas(64) float sums[16][16]; /* [row][token] */
+            for (int r = 0; r < nr; r++) {
+                __m512 x[16];
+                for (int j = 0; j < 16; j++) x[j] = _mm512_load_ps(res[j][r]);
+                _mm512_store_ps(sums[r], lanes_tree(x));
+            }
+            const int nt = n_tok - g * KQA_GROUP < KQA_GROUP ? n_tok - g * KQA_GROUP : KQA_GROUP;
+            const __m512i rows16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                      _mm512_set1_epi32(16));
+            const __mmask16 km = (__mmask16)((1u << nr) - 1);
+            for (int t = 0; t < nt; t++)
+                _mm512_mask_storeu_ps(out + (size_t)(g * KQA_GROUP + t) * out_stride + r0, km,
+                                      _mm512_mask_i32gather_ps(_mm512_setzero_ps(), km, _mm512_add_epi32(rows16, _mm512_set1_epi32(t)),
+                                                               &sums[0][0], 4));
+        }
+    }
+    _tile_release();
+}
+
+#define AMX_ROWS(name, TYPE, X8)                                                                                  \
+    static void name(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,        \
+                     size_t act_stride, int n_tok, float *out, size_t out_stride) {                             \
+        amx_rows(TYPE, X8, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride);               \
+    }
+AMX_ROWS(amx_rows_q4_k, GL_TYPE_Q4_K, false)
+AMX_ROWS(amx_rows_q5_k, GL_TYPE_Q5_K, false)
+AMX_ROWS(amx_rows_q6_k, GL_TYPE_Q6_K, false)
+AMX_ROWS(amx_rows_x8_q4_k, GL_TYPE_Q4_K, true)
+AMX_ROWS(amx_rows_x8_q5_k, GL_TYPE_Q5_K, true)
+AMX_ROWS(amx_rows_x8_q6_k, GL_TYPE_Q6_K, true)
+
+#ifdef __clang__
+#pragma clang attribute pop
+#endif
+
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static bool amx_ok;
+
+/* AMX-TILE and AMX-INT8 in cpuid, the tile state enabled in XCR0 by the
+ * OS, and this process's permission to use it (Linux 5.16+). */
+static void amx_init(void) {
+    unsigned a, b, c, d;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return; /* OSXSAVE, for xgetbv */
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return; /* XTILECFG, XTILEDATA */
+#if defined(SYS_arch_prctl)
+    amx_ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+#endif
+}
+
+kern_rows_fn kern_amx_rows(uint32_t type, bool x8) {
+    pthread_once(&amx_once, amx_init);
+    if (!amx_ok) return NULL;
+    switch (type) {
+    case GL_TYPE_Q4_K: return x8 ? amx_rows_x8_q4_k : amx_rows_q4_k;
+    case GL_TYPE_Q5_K: return x8 ? amx_rows_x8_q5_k : amx_rows_q5_k;
+    case GL_TYPE_Q6_K: return x8 ? amx_rows_x8_q6_k : amx_rows_q6_k;
+    default: return NULL;
+    }
+}
+#else
+kern_rows_fn kern_amx_rows(uint32_t type, bool x8) {
+    (void)type, (void)x8;
+    return NULL;
+}
+#endif
