@@ -475,6 +475,7 @@ void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t
     for (int64_t b = 0; b < n / 256; b++, x += 256) {
         kq8_32 tmp[8];
         impl->quantize_32(x, tmp, 256);
+        int32_t pair_sum = 0; /* the even sub-block's, for the 32-element block's s */
         for (int j = 0; j < 16; j++) {
             int32_t sum = 0;
             for (int i = 0; i < 16; i++) { /* element 16 j + i is in pair v = i / 2 */
@@ -486,7 +487,8 @@ void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t
             }
             y[b].d[j] = tmp[j / 2].d;
             y[b].off[j] = -32 * sum;
-            y[b].s[j] = y[b].d[j] * (float)sum;
+            if (j % 2) y[b].s[j - 1] = y[b].d[j] * (float)(sum + pair_sum), y[b].s[j] = 0;
+            pair_sum = sum;
         }
     }
 }
@@ -498,6 +500,7 @@ void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n
     for (int64_t b = 0; b < n / 256; b++, x += 256) {
         kq8_32 tmp[8];
         impl->quantize_32(x, tmp, 256);
+        int32_t pair_sum = 0;
         for (int j = 0; j < 16; j++) {
             const kq8_32 *blk = &tmp[j / 2];
             int32_t sum = 0;
@@ -508,7 +511,8 @@ void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n
             }
             y[b].d[j] = blk->d * coarse_step;
             y[b].off[j] = -32 * sum;
-            y[b].s[j] = y[b].d[j] * (float)sum;
+            if (j % 2) y[b].s[j - 1] = y[b].d[j] * (float)(sum + pair_sum), y[b].s[j] = 0;
+            pair_sum = sum;
         }
     }
 }
@@ -519,6 +523,7 @@ void kern_quantize_qa(const kern_impl *impl, const float *x, uint8_t *group, int
         impl->quantize_32(x, tmp, 256);
         kqa16_k *y16 = (kqa16_k *)group + b;
         kqa8_k *y8 = (kqa8_k *)group + b;
+        int32_t pair_sum = 0;
         for (int j = 0; j < 16; j++) { /* as kern_quantize_k16 and kern_quantize_k8 */
             const kq8_32 *blk = &tmp[j / 2];
             int32_t sum = 0;
@@ -533,13 +538,11 @@ void kern_quantize_qa(const kern_impl *impl, const float *x, uint8_t *group, int
                     sum += (int16_t)(256 * blk->q[e] + blk->q2[e]);
                 }
             }
-            if (x8) {
-                y8->d[j][t] = blk->d * coarse_step;
-                y8->s[j][t] = y8->d[j][t] * (float)sum;
-            } else {
-                y16->d[j][t] = blk->d;
-                y16->s[j][t] = y16->d[j][t] * (float)sum;
-            }
+            float (*s)[16] = x8 ? y8->s : y16->s;
+            if (x8) y8->d[j][t] = blk->d * coarse_step;
+            else y16->d[j][t] = blk->d;
+            if (j % 2) s[j - 1][t] = (x8 ? y8->d[j][t] : y16->d[j][t]) * (float)(sum + pair_sum), s[j][t] = 0;
+            pair_sum = sum;
         }
     }
 }

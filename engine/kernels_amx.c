@@ -45,21 +45,26 @@ typedef struct amx_tilecfg {
     uint8_t rows[16];
 } amx_tilecfg;
 
-/* Tiles: 0 the weights (16 rows x 16 bytes), 1 and 2 the coarse and
- * residual activations (4 x 64 bytes: 16 tokens x 4 bytes), 3 and 4 their
- * dots (16 rows x 16 tokens). */
-static void amx_config(void) {
+/* Tiles, for dots over k elements (16: Q6_K's sub-blocks; 32: Q4_K's and
+ * Q5_K's blocks): 0 the weights (16 rows x k bytes), 1 and 2 the coarse and
+ * residual activations (k / 4 x 64 bytes: 16 tokens x 4 bytes), 3 and 4
+ * their dots (16 rows x 16 tokens) for even super-blocks, 5 and 6 for odd
+ * ones. */
+static void amx_config(int k) {
     _Alignas(64) amx_tilecfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    c.rows[0] = 16, c.colsb[0] = 16;
-    c.rows[1] = c.rows[2] = 4, c.colsb[1] = c.colsb[2] = 64;
-    c.rows[3] = c.rows[4] = 16, c.colsb[3] = c.colsb[4] = 64;
+    c.rows[0] = 16, c.colsb[0] = (uint16_t)k;
+    c.rows[1] = c.rows[2] = (uint8_t)(k / 4), c.colsb[1] = c.colsb[2] = 64;
+    for (int i = 3; i < 7; i++) c.rows[i] = 16, c.colsb[i] = 64;
     _tile_loadconfig(&c);
 }
 
-/* Row r's super-block blk (kern_pack's layout, simd.h) into 256 signed
- * bytes in element order, and its scales into sc: Q6_K's d * scale by
+/* Row r's super-block blk (kern_pack's layout, simd.h) into signed bytes
+ * in element order, in the A tiles of 16 rows' sub-blocks (Q6_K: sub-block
+ * j of row r at dst + 256 j + 16 r) or 32-element blocks (Q4_K, Q5_K: block
+ * i of row r at dst + 512 i + 32 r; dst here is row r's), and its scales
+ * into sc: Q6_K's d * scale by
  * sub-block; Q4_K's and Q5_K's d * scale in lanes 0..7 and dmin * min in
  * 8..15 by 32-element block. The same products as tile_kq's. */
 INLINE void unpack_super_block(const int type, const uint8_t *blk, int8_t *dst, float *sc) {
@@ -99,10 +104,16 @@ INLINE void unpack_super_block(const int type, const uint8_t *blk, int8_t *dst, 
     const __m512i e2 = _mm512_unpacklo_epi64(b, d), e3 = _mm512_unpackhi_epi64(b, d); /* 4 l + 2, 4 l + 3 */
     const __m512i t0 = _mm512_shuffle_i64x2(e0, e1, _MM_SHUFFLE(1, 0, 1, 0)), t1 = _mm512_shuffle_i64x2(e2, e3, _MM_SHUFFLE(1, 0, 1, 0));
     const __m512i t2 = _mm512_shuffle_i64x2(e0, e1, _MM_SHUFFLE(3, 2, 3, 2)), t3 = _mm512_shuffle_i64x2(e2, e3, _MM_SHUFFLE(3, 2, 3, 2));
-    _mm512_store_si512(dst, _mm512_shuffle_i64x2(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)));
-    _mm512_store_si512(dst + 64, _mm512_shuffle_i64x2(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)));
-    _mm512_store_si512(dst + 128, _mm512_shuffle_i64x2(t2, t3, _MM_SHUFFLE(2, 0, 2, 0)));
-    _mm512_store_si512(dst + 192, _mm512_shuffle_i64x2(t2, t3, _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512i o[4] = {_mm512_shuffle_i64x2(t0, t1, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_i64x2(t0, t1, _MM_SHUFFLE(3, 1, 3, 1)),
+                          _mm512_shuffle_i64x2(t2, t3, _MM_SHUFFLE(2, 0, 2, 0)), _mm512_shuffle_i64x2(t2, t3, _MM_SHUFFLE(3, 1, 3, 1))};
+#define SUB(j) (dst + (six ? 256 * (j) : 512 * ((j) / 2) + 16 * ((j) % 2)))
+    for (int k = 0; k < 4; k++) { /* o[k]: sub-blocks 4 k .. 4 k + 3 */
+        _mm_store_si128((__m128i *)SUB(4 * k), _mm512_castsi512_si128(o[k]));
+        _mm_store_si128((__m128i *)SUB(4 * k + 1), _mm512_extracti32x4_epi32(o[k], 1));
+        _mm_store_si128((__m128i *)SUB(4 * k + 2), _mm512_extracti32x4_epi32(o[k], 2));
+        _mm_store_si128((__m128i *)SUB(4 * k + 3), _mm512_extracti32x4_epi32(o[k], 3));
+    }
+#undef SUB
     if (six) {
         const __m512 s = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
         _mm512_store_ps(sc, _mm512_mul_ps(s, _mm512_set1_ps(_cvtsh_ss(*(const uint16_t *)blk))));
@@ -144,11 +155,12 @@ INLINE void amx_rows(const int type, const bool x8, const uint8_t *w, size_t row
     const size_t a_d = x8 ? offsetof(kqa8_k, d) : offsetof(kqa16_k, d);
     const size_t a_s = x8 ? offsetof(kqa8_k, s) : offsetof(kqa16_k, s);
     const int panel = nb < AMX_PANEL ? nb : AMX_PANEL;
-    _Alignas(64) int8_t wq[AMX_PANEL][16][256];
+    _Alignas(64) int8_t wq[AMX_PANEL][4096]; /* by super-block: the A tiles, as unpack_super_block leaves them */
     _Alignas(64) float ws[AMX_PANEL][16][16];
-    _Alignas(64) int32_t cb[2][2][16][16]; /* [b % 2][coarse, residual][row][token] */
+    _Alignas(64) int32_t cb[AMX_PANEL][2][16][16]; /* [super-block][coarse, residual][row][token] */
     _Alignas(64) float res[16][16][16];    /* [sub-block][row][token] */
-    amx_config();
+    const int k = six ? 16 : 32, n_lanes = 256 / k; /* elements per dot; dots per super-block */
+    amx_config(k);
     for (int r0 = 0; r0 < n_rows; r0 += 16) {
         const int nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
         for (int g = 0; g * KQA_GROUP < n_tok; g++) {
@@ -160,40 +172,44 @@ INLINE void amx_rows(const int type, const bool x8, const uint8_t *w, size_t row
                         for (int r = 0; r < 16; r++) {
                             if (r < nr) {
                                 unpack_super_block(type, w + (size_t)(r0 + r) * row_bytes + (size_t)(p0 + b) * bb,
-                                                   wq[b][r], ws[b][r]);
+                                                   wq[b] + k * r, ws[b][r]);
                             } else {
-                                memset(wq[b][r], 0, 256);
+                                for (int i = 0; i < n_lanes; i++) memset(wq[b] + 16 * k * i + k * r, 0, (size_t)k);
                                 memset(ws[b][r], 0, sizeof ws[b][r]);
                             }
                         }
-                for (int j = 0; j < 16; j++) {
+                for (int i = 0; i < n_lanes; i++) {
+                    const int j = six ? i : 2 * i; /* the VNNI tiles' lane */
                     __m512 acc[16];
 #pragma GCC unroll 16
                     for (int r = 0; r < 16; r++) acc[r] = p0 ? _mm512_load_ps(res[j][r]) : _mm512_setzero_ps();
-                    const int lane = six ? j : j / 2;
-                    /* the dots of super-block b into cb[b % 2], the next one's issued before this one's floats */
-#define AMX_DOTS(b)                                                                                               \
+                    const int lane = i; /* of the scales */
+                    /* all the panel's dots first (tiles 3, 4 and 5, 6 in turn), so the tile unit runs ahead
+                     * of the float steps, which wait only for their own super-block's */
+#define AMX_DOTS(b, C, C2)                                                                                        \
     do {                                                                                                        \
         const uint8_t *a_ = ga + (size_t)(p0 + (b)) * a_bytes;                                                    \
-        _tile_loadd(0, wq[b][0] + 16 * j, 256);                                                                 \
+        _tile_loadd(0, wq[b] + 16 * k * i, k);                                                                  \
         _tile_loadd(1, a_ + 256 * j, 64);                                                                       \
-        _tile_zero(3);                                                                                          \
-        _tile_dpbssd(3, 0, 1);                                                                                  \
-        _tile_stored(3, cb[(b) % 2][0], 64);                                                                    \
+        _tile_zero(C);                                                                                          \
+        _tile_dpbssd(C, 0, 1);                                                                                  \
+        _tile_stored(C, cb[b][0], 64);                                                                          \
         if (!x8) {                                                                                              \
             _tile_loadd(2, a_ + 4096 + 256 * j, 64);                                                            \
-            _tile_zero(4);                                                                                      \
-            _tile_dpbssd(4, 0, 2);                                                                              \
-            _tile_stored(4, cb[(b) % 2][1], 64);                                                                \
+            _tile_zero(C2);                                                                                     \
+            _tile_dpbssd(C2, 0, 2);                                                                             \
+            _tile_stored(C2, cb[b][1], 64);                                                                     \
         }                                                                                                       \
     } while (0)
-                    AMX_DOTS(0);
+                    for (int b = 0; b < np; b += 2) {
+                        AMX_DOTS(b, 3, 4);
+                        if (b + 1 < np) AMX_DOTS(b + 1, 5, 6);
+                    }
                     for (int b = 0; b < np; b++) {
-                        if (b + 1 < np) AMX_DOTS(b + 1);
                         const uint8_t *a = ga + (size_t)(p0 + b) * a_bytes;
                         const __m512 unit = _mm512_loadu_ps((const float *)(a + a_d) + 16 * j);
                         const __m512 s = _mm512_loadu_ps((const float *)(a + a_s) + 16 * j);
-                        const int32_t(*c)[16][16] = cb[b % 2];
+                        const int32_t(*c)[16][16] = cb[b];
 #pragma GCC unroll 16
                         for (int r = 0; r < 16; r++) {
                             __m512i idot = _mm512_load_si512(c[0][r]);
@@ -212,7 +228,7 @@ INLINE void amx_rows(const int type, const bool x8, const uint8_t *w, size_t row
             _Alignas(64) float sums[16][16]; /* [row][token] */
             for (int r = 0; r < nr; r++) {
                 __m512 x[16];
-                for (int j = 0; j < 16; j++) x[j] = _mm512_load_ps(res[j][r]);
+                for (int j = 0; j < 16; j++) x[j] = six || j % 2 == 0 ? _mm512_load_ps(res[j][r]) : _mm512_setzero_ps();
                 _mm512_store_ps(sums[r], lanes_tree(x));
             }
             const int nt = n_tok - g * KQA_GROUP < KQA_GROUP ? n_tok - g * KQA_GROUP : KQA_GROUP;

@@ -143,7 +143,8 @@ typedef struct kq16_k {
     int16_t q[8][32];         /* [v][2j + e]: element 16 j + 2 v + e, 256 q + q2 */
     float d[16];              /* unit of sub-block j (that of its 32-element block) */
     int32_t off[16];          /* -32 times the sum of sub-block j's q[][]: Q6_K's dots start there, for its -32 */
-    float s[16];              /* d[j] times that sum: Q4_K's and Q5_K's minimums take it in one multiply-add */
+    float s[16];              /* even j: d[j] times the sum of sub-blocks j and j + 1 (a 32-element block,
+                                 Q4_K's and Q5_K's minimums take it in one multiply-add); 0 for odd j */
 } kq16_k;
 
 /* Packed K-quants at 8 bits (kern_pool_set_act_bits): the coarse q of each
@@ -155,7 +156,7 @@ typedef struct kq8_k {
     int8_t q[4][64];          /* [u][4j + b]: element 16 j + 4 u + b */
     float d[16];              /* unit of sub-block j: x ~ d * q */
     int32_t off[16];          /* -32 times the sum of sub-block j's q, as kq16_k's */
-    float s[16];              /* d * sum, as kq16_k's */
+    float s[16];              /* d * sum of the 32-element block at even j, 0 at odd j, as kq16_k's */
 } kq8_k;
 
 /* What a weight type multiplies with: float rows or one of the 8-bit forms. */
@@ -228,7 +229,7 @@ typedef struct kqa16_k {
     int8_t q[16][4][16][4];   /* [j][k][t][e]: coarse part */
     int8_t q2[16][4][16][4];  /* residual */
     float d[16][16];          /* [j][t]: unit of sub-block j, as kq16_k's */
-    float s[16][16];          /* [j][t]: d times the sub-block's sum of 256 q + q2 */
+    float s[16][16];          /* [j][t]: as kq16_k's (even j: the 32-element block's, odd j: 0) */
 } kqa16_k;
 typedef struct kqa8_k {
     int8_t q[16][4][16][4];   /* [j][k][t][e]: coarse part alone */

@@ -589,9 +589,12 @@ INLINE void tile_x8(const int type, const uint8_t *w, size_t row_bytes, int64_t 
  * dots of the quants q (simd.h has the layouts). Then per lane:
  *   Q6_K: (dot - 32 sum) * unit * d * scale_j, the -32 as 32 times the
  *         activation sums;
- *   Q4_K, Q5_K: dot * unit * d * scale - sum * unit * dmin * min, scale and
- *         min those of the 32-element block j / 2, decoded from the 12 scale
- *         bytes in registers (k4_scales' rule per lane). */
+ *   Q4_K, Q5_K: per 32-element block i, in lane 2 i, (dot of sub-blocks
+ *         2 i and 2 i + 1) * unit * d * scale - sum * unit * dmin * min,
+ *         scale and min block i's, decoded from the 12 scale bytes in
+ *         registers (k4_scales' rule per lane); odd lanes stay 0. Half the
+ *         float steps would do, but the point is AMX (kernels_amx.c), which
+ *         replays these: there it halves the tile work too. */
 INLINE __m512 q4_k_scales_mins(const uint8_t *s) {
     /* lanes 0..7: scale 0..7, lanes 8..15: min 0..7 */
     const __m128i bytes = _mm_maskz_loadu_epi8(0x0fff, s);
@@ -738,11 +741,14 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
                 _mm512_permutexvar_ps(d_lanes, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(halves))));
             const __m512 sm = _mm512_mul_ps(q4_k_scales_mins(blk[r] + 4), d_dmin);
             const __m512 sd = _mm512_permutexvar_ps(sub_scale, sm), md = _mm512_permutexvar_ps(sub_min, sm);
+            /* a 32-element block's two sub-blocks share scale, minimum and unit: their dots add up
+             * (exactly) in the even lane, which alone takes the float steps; the odd lanes stay 0 */
 #pragma GCC unroll 8
             for (int t = 0; t < NT; t++) {
                 __m512 unit = _mm512_loadu_ps((const float *)(a[t] + a_d));
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), _mm512_mul_ps(sd, unit), acc[r][t]);
-                acc[r][t] = _mm512_fnmadd_ps(md, _mm512_loadu_ps((const float *)(a[t] + a_s)), acc[r][t]);
+                __m512i pair = _mm512_add_epi32(dot[r][t], _mm512_shuffle_epi32(dot[r][t], _MM_PERM_CDAB));
+                acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(pair), _mm512_mul_ps(sd, unit), acc[r][t], 0x5555);
+                acc[r][t] = _mm512_mask3_fnmadd_ps(md, _mm512_loadu_ps((const float *)(a[t] + a_s)), acc[r][t], 0x5555);
             }
         }
     }
