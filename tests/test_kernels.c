@@ -416,6 +416,49 @@ START_TEST(matmul_x8_is_batch_and_thread_invariant) {
 }
 END_TEST
 
+/* The AMX prompt tiles give the avx512 VNNI tiles' bits exactly, for every
+ * block-32 type at both activation widths: rows of whole chunks, of a last
+ * chunk of m < 16 blocks, of a half tail (x16: 5-8 blocks) and of a short
+ * tail (<= 4: SmolLM2's 576, Gemma's 640), token counts around the
+ * threshold and past whole groups, row counts no multiple of 16. */
+START_TEST(amx_matches_avx512_bit_for_bit) {
+    bool ok = kern_set_backend("amx") == 0;
+    kern_set_backend("auto");
+    if (!ok) {
+        printf("SKIP amx_matches_avx512_bit_for_bit: no AMX on this CPU/OS (or GENLOOP_AMX=0)\n");
+        return;
+    }
+    static const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q5_0, GL_TYPE_Q5_1, GL_TYPE_Q8_0};
+    static const int64_t cols[] = {576, 640, 896, 768, 2048, 4864, 5632, 1056};
+    static const int toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 18, 20, 23, 24, 25, 31, 32, 33, 35, 40, 64, 100};
+    const int max_tok = 100;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++) {
+            const uint32_t type = types[ti];
+            const int64_t n_cols = cols[ci], n_rows = ci % 2 ? 37 : 53;
+            uint8_t *data;
+            gl_tensor w = random_tensor(type, n_rows, n_cols, &data);
+            ck_assert_int_eq(kern_pack(&w), 0);
+            ck_assert_ptr_nonnull(w.packed);
+            float *x = malloc((size_t)max_tok * (size_t)n_cols * sizeof *x);
+            fill_acts(x, (int64_t)max_tok * n_cols);
+            float *a = malloc((size_t)max_tok * (size_t)n_rows * sizeof *a);
+            float *v = malloc((size_t)max_tok * (size_t)n_rows * sizeof *v);
+            for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++)
+                for (int bits = 8; bits <= 16; bits += 8) {
+                    const int n_tok = toks[k];
+                    matmul_bits("amx", 2, bits, &w, x, n_tok, a);
+                    matmul_bits("avx512", 1, bits, &w, x, n_tok, v);
+                    ck_assert_msg(!memcmp(a, v, (size_t)n_tok * (size_t)n_rows * sizeof *a),
+                                  "%s %lld cols, %d tokens, %d-bit: AMX differs from avx512", gl_type_get(type)->name,
+                                  (long long)n_cols, n_tok, bits);
+                }
+            kern_unpack(&w);
+            free(data), free(x), free(a), free(v);
+        }
+}
+END_TEST
+
 /* kern_matmul_n gives what one kern_matmul per matrix gives, bit for bit,
  * also when the matrices differ in type (some then run apart). */
 START_TEST(matmul_n_matches_single_matmuls) {
@@ -565,7 +608,11 @@ START_TEST(backend_selection) {
     ck_assert_str_eq(kern_backend(), "scalar");
     ck_assert_int_eq(kern_set_backend("auto"), 0);
     find_impls();
-    if (n_impls) ck_assert_str_eq(kern_backend(), impls[n_impls - 1]->name);
+    /* auto: amx where the CPU and OS allow it, else the widest SIMD */
+    if (kern_impl_amx()) ck_assert_str_eq(kern_backend(), "amx");
+    else if (n_impls) ck_assert_str_eq(kern_backend(), impls[n_impls - 1]->name);
+    ck_assert_int_eq(kern_set_backend("amx"), kern_impl_amx() ? 0 : -1);
+    kern_set_backend("auto");
 }
 END_TEST
 
@@ -767,6 +814,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, matmul_is_batch_and_thread_invariant);
     tcase_add_test(tc, matmul_x8_is_batch_and_thread_invariant);
     tcase_add_test(tc, matmul_n_matches_single_matmuls);
+    tcase_add_test(tc, amx_matches_avx512_bit_for_bit);
     tcase_add_test(tc, swiglu_matches_reference);
     tcase_add_test(tc, geglu_matches_reference);
     tcase_add_test(tc, to_f16_matches_reference);
