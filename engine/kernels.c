@@ -324,7 +324,8 @@ static pthread_once_t backend_once = PTHREAD_ONCE_INIT;
 static const kern_impl *backend; /* NULL = scalar */
 
 static const kern_impl *best_impl(void) {
-    const kern_impl *impl = kern_impl_avx512();
+    const kern_impl *impl = kern_impl_amx();
+    if (!impl) impl = kern_impl_avx512();
     return impl ? impl : kern_impl_avx2();
 }
 
@@ -333,18 +334,14 @@ static bool impl_by_name(const char *name, const kern_impl **out) {
     if (!strcmp(name, "scalar")) *out = NULL;
     else if (!strcmp(name, "auto")) *out = best_impl();
     else if (!strcmp(name, "avx512")) *out = kern_impl_avx512();
+    else if (!strcmp(name, "amx")) *out = kern_impl_amx();
     else if (!strcmp(name, "avx2")) *out = kern_impl_avx2();
     else return false;
     return *out || !strcmp(name, "scalar") || !strcmp(name, "auto");
 }
 
-/* GENLOOP_AMX=0 keeps prompts on the VNNI tiles (A/B measurements). */
-static bool amx_allowed = true;
-
 static void backend_init(void) {
     const kern_impl *impl;
-    const char *amx = getenv("GENLOOP_AMX");
-    amx_allowed = !(amx && !strcmp(amx, "0"));
     const char *env = getenv("GENLOOP_KERNELS");
     /* An unknown or unsupported name keeps the best. */
     backend = env && *env && impl_by_name(env, &impl) ? impl : best_impl();
@@ -716,11 +713,59 @@ static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
     if (kind == KERN_ACT_Q16_X16) return (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk);
     if (kind == KERN_ACT_Q16_K) return (size_t)(n_cols / 256) * sizeof(kq16_k);
     if (kind == KERN_ACT_Q8_256 || kind == KERN_ACT_Q8_256_COARSE) return (size_t)(n_cols / 256) * sizeof(kq8_256);
-    if (kind == KERN_ACT_Q8_X8) return kq8_x8_row_bytes(n_cols);
+    if (kind == KERN_ACT_Q8_X8 || kind == KERN_ACT_AMX_X8) return kq8_x8_row_bytes(n_cols);
+    if (kind == KERN_ACT_AMX_X16) return (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk);
     if (kind == KERN_ACT_Q8_K) return (size_t)(n_cols / 256) * sizeof(kq8_k);
     if (kind == KERN_ACT_QA_K16) return (size_t)(n_cols / 256) * sizeof(kqa16_k) / KQA_GROUP;
     if (kind == KERN_ACT_QA_K8) return (size_t)(n_cols / 256) * sizeof(kqa8_k) / KQA_GROUP;
     return (size_t)n_cols * sizeof(float);
+}
+
+/* The AMX form (simd.h) of n_tokens activation rows, in groups of 16. */
+static size_t amx_region_bytes(kern_act_kind kind, int64_t n_cols, int n_tokens) {
+    if (kind != KERN_ACT_AMX_X8 && kind != KERN_ACT_AMX_X16) return 0;
+    size_t rec = kind == KERN_ACT_AMX_X8 ? sizeof(kamx8_blk) : sizeof(kamx16_blk);
+    return (size_t)((n_tokens + 15) / 16) * (size_t)kern_amx_blocks(n_cols) * rec;
+}
+
+static bool is_qa_kind(kern_act_kind kind) { return kind == KERN_ACT_QA_K16 || kind == KERN_ACT_QA_K8; }
+
+/* The whole buffer of a call: the per-token rows, then any AMX form; the
+ * K-quants' AMX form alone, in whole groups of tokens. */
+static size_t act_bytes(kern_act_kind kind, int64_t n_cols, int n_tokens) {
+    if (is_qa_kind(kind)) return (size_t)((n_tokens + KQA_GROUP - 1) / KQA_GROUP * KQA_GROUP) * act_row_bytes(kind, n_cols);
+    size_t rows = ((size_t)n_tokens * act_row_bytes(kind, n_cols) + 63) & ~(size_t)63;
+    return rows + amx_region_bytes(kind, n_cols, n_tokens);
+}
+
+/* Token t's chunks (its row as kern_quantize_x8 / kern_quantize_x16 wrote
+ * it) into its slots of the AMX form. The coarse and residual bytes of
+ * 256 q + q2 come back exactly: q2 is the low byte taken signed. */
+static void amx_fill_token(kern_act_kind kind, const uint8_t *row, int64_t n_cols, uint8_t *region, int t) {
+    const int64_t na = kern_amx_blocks(n_cols);
+    const int tt = t % 16;
+    for (int64_t b = 0; b < na; b++) {
+        const int64_t c = b / 16;
+        const int j = (int)(b % 16);
+        if (kind == KERN_ACT_AMX_X8) {
+            const kq8_chunk *ch = (const kq8_chunk *)row + c;
+            kamx8_blk *rec = (kamx8_blk *)region + (size_t)(t / 16) * (size_t)na + (size_t)b;
+            for (int v = 0; v < 8; v++) memcpy(&rec->q[v][4 * tt], &ch->q[v][4 * j], 4);
+            rec->d[tt] = ch->d[j];
+            rec->s[tt] = ch->s[j];
+        } else {
+            const kq16_chunk *ch = (const kq16_chunk *)row + c;
+            kamx16_blk *rec = (kamx16_blk *)region + (size_t)(t / 16) * (size_t)na + (size_t)b;
+            for (int k = 0; k < 32; k++) { /* element k: pair k / 2 of block j */
+                int val = ch->q[k / 2][2 * j + k % 2];
+                int8_t q2 = (int8_t)(uint8_t)(val & 0xff);
+                rec->q[k / 4][4 * tt + k % 4] = (int8_t)((val - q2) / 256);
+                rec->q2[k / 4][4 * tt + k % 4] = q2;
+            }
+            rec->d[tt] = ch->d[j];
+            rec->s[tt] = ch->s[j];
+        }
+    }
 }
 
 static int act_reserve(kern_pool *p, size_t bytes) {
@@ -736,13 +781,12 @@ static int act_reserve(kern_pool *p, size_t bytes) {
 int kern_pool_reserve_tokens(kern_pool *p, int max_tokens, int64_t max_cols) {
     /* The largest activation form, for the widest row rounded up to whole chunks. */
     int64_t cols = (max_cols + 511) / 512 * 512;
-    size_t row = 0;
+    size_t need = 0;
     for (int kind = KERN_ACT_Q8_32; kind < KERN_ACT_COUNT; kind++) {
-        size_t b = act_row_bytes((kern_act_kind)kind, cols);
-        row = b > row ? b : row;
+        size_t b = act_bytes((kern_act_kind)kind, cols, max_tokens);
+        need = b > need ? b : need;
     }
-    /* the AMX forms come in whole groups of tokens */
-    return act_reserve(p, (size_t)((max_tokens + KQA_GROUP - 1) / KQA_GROUP * KQA_GROUP) * row);
+    return act_reserve(p, need);
 }
 
 /* ---- matmul ------------------------------------------------------------------ */
@@ -753,6 +797,7 @@ typedef struct matmul_part {
     float *out;
     size_t row_bytes;
     kern_rows_fn rows;         /* NULL: the scalar path */
+    kern_amx_rows_fn amx;      /* non-NULL: the AMX prompt tiles instead of rows */
     const uint8_t *weights;    /* what rows() reads: w->data or w->packed */
     long first_row;            /* of the job's row space, which runs through the parts in order */
 } matmul_part;
@@ -793,6 +838,10 @@ static void quantize_rows(matmul_job *job) {
             kern_quantize_k16(job->impl, x, (kq16_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_X8) {
             kern_quantize_x8(job->impl, x, dst, n);
+        } else if (job->act_kind == KERN_ACT_AMX_X8 || job->act_kind == KERN_ACT_AMX_X16) {
+            if (job->act_kind == KERN_ACT_AMX_X8) kern_quantize_x8(job->impl, x, dst, n);
+            else kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n);
+            amx_fill_token(job->act_kind, dst, n, (uint8_t *)kern_amx_region(job->act, job->n_tokens, job->act_stride), t);
         } else if (job->act_kind == KERN_ACT_Q8_K) {
             kern_quantize_k8(job->impl, x, (kq8_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_QA_K16 || job->act_kind == KERN_ACT_QA_K8) {
@@ -850,6 +899,11 @@ static void matmul_worker(void *arg, int ith, int nth) {
                 matmul_scalar_rows(job, part, ith, r0, r1);
                 continue;
             }
+            if (part->amx) {
+                part->amx(part->w, r0, r1, job->act, job->act_stride, job->n_tokens, part->out, (size_t)part->w->n_rows,
+                          (uint8_t *)job->pool->workers[ith].scratch);
+                continue;
+            }
             part->rows(part->weights + (size_t)r0 * part->row_bytes, part->row_bytes, (int)(r1 - r0), job->n_cols,
                        job->act, job->act_stride, job->n_tokens, part->out + r0, (size_t)part->w->n_rows);
         }
@@ -867,23 +921,25 @@ static kern_rows_fn rows_x8_of(const kern_impl *impl, uint32_t type) {
     return avx2 ? avx2->rows_x8[type] : NULL;
 }
 
-/* How w is multiplied under impl: its rows function, weights and activation
- * form. A prompt-sized call of packed K-quants takes AMX where there is
- * (its outputs are the VNNI tiles' bit for bit, so the choice by token
- * count keeps batch invariance). */
-static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int act_bits, int n_tokens, matmul_part *part) {
+/* How w is multiplied under impl: its rows function, weights and activation form. */
+static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int act_bits, int n_tokens,
+                               matmul_part *part) {
     part->w = w;
     part->row_bytes = gl_type_row_bytes(w->type, w->n_cols);
     part->rows = impl && w->type < GL_TYPE_COUNT ? impl->rows[w->type] : NULL;
     part->weights = w->data;
-    kern_rows_fn amx = part->rows && w->packed && n_tokens >= KERN_AMX_MIN_TOKENS && amx_allowed &&
-                               impl->packed_rows[w->type]
-                           ? kern_amx_rows(w->type, act_bits == 8)
-                           : NULL;
-    if (amx) {
-        part->rows = amx;
-        part->weights = w->packed;
-        return act_bits == 8 ? KERN_ACT_QA_K8 : KERN_ACT_QA_K16;
+    part->amx = NULL;
+    /* Prompts on AMX: the same bits as the packed VNNI rows below, faster. */
+    if (part->rows && w->packed && n_tokens >= KERN_AMX_MIN_TOKENS) {
+        kern_amx_rows_fn amx = act_bits == 8 ? impl->amx_rows_x8[w->type] : impl->amx_rows[w->type];
+        if (amx) {
+            part->amx = amx;
+            part->rows = act_bits == 8 ? impl->packed_rows_x8[w->type] : impl->packed_rows[w->type];
+            part->weights = w->packed;
+            if (w->type == GL_TYPE_Q4_K || w->type == GL_TYPE_Q5_K || w->type == GL_TYPE_Q6_K)
+                return act_bits == 8 ? KERN_ACT_QA_K8 : KERN_ACT_QA_K16;
+            return act_bits == 8 ? KERN_ACT_AMX_X8 : KERN_ACT_AMX_X16;
+        }
     }
     if (part->rows && w->packed && act_bits == 8 && impl->packed_rows_x8[w->type]) {
         part->rows = impl->packed_rows_x8[w->type];
@@ -901,12 +957,6 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
         return kern_act_kind_of(w->type) == KERN_ACT_Q8_32 ? KERN_ACT_Q8_32_COARSE : KERN_ACT_Q8_256_COARSE;
     }
     return kern_act_kind_of(w->type);
-}
-
-static bool is_amx_kind(kern_act_kind kind) { return kind == KERN_ACT_QA_K16 || kind == KERN_ACT_QA_K8; }
-
-static int n_tokens_padded(kern_act_kind kind, int n_tokens) {
-    return is_amx_kind(kind) ? (n_tokens + KQA_GROUP - 1) / KQA_GROUP * KQA_GROUP : n_tokens;
 }
 
 void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float *x, int n_tokens, float *const *outs) {
@@ -934,9 +984,16 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
         job.act_stride = act_row_bytes(job.act_kind, job.n_cols);
         if (job.act_kind == KERN_ACT_F32) {
             job.act = (const uint8_t *)x;
-        } else if (act_reserve(p, (size_t)n_tokens_padded(job.act_kind, n_tokens) * job.act_stride) == 0) {
+        } else if (act_reserve(p, act_bytes(job.act_kind, job.n_cols, n_tokens)) == 0 &&
+                   (!job.parts[0].amx || kern_pool_reserve(p, KERN_AMX_SCRATCH(job.n_cols) / sizeof(float) + 1) == 0)) {
             job.act = p->act;
-            if (is_amx_kind(job.act_kind) && n_tokens % KQA_GROUP) /* the last group's tokens past the call: zero */
+            if (n_tokens % 16 && job.parts[0].amx) { /* the last group's tokens past n_tokens: zero */
+                size_t last = amx_region_bytes(job.act_kind, job.n_cols, 16);
+                memset((uint8_t *)kern_amx_region(job.act, n_tokens, job.act_stride) +
+                           amx_region_bytes(job.act_kind, job.n_cols, n_tokens) - last,
+                       0, last);
+            }
+            if (is_qa_kind(job.act_kind) && n_tokens % KQA_GROUP) /* the K-quants' last group past the call: zero */
                 memset(p->act + (size_t)(n_tokens / KQA_GROUP) * KQA_GROUP * job.act_stride, 0,
                        (size_t)KQA_GROUP * job.act_stride);
             /* One row is quicker to quantize here than to hand out. */
@@ -945,7 +1002,7 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
             else kern_pool_run(p, quantize_worker, &job);
         } else {
             /* no memory for the quantized copy: the scalar path needs none */
-            for (int i = 0; i < job.n_parts; i++) job.parts[i].rows = NULL;
+            for (int i = 0; i < job.n_parts; i++) job.parts[i].rows = NULL, job.parts[i].amx = NULL;
         }
     }
     /* Hand-outs: a memory-bound call (a few tokens) streams its weights best
@@ -966,7 +1023,7 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
         chunk = job.n_rows / (8 * p->n_threads);
     }
     chunk = chunk < 4 ? 4 : chunk & ~3L;
-    if (is_amx_kind(job.act_kind)) chunk = chunk < 16 ? 16 : chunk & ~15L; /* whole 16-row tiles */
+    if (job.parts[0].amx) chunk = (chunk + 15) & ~15L; /* whole 16-row tiles */
     job.chunk = (int)chunk;
     atomic_init(&job.next_row, 0);
     kern_pool_run(p, matmul_worker, &job);

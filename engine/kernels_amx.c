@@ -18,12 +18,8 @@
 #include "simd.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(GENLOOP_NO_AVX512)
-#include <cpuid.h>
 #include <immintrin.h>
-#include <pthread.h>
 #include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #ifdef __clang__
 #pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8"))), \
@@ -244,10 +240,15 @@ INLINE void amx_rows(const int type, const bool x8, const uint8_t *w, size_t row
     _tile_release();
 }
 
+/* kern_amx_rows_fn: rows r0..r1-1 of w's packed copy. The stack holds the
+ * unpacked panel, so the pool's scratch goes unused. */
 #define AMX_ROWS(name, TYPE, X8)                                                                                  \
-    static void name(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,        \
-                     size_t act_stride, int n_tok, float *out, size_t out_stride) {                             \
-        amx_rows(TYPE, X8, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride);               \
+    static void name(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride, int n_tok,    \
+                     float *out, size_t out_stride, uint8_t *scratch) {                                         \
+        (void)scratch;                                                                                          \
+        const size_t row_bytes = gl_type_row_bytes(TYPE, w->n_cols);                                            \
+        amx_rows(TYPE, X8, (const uint8_t *)w->packed + (size_t)r0 * row_bytes, row_bytes, (int)(r1 - r0),      \
+                 w->n_cols, act, act_stride, n_tok, out + r0, out_stride);                                      \
     }
 AMX_ROWS(amx_rows_q4_k, GL_TYPE_Q4_K, false)
 AMX_ROWS(amx_rows_q5_k, GL_TYPE_Q5_K, false)
@@ -260,26 +261,7 @@ AMX_ROWS(amx_rows_x8_q6_k, GL_TYPE_Q6_K, true)
 #pragma clang attribute pop
 #endif
 
-static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
-static bool amx_ok;
-
-/* AMX-TILE and AMX-INT8 in cpuid, the tile state enabled in XCR0 by the
- * OS, and this process's permission to use it (Linux 5.16+). */
-static void amx_init(void) {
-    unsigned a, b, c, d;
-    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return;
-    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return; /* OSXSAVE, for xgetbv */
-    unsigned lo, hi;
-    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-    if ((lo & (3u << 17)) != (3u << 17)) return; /* XTILECFG, XTILEDATA */
-#if defined(SYS_arch_prctl)
-    amx_ok = syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
-#endif
-}
-
-kern_rows_fn kern_amx_rows(uint32_t type, bool x8) {
-    pthread_once(&amx_once, amx_init);
-    if (!amx_ok) return NULL;
+kern_amx_rows_fn kern_amx_k_rows(uint32_t type, bool x8) {
     switch (type) {
     case GL_TYPE_Q4_K: return x8 ? amx_rows_x8_q4_k : amx_rows_q4_k;
     case GL_TYPE_Q5_K: return x8 ? amx_rows_x8_q5_k : amx_rows_q5_k;
@@ -288,7 +270,7 @@ kern_rows_fn kern_amx_rows(uint32_t type, bool x8) {
     }
 }
 #else
-kern_rows_fn kern_amx_rows(uint32_t type, bool x8) {
+kern_amx_rows_fn kern_amx_k_rows(uint32_t type, bool x8) {
     (void)type, (void)x8;
     return NULL;
 }

@@ -9,16 +9,20 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(GENLOOP_NO_AVX512)
 #include <immintrin.h>
 #include <math.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "quant.h"
 
 /* Every function below is compiled for the target; gcc and clang spell it apart. */
 #ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni"))), \
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8"))), \
                              apply_to = function)
 #else
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni")
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")
 #endif
 #define SIMD_NAME avx512
 #define SIMD_NAME_STR "avx512"
@@ -27,6 +31,7 @@
 #define TT 8
 #include "simd_body.h"
 #include "simd_avx512.h"
+#include "simd_amx.h"
 #include "simd_impl.h"
 #ifdef __clang__
 #pragma clang attribute pop
@@ -38,6 +43,50 @@ const kern_impl *kern_impl_avx512(void) {
         return &impl_avx512;
     return NULL;
 }
+
+/* ---- AMX: the CPU's word (cpuid), the OS's (XCR0, arch_prctl), ours (GENLOOP_AMX) ---- */
+
+static pthread_once_t amx_once = PTHREAD_ONCE_INIT;
+static kern_impl impl_amx;
+static bool amx_ok;
+
+static void amx_init(void) {
+    const char *env = getenv("GENLOOP_AMX");
+    if ((env && !strcmp(env, "0")) || !kern_impl_avx512()) return;
+    unsigned a, b, c, d;
+    /* leaf 7: EDX bit 24 AMX-TILE, bit 25 AMX-INT8; leaf 1: ECX bit 27 OSXSAVE */
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(d & (1u << 24)) || !(d & (1u << 25))) return;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return;
+    unsigned lo, hi;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return; /* XTILECFG, XTILEDATA */
+    /* Linux hands out the tile state only on request (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) */
+    if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) return;
+    impl_amx = impl_avx512;
+    impl_amx.name = "amx";
+    impl_amx.amx_rows[GL_TYPE_Q4_0] = FN(amx_rows_q4_0);
+    impl_amx.amx_rows[GL_TYPE_Q4_1] = FN(amx_rows_q4_1);
+    impl_amx.amx_rows[GL_TYPE_Q5_0] = FN(amx_rows_q5_0);
+    impl_amx.amx_rows[GL_TYPE_Q5_1] = FN(amx_rows_q5_1);
+    impl_amx.amx_rows[GL_TYPE_Q8_0] = FN(amx_rows_q8_0);
+    impl_amx.amx_rows_x8[GL_TYPE_Q4_0] = FN(amx_rows_x8_q4_0);
+    impl_amx.amx_rows_x8[GL_TYPE_Q4_1] = FN(amx_rows_x8_q4_1);
+    impl_amx.amx_rows_x8[GL_TYPE_Q5_0] = FN(amx_rows_x8_q5_0);
+    impl_amx.amx_rows_x8[GL_TYPE_Q5_1] = FN(amx_rows_x8_q5_1);
+    impl_amx.amx_rows_x8[GL_TYPE_Q8_0] = FN(amx_rows_x8_q8_0);
+    static const uint32_t k_types[] = {GL_TYPE_Q4_K, GL_TYPE_Q5_K, GL_TYPE_Q6_K}; /* kernels_amx.c */
+    for (int i = 0; i < 3; i++) {
+        impl_amx.amx_rows[k_types[i]] = kern_amx_k_rows(k_types[i], false);
+        impl_amx.amx_rows_x8[k_types[i]] = kern_amx_k_rows(k_types[i], true);
+    }
+    amx_ok = true;
+}
+
+const kern_impl *kern_impl_amx(void) {
+    pthread_once(&amx_once, amx_init);
+    return amx_ok ? &impl_amx : NULL;
+}
 #else
 const kern_impl *kern_impl_avx512(void) { return NULL; }
+const kern_impl *kern_impl_amx(void) { return NULL; }
 #endif

@@ -167,6 +167,8 @@ typedef enum kern_act_kind {
     KERN_ACT_Q8_K,            /* kq8_k: packed K-quants at 8 bits */
     KERN_ACT_QA_K16,          /* kqa16_k: packed K-quants on AMX, 16-bit activations */
     KERN_ACT_QA_K8,           /* kqa8_k: the same at 8 bits */
+    KERN_ACT_AMX_X8,          /* kq8_x8 rows, then the AMX form (kamx8_blk) of their chunks */
+    KERN_ACT_AMX_X16,         /* kq16_chunk rows, then the AMX form (kamx16_blk) */
     KERN_ACT_COUNT
 } kern_act_kind;
 
@@ -176,6 +178,64 @@ typedef enum kern_act_kind {
  * the activations alone, never by n_tok or n_rows. */
 typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
                              const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride);
+
+/* ---- AMX prompt tiles (Sapphire Rapids and later; kernels_avx512.c) -----------
+ * Prompt-sized calls (n_tok >= KERN_AMX_MIN_TOKENS) of the "amx" backend run
+ * the integer dots of whole 16-row x 16-token tiles on AMX (one tile
+ * multiply per 32-element block, its exact int32 dots), then take, per
+ * block and output, the float operations of the avx512 VNNI tiles in the
+ * same order: every output equals the VNNI path's bit for bit, so a
+ * sequence's logits never depend on whether its call took AMX.
+ *
+ * How a rows function plugs in (the K-quants can follow the same steps):
+ * 1. an activation kind (KERN_ACT_AMX_*) whose buffer holds n_tok rows of a
+ *    per-token form at act_stride (what the VNNI helpers read, e.g. for
+ *    tails) and, from kern_amx_region(act, n_tok, act_stride) on, a copy of
+ *    the activations in groups of 16 tokens laid out as AMX B tiles, zero
+ *    for tokens past n_tok; act_row_bytes / amx_region_bytes /
+ *    amx_fill_token (kernels.c) say its sizes and fill it per token;
+ * 2. a kern_amx_rows_fn in kern_impl.amx_rows / amx_rows_x8 (16- and 8-bit
+ *    activations) for the weight type, filled in kern_impl_amx();
+ * 3. plan_part (kernels.c) picks it for packed weights when the pool's
+ *    matmul has at least KERN_AMX_MIN_TOKENS tokens. The hand-out gives it
+ *    rows in multiples of 16 where it can (any count works), and a
+ *    per-thread scratch of KERN_AMX_SCRATCH(n_cols) bytes. */
+#define KERN_AMX_MIN_TOKENS 16
+
+/* Rows r0..r1-1 of w (w->data and, when packed, w->packed) against act:
+ * out[t * out_stride + r] for t < n_tok. The tile configuration is the
+ * function's own: it loads one and releases the tiles before returning. */
+typedef void (*kern_amx_rows_fn)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride,
+                                 int n_tok, float *out, size_t out_stride, uint8_t *scratch);
+
+#define KERN_AMX_SCRATCH(n_cols) ((size_t)(n_cols) * 20 + 65536)
+
+/* One block position (block j of chunk c) of 16 tokens as AMX B tiles:
+ * q[v][4 t + e] = element 4 v + e of token t's block (kq8_chunk's q[v][4j + e]). */
+typedef struct kamx8_blk {
+    int8_t q[8][64];
+    float d[16];              /* token t's unit of the block, as kq8_chunk's d[j] */
+    float s[16];              /* as kq8_chunk's s[j] */
+} kamx8_blk;
+
+/* The same of kq16_chunk's 256 q + q2: its coarse and residual bytes apart. */
+typedef struct kamx16_blk {
+    int8_t q[8][64];
+    int8_t q2[8][64];
+    float d[16];
+    float s[16];
+} kamx16_blk;
+
+/* Blocks of a row the AMX tiles take: all but a short tail. */
+static inline int64_t kern_amx_blocks(int64_t n_cols) {
+    int64_t nb = n_cols / 32;
+    return nb - (nb % 16 <= KQ_SHORT_TAIL ? nb % 16 : 0);
+}
+
+/* Where the AMX form starts after n_tok per-token rows. */
+static inline const uint8_t *kern_amx_region(const uint8_t *act, int n_tok, size_t act_stride) {
+    return act + (((size_t)n_tok * act_stride + 63) & ~(size_t)63);
+}
 
 /* Attention of query heads h0..h0+nh-1 (all in one KV group) of tokens
  * t0..t0+nt-1 (one sequence, consecutive positions), nt * nh <=
@@ -208,6 +268,8 @@ typedef struct kern_impl {
     kern_rows_fn rows_x8[GL_TYPE_COUNT];               /* the same against the *_COARSE kinds; NULL = none */
     kern_rows_fn packed_rows[GL_TYPE_COUNT];           /* by gl_type, for kern_pack'ed weights; NULL = none */
     kern_rows_fn packed_rows_x8[GL_TYPE_COUNT];        /* the same against 8-bit activations (kq8_chunk, kq8_k) */
+    kern_amx_rows_fn amx_rows[GL_TYPE_COUNT];          /* packed weights' prompt tiles on AMX (KERN_ACT_AMX_X16); NULL = none */
+    kern_amx_rows_fn amx_rows_x8[GL_TYPE_COUNT];       /* the same against KERN_ACT_AMX_X8 */
     kern_attend_fn attend;
     void (*swiglu)(float *gate, const float *up, int n); /* gate = silu(gate) * up */
     void (*geglu)(float *gate, const float *up, int n);  /* gate = gelu_tanh(gate) * up */
@@ -239,12 +301,10 @@ typedef struct kqa8_k {
 /* Token t's part of an AMX group (kqa16_k or kqa8_k at group, x8 for the
  * second), from quantize_32 as kern_quantize_k16 / kern_quantize_k8. */
 void kern_quantize_qa(const kern_impl *impl, const float *x, uint8_t *group, int t, int64_t n, bool x8);
-/* Rows functions of packed Q4_K, Q5_K, Q6_K against those forms; NULL when
- * the CPU or the OS does not let this process use AMX (the first call asks
- * the OS for the tile state). */
-kern_rows_fn kern_amx_rows(uint32_t type, bool x8);
-/* Calls of this many tokens or more take the AMX rows when there are. */
-#define KERN_AMX_MIN_TOKENS 16
+/* The "amx" implementation's rows of packed Q4_K, Q5_K, Q6_K against
+ * those forms (KERN_ACT_QA_K16, KERN_ACT_QA_K8), for kern_impl_amx to
+ * take; NULL for other types. Only for a CPU and OS that run AMX. */
+kern_amx_rows_fn kern_amx_k_rows(uint32_t type, bool x8);
 
 /* What both x86 implementations need: AVX2, FMA and F16C (F16C through
  * cpuid: clang has no __builtin_cpu_supports("f16c")). */
@@ -261,6 +321,10 @@ static inline bool kern_cpu_has_avx2_base(void) {
 /* NULL when the CPU (or the build target) lacks the instructions. */
 const kern_impl *kern_impl_avx2(void);
 const kern_impl *kern_impl_avx512(void);
+/* avx512 plus the AMX prompt tiles, named "amx": NULL unless the CPU has
+ * AMX-INT8, the OS grants the tile state (arch_prctl) and GENLOOP_AMX is
+ * not "0". */
+const kern_impl *kern_impl_amx(void);
 
 /* The scalar quantizers every implementation must match bit for bit. */
 void kern_quantize_32_ref(const float *x, kq8_32 *y, int64_t n);

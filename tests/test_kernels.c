@@ -426,7 +426,9 @@ END_TEST
  * 16-row tiles. */
 static void amx_case(uint32_t type, bool x8, int64_t n_rows, int64_t n_cols, int n_tok) {
     const kern_impl *vnni = kern_impl_avx512();
-    kern_rows_fn amx = kern_amx_rows(type, x8);
+    const kern_impl *amx_impl = kern_impl_amx();
+    kern_amx_rows_fn amx = x8 ? amx_impl->amx_rows_x8[type] : amx_impl->amx_rows[type];
+    ck_assert_ptr_nonnull(amx);
     size_t row_bytes = gl_type_row_bytes(type, n_cols);
     uint8_t *w = malloc((size_t)n_rows * row_bytes);
     gl_tensor wt = {.type = type, .n_cols = n_cols, .n_rows = n_rows, .data = w, .n_bytes = n_rows * row_bytes};
@@ -454,14 +456,14 @@ static void amx_case(uint32_t type, bool x8, int64_t n_rows, int64_t n_cols, int
     memset(oa, 0xee, n_out * sizeof *oa);
     kern_rows_fn fv = x8 ? vnni->packed_rows_x8[type] : vnni->packed_rows[type];
     fv(wt.packed, row_bytes, (int)n_rows, n_cols, av, vs, n_tok, ov, (size_t)n_rows);
-    amx(wt.packed, row_bytes, (int)n_rows, n_cols, aa, as, n_tok, oa, (size_t)n_rows);
+    amx(&wt, 0, n_rows, aa, as, n_tok, oa, (size_t)n_rows, NULL);
     for (size_t i = 0; i < n_out; i++)
         ck_assert_msg(!memcmp(&ov[i], &oa[i], sizeof *ov), "%s%s %lld x %lld, %d tokens: token %zu row %zu: amx %.9g, vnni %.9g",
                       gl_type_get(type)->name, x8 ? " x8" : "", (long long)n_rows, (long long)n_cols, n_tok,
                       i / (size_t)n_rows, i % (size_t)n_rows, oa[i], ov[i]);
     if (n_rows > 3) { /* rows 3.. alone */
         memset(oa, 0xee, n_out * sizeof *oa);
-        amx(wt.packed + 3 * row_bytes, row_bytes, (int)n_rows - 3, n_cols, aa, as, n_tok, oa + 3, (size_t)n_rows);
+        amx(&wt, 3, n_rows, aa, as, n_tok, oa, (size_t)n_rows, NULL);
         for (int t = 0; t < n_tok; t++)
             ck_assert_msg(!memcmp(ov + (size_t)t * n_rows + 3, oa + (size_t)t * n_rows + 3, (size_t)(n_rows - 3) * sizeof *ov),
                           "%s%s: rows from 3 differ (token %d)", gl_type_get(type)->name, x8 ? " x8" : "", t);
@@ -471,8 +473,8 @@ static void amx_case(uint32_t type, bool x8, int64_t n_rows, int64_t n_cols, int
 }
 
 START_TEST(amx_k_rows_match_vnni) {
-    if (!kern_impl_avx512() || !kern_amx_rows(GL_TYPE_Q4_K, false)) {
-        printf("SKIP: amx_k_rows_match_vnni: no AMX on this host\n");
+    if (!kern_impl_amx()) {
+        printf("SKIP amx_k_rows_match_vnni: no AMX on this CPU/OS (or GENLOOP_AMX=0)\n");
         return;
     }
     static const uint32_t types[] = {GL_TYPE_Q4_K, GL_TYPE_Q5_K, GL_TYPE_Q6_K};
@@ -511,6 +513,49 @@ START_TEST(matmul_k_prompt_is_batch_invariant) {
             }
             kern_unpack(&w);
             free(data), free(x), free(all), free(one);
+        }
+}
+END_TEST
+
+/* The AMX prompt tiles give the avx512 VNNI tiles' bits exactly, for every
+ * block-32 type at both activation widths: rows of whole chunks, of a last
+ * chunk of m < 16 blocks, of a half tail (x16: 5-8 blocks) and of a short
+ * tail (<= 4: SmolLM2's 576, Gemma's 640), token counts around the
+ * threshold and past whole groups, row counts no multiple of 16. */
+START_TEST(amx_matches_avx512_bit_for_bit) {
+    bool ok = kern_set_backend("amx") == 0;
+    kern_set_backend("auto");
+    if (!ok) {
+        printf("SKIP amx_matches_avx512_bit_for_bit: no AMX on this CPU/OS (or GENLOOP_AMX=0)\n");
+        return;
+    }
+    static const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q5_0, GL_TYPE_Q5_1, GL_TYPE_Q8_0};
+    static const int64_t cols[] = {576, 640, 896, 768, 2048, 4864, 5632, 1056};
+    static const int toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 18, 20, 23, 24, 25, 31, 32, 33, 35, 40, 64, 100};
+    const int max_tok = 100;
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++) {
+            const uint32_t type = types[ti];
+            const int64_t n_cols = cols[ci], n_rows = ci % 2 ? 37 : 53;
+            uint8_t *data;
+            gl_tensor w = random_tensor(type, n_rows, n_cols, &data);
+            ck_assert_int_eq(kern_pack(&w), 0);
+            ck_assert_ptr_nonnull(w.packed);
+            float *x = malloc((size_t)max_tok * (size_t)n_cols * sizeof *x);
+            fill_acts(x, (int64_t)max_tok * n_cols);
+            float *a = malloc((size_t)max_tok * (size_t)n_rows * sizeof *a);
+            float *v = malloc((size_t)max_tok * (size_t)n_rows * sizeof *v);
+            for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++)
+                for (int bits = 8; bits <= 16; bits += 8) {
+                    const int n_tok = toks[k];
+                    matmul_bits("amx", 2, bits, &w, x, n_tok, a);
+                    matmul_bits("avx512", 1, bits, &w, x, n_tok, v);
+                    ck_assert_msg(!memcmp(a, v, (size_t)n_tok * (size_t)n_rows * sizeof *a),
+                                  "%s %lld cols, %d tokens, %d-bit: AMX differs from avx512", gl_type_get(type)->name,
+                                  (long long)n_cols, n_tok, bits);
+                }
+            kern_unpack(&w);
+            free(data), free(x), free(a), free(v);
         }
 }
 END_TEST
@@ -664,7 +709,11 @@ START_TEST(backend_selection) {
     ck_assert_str_eq(kern_backend(), "scalar");
     ck_assert_int_eq(kern_set_backend("auto"), 0);
     find_impls();
-    if (n_impls) ck_assert_str_eq(kern_backend(), impls[n_impls - 1]->name);
+    /* auto: amx where the CPU and OS allow it, else the widest SIMD */
+    if (kern_impl_amx()) ck_assert_str_eq(kern_backend(), "amx");
+    else if (n_impls) ck_assert_str_eq(kern_backend(), impls[n_impls - 1]->name);
+    ck_assert_int_eq(kern_set_backend("amx"), kern_impl_amx() ? 0 : -1);
+    kern_set_backend("auto");
 }
 END_TEST
 
@@ -868,6 +917,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, matmul_n_matches_single_matmuls);
     tcase_add_test(tc, amx_k_rows_match_vnni);
     tcase_add_test(tc, matmul_k_prompt_is_batch_invariant);
+    tcase_add_test(tc, amx_matches_avx512_bit_for_bit);
     tcase_add_test(tc, swiglu_matches_reference);
     tcase_add_test(tc, geglu_matches_reference);
     tcase_add_test(tc, to_f16_matches_reference);

@@ -1,0 +1,194 @@
+/* simd_amx.h -- the AMX prompt tiles of packed Q4_0, Q4_1, Q5_0, Q5_1 and
+ * Q8_0 (simd.h says when they run and how others plug in), included only by
+ * kernels_avx512.c after simd_avx512.h, whose tiles they must match bit for
+ * bit.
+ *
+ * The VNNI tiles keep, per output, 16 float lanes (lane j: block j of every
+ * 16-block chunk) and per chunk add, lane-wise, dot * (dw * da) and then
+ * mw * s; finish_outputs sums the lanes by sum4_ps's tree. Here one tile
+ * multiply gives a block's exact int32 dots for 16 rows x 16 tokens (the
+ * weights, unpacked once per 16 rows to their natural element order, as A;
+ * the activations' AMX form as B), and the same float operations run on
+ * transposed accumulators: for row r and lane j a vector over the 16 tokens.
+ * The lanes' tree then is vertical adds in the same order. A short tail
+ * runs through the VNNI tile itself, its accumulators turned back. */
+
+typedef struct amx_tilecfg {
+    uint8_t palette, start_row, reserved[14];
+    uint16_t colsb[16];
+    uint8_t rows[16];
+} amx_tilecfg;
+
+/* Tiles 0, 1: C (16 rows x 16 int32); 2: A (16 rows x one block); 4, 5: B
+ * (a block's 8 quads of 16 tokens: coarse bytes, residual bytes). */
+static void amx_config(void) {
+    amx_tilecfg cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 2; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
+    cfg.rows[2] = 16, cfg.colsb[2] = 32;
+    for (int i = 4; i < 6; i++) cfg.rows[i] = 8, cfg.colsb[i] = 64;
+    _tile_loadconfig(&cfg);
+}
+
+/* One raw block (the file's layout) as 32 bytes in element order: Q4 and Q5
+ * unsigned, Q8_0 signed (x16) or +128 (x8, as the VNNI tiles take it);
+ * its scale and offset as chunk_offsets gives them. */
+INLINE void amx_unpack_block(const int type, const bool x16, const uint8_t *blk, int8_t *dst, float *dw, float *mw) {
+    const float d = f16_at(blk);
+    *dw = d;
+    if (type == GL_TYPE_Q8_0) {
+        __m256i v = load256(blk + 2);
+        if (!x16) v = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
+        _mm256_storeu_si256((__m256i *)dst, v);
+        *mw = d * -128.0f;
+        return;
+    }
+    const bool has_min = type == GL_TYPE_Q4_1 || type == GL_TYPE_Q5_1;
+    const int qs = (has_min ? 4 : 2) + (is_q5(type) ? 4 : 0);
+    const __m128i q = _mm_loadu_si128((const __m128i *)(blk + qs)), m4 = _mm_set1_epi8(0x0f);
+    __m256i v = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(q, 4), m4), _mm_and_si128(q, m4));
+    if (is_q5(type)) {
+        uint32_t qh;
+        memcpy(&qh, blk + qs - 4, 4);
+        v = _mm256_mask_add_epi8(v, (__mmask32)qh, v, _mm256_set1_epi8(0x10));
+    }
+    _mm256_storeu_si256((__m256i *)dst, v);
+    *mw = has_min ? f16_at(blk + 2) : d * (type == GL_TYPE_Q5_0 ? -16.0f : -8.0f);
+}
+
+/* Rows rt..rt+nr-1 (nr <= 16; rows past them zero) into A tiles, block b's at
+ * a + 512 b, and their scales and offsets [b][16]. */
+INLINE void amx_unpack_rows(const int type, const bool x16, const uint8_t *data, size_t row_bytes, long rt, int nr,
+                            int64_t na, int8_t *a, float *dw, float *mw) {
+    const int bb = block32_bytes(type);
+    for (int r = 0; r < 16; r++) {
+        if (r >= nr) {
+            for (int64_t b = 0; b < na; b++) {
+                memset(a + 512 * b + 32 * r, 0, 32);
+                dw[16 * b + r] = mw[16 * b + r] = 0;
+            }
+            continue;
+        }
+        const uint8_t *row = data + (size_t)(rt + r) * row_bytes;
+        for (int64_t b = 0; b < na; b++)
+            amx_unpack_block(type, x16, row + (size_t)b * bb, a + 512 * b + 32 * r, &dw[16 * b + r], &mw[16 * b + r]);
+    }
+}
+
+/* Lane j's accumulators of 16 rows over 16 tokens: blocks j, j + 16, ...
+ * in chunk order, each as the VNNI tiles take block j of a chunk. */
+INLINE void amx_lane(const int type, const bool x16, const int8_t *a, const float *dwv, const float *mwv,
+                     const uint8_t *grp, int64_t na, int j, int32_t *c, float *acct) {
+    const bool q8 = type == GL_TYPE_Q8_0;
+    const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
+    __m512 acc[16];
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+    for (int64_t b = j; b < na; b += 16) {
+        const uint8_t *x = grp + (size_t)b * rec;
+        _tile_loadd(2, a + 512 * b, 32);
+        _tile_loadd(4, x, 64);
+        _tile_zero(0);
+        if (x16 && q8) _tile_dpbssd(0, 2, 4);
+        else _tile_dpbusd(0, 2, 4);
+        if (x16) {
+            _tile_loadd(5, x + 512, 64);
+            _tile_zero(1);
+            if (q8) _tile_dpbssd(1, 2, 5);
+            else _tile_dpbusd(1, 2, 5);
+            _tile_stored(1, c + 256, 64);
+        }
+        _tile_stored(0, c, 64);
+        const __m512 da = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512)));
+        const __m512 s = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512) + 64));
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) {
+            __m512i dot = _mm512_loadu_si512(c + 16 * r);
+            if (x16) dot = _mm512_add_epi32(_mm512_slli_epi32(dot, 8), _mm512_loadu_si512(c + 256 + 16 * r));
+            const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(dwv[16 * b + r]), da);
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
+            if (!(x16 && q8)) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwv[16 * b + r]), s, acc[r]);
+        }
+    }
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) _mm512_store_ps(acct + 256 * r + 16 * j, acc[r]);
+}
+
+/* Rows r0..r1-1 (see kern_amx_rows_fn). Scratch: the A tiles of 16 rows,
+ * their scales and offsets, the transposed accumulators and C. */
+INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0, long r1, const uint8_t *act,
+                     size_t act_stride, int n_tok, float *out, size_t out_stride, uint8_t *scratch) {
+    const int64_t n_cols = w->n_cols, nb = n_cols / 32, na = kern_amx_blocks(n_cols);
+    const int st = (int)(nb - na), bb = block32_bytes(type);
+    const size_t row_bytes = (size_t)(nb * bb), rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
+    const uint8_t *region = kern_amx_region(act, n_tok, act_stride);
+    uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
+    float *acct = (float *)base;            /* [16 rows][16 lanes][16 tokens] */
+    int32_t *c = (int32_t *)(acct + 4096);  /* [2][16][16] */
+    float *dwv = (float *)(c + 512), *mwv = dwv + 16 * na;
+    int8_t *a = (int8_t *)(mwv + 16 * na);  /* [na][16 rows][32] */
+    _Alignas(64) float state[4 * 64];
+    amx_config();
+    for (long rt = r0; rt < r1; rt += 16) {
+        const int nr = r1 - rt < 16 ? (int)(r1 - rt) : 16;
+        amx_unpack_rows(type, x16, w->data, row_bytes, rt, nr, na, a, dwv, mwv);
+        for (int t0 = 0; t0 < n_tok; t0 += 16) {
+            const int nt = n_tok - t0 < 16 ? n_tok - t0 : 16;
+            const uint8_t *grp = region + (size_t)(t0 / 16) * (size_t)na * rec;
+            for (int j = 0; j < 16; j++) amx_lane(type, x16, a, dwv, mwv, grp, na, j, c, acct);
+            if (!st) { /* sum4_ps's tree, vertically: lanes i + (i + 8), then + 4, then (0 + 2) + (1 + 3) */
+                _Alignas(64) float sums[16][16];
+                for (int r = 0; r < nr; r++) {
+                    const float *v = acct + 256 * r;
+                    __m512 h[8];
+#pragma GCC unroll 8
+                    for (int i = 0; i < 8; i++) h[i] = _mm512_add_ps(_mm512_load_ps(v + 16 * i), _mm512_load_ps(v + 16 * (i + 8)));
+#pragma GCC unroll 4
+                    for (int i = 0; i < 4; i++) h[i] = _mm512_add_ps(h[i], h[i + 4]);
+                    _mm512_store_ps(sums[r], _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3])));
+                }
+                for (int t = 0; t < nt; t++)
+                    for (int r = 0; r < nr; r++) out[(size_t)(t0 + t) * out_stride + (size_t)(rt + r)] = sums[r][t];
+                continue;
+            }
+            /* A short tail: the VNNI tile from the turned-back accumulators */
+            const uint8_t *wt = (const uint8_t *)w->packed + (size_t)rt * row_bytes + (size_t)na * bb;
+            const size_t at = (size_t)(nb / 16) * (x16 ? sizeof(kq16_chunk) : sizeof(kq8_chunk));
+            /* tiles of 4 x 4, 4 x 1, 1 x 4, 1 x 1: the same operations per output as any other */
+            for (int r4 = 0; r4 < nr; r4 += nr - r4 >= 4 ? 4 : 1)
+                for (int t4 = 0; t4 < nt; t4 += nt - t4 >= 4 ? 4 : 1) {
+                    const int NR = nr - r4 >= 4 ? 4 : 1, NT = nt - t4 >= 4 ? 4 : 1;
+                    for (int rr = 0; rr < NR; rr++)
+                        for (int tt = 0; tt < NT; tt++)
+                            for (int j = 0; j < 16; j++)
+                                state[64 * rr + 16 * tt + j] = acct[256 * (r4 + rr) + 16 * j + t4 + tt];
+                    const uint8_t *wp = wt + (size_t)r4 * row_bytes, *ap = act + (size_t)(t0 + t4) * act_stride + at;
+                    float *o = out + (size_t)(t0 + t4) * out_stride + (size_t)(rt + r4);
+#define AMX_TAIL(NR_, NT_) chunk_tile(type, !x16, wp, row_bytes, 32 * st, ap, act_stride, NR_, NT_, o, out_stride, state, X16_LOAD)
+                    if (NR == 4 && NT == 4) AMX_TAIL(4, 4);
+                    else if (NR == 4) AMX_TAIL(4, 1);
+                    else if (NT == 4) AMX_TAIL(1, 4);
+                    else AMX_TAIL(1, 1);
+#undef AMX_TAIL
+                }
+        }
+    }
+    _tile_release();
+}
+
+#define DEFINE_AMX_ROWS(name, TYPE, X16)                                                                          \
+    static void FN(name)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride, int n_tok,   \
+                         float *out, size_t out_stride, uint8_t *scratch) {                                        \
+        amx_rows(TYPE, X16, w, r0, r1, act, act_stride, n_tok, out, out_stride, scratch);                          \
+    }
+DEFINE_AMX_ROWS(amx_rows_q4_0, GL_TYPE_Q4_0, true)
+DEFINE_AMX_ROWS(amx_rows_q4_1, GL_TYPE_Q4_1, true)
+DEFINE_AMX_ROWS(amx_rows_q5_0, GL_TYPE_Q5_0, true)
+DEFINE_AMX_ROWS(amx_rows_q5_1, GL_TYPE_Q5_1, true)
+DEFINE_AMX_ROWS(amx_rows_q8_0, GL_TYPE_Q8_0, true)
+DEFINE_AMX_ROWS(amx_rows_x8_q4_0, GL_TYPE_Q4_0, false)
+DEFINE_AMX_ROWS(amx_rows_x8_q4_1, GL_TYPE_Q4_1, false)
+DEFINE_AMX_ROWS(amx_rows_x8_q5_0, GL_TYPE_Q5_0, false)
+DEFINE_AMX_ROWS(amx_rows_x8_q5_1, GL_TYPE_Q5_1, false)
+DEFINE_AMX_ROWS(amx_rows_x8_q8_0, GL_TYPE_Q8_0, false)
