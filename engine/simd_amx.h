@@ -19,15 +19,17 @@ typedef struct amx_tilecfg {
     uint8_t rows[16];
 } amx_tilecfg;
 
-/* Tiles 0, 1: C (16 rows x 16 int32); 2: A (16 rows x one block); 4, 5: B
- * (a block's 8 quads of 16 tokens: coarse bytes, residual bytes). */
+/* Two slots of tiles, so one block's tile work runs while the float work
+ * of the one before goes on: slot s has C tiles 2s, 2s + 1 (coarse and
+ * residual dots), A tile 4 + s (16 rows x one block), B tile 6 + s (a
+ * block's 8 quads of 16 tokens; the residual's after the coarse one's). */
 static void amx_config(void) {
     amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
-    for (int i = 0; i < 2; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
-    cfg.rows[2] = 16, cfg.colsb[2] = 32;
-    for (int i = 4; i < 6; i++) cfg.rows[i] = 8, cfg.colsb[i] = 64;
+    for (int i = 0; i < 4; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
+    for (int i = 4; i < 6; i++) cfg.rows[i] = 16, cfg.colsb[i] = 32;
+    for (int i = 6; i < 8; i++) cfg.rows[i] = 8, cfg.colsb[i] = 64;
     _tile_loadconfig(&cfg);
 }
 
@@ -76,43 +78,83 @@ INLINE void amx_unpack_rows(const int type, const bool x16, const uint8_t *data,
     }
 }
 
-/* Lane j's accumulators of 16 rows over 16 tokens: blocks j, j + 16, ...
- * in chunk order, each as the VNNI tiles take block j of a chunk. */
-INLINE void amx_lane(const int type, const bool x16, const int8_t *a, const float *dwv, const float *mwv,
-                     const uint8_t *grp, int64_t na, int j, int32_t *c, float *acct) {
+/* Block b's dots for 16 rows x 16 tokens into c (x16: the coarse ones at
+ * c, the residual ones at c + 256) in one slot's tiles: C tiles CQ, CR, A
+ * tile TA, B tile TB (literal numbers: gcc's intrinsics paste them into the
+ * instruction). */
+#define AMX_ISSUE_T(CQ, CR, TA, TB, b, c)                                                                        \
+    do {                                                                                                        \
+        const uint8_t *x_ = grp + (size_t)(b) * rec;                                                            \
+        _tile_loadd(TA, a + 512 * (size_t)(b), 32);                                                             \
+        _tile_loadd(TB, x_, 64);                                                                                \
+        _tile_zero(CQ);                                                                                         \
+        if (x16 && q8) _tile_dpbssd(CQ, TA, TB);                                                                \
+        else _tile_dpbusd(CQ, TA, TB);                                                                          \
+        _tile_stored(CQ, (c), 64);                                                                              \
+        if (x16) {                                                                                              \
+            _tile_loadd(TB, x_ + 512, 64);                                                                      \
+            _tile_zero(CR);                                                                                     \
+            if (q8) _tile_dpbssd(CR, TA, TB);                                                                   \
+            else _tile_dpbusd(CR, TA, TB);                                                                      \
+            _tile_stored(CR, (c) + 256, 64);                                                                    \
+        }                                                                                                       \
+    } while (0)
+#define AMX_ISSUE0(b, c) AMX_ISSUE_T(0, 1, 4, 6, b, c)
+#define AMX_ISSUE1(b, c) AMX_ISSUE_T(2, 3, 5, 7, b, c)
+
+/* Block b's float operations on lane j's accumulators of 16 rows, as the
+ * VNNI tiles do them for block j of a chunk. */
+INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, const float *mwv, const uint8_t *x,
+                             int64_t b, const int32_t *c, __m512 acc[16]) {
+    const bool q8 = type == GL_TYPE_Q8_0;
+    const __m512 da = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512)));
+    const __m512 s = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512) + 64));
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) {
+        __m512i dot = _mm512_load_si512(c + 16 * r);
+        if (x16) dot = _mm512_add_epi32(_mm512_slli_epi32(dot, 8), _mm512_load_si512(c + 256 + 16 * r));
+        const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(dwv[16 * b + r]), da);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
+        if (!(x16 && q8)) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwv[16 * b + r]), s, acc[r]);
+    }
+}
+
+/* The accumulators of all 16 lanes of 16 rows over a group of 16 tokens,
+ * to acct[r][j][t]: lane j's blocks j, j + 16, ... in chunk order, the
+ * blocks of all lanes one after another (items), each one's tile work
+ * issued an item ahead of its float work. */
+INLINE void amx_group(const int type, const bool x16, const int8_t *a, const float *dwv, const float *mwv,
+                      const uint8_t *grp, const int16_t *items, int n_items, int32_t *c, float *acct) {
     const bool q8 = type == GL_TYPE_Q8_0;
     const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t b = j; b < na; b += 16) {
-        const uint8_t *x = grp + (size_t)b * rec;
-        _tile_loadd(2, a + 512 * b, 32);
-        _tile_loadd(4, x, 64);
-        _tile_zero(0);
-        if (x16 && q8) _tile_dpbssd(0, 2, 4);
-        else _tile_dpbusd(0, 2, 4);
-        if (x16) {
-            _tile_loadd(5, x + 512, 64);
-            _tile_zero(1);
-            if (q8) _tile_dpbssd(1, 2, 5);
-            else _tile_dpbusd(1, 2, 5);
-            _tile_stored(1, c + 256, 64);
-        }
-        _tile_stored(0, c, 64);
-        const __m512 da = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512)));
-        const __m512 s = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512) + 64));
+    /* item k's tiles are slot k % 2, its dots c + 512 (k % 3): issued two items ahead */
+    AMX_ISSUE0(items[0], c);
+    if (n_items > 1) AMX_ISSUE1(items[1], c + 512);
+    for (int k = 0; k < n_items; k += 2) {
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++) {
+            if (k + i >= n_items) break;
+            const int b = items[k + i];
+            int32_t *ck = c + 512 * ((k + i) % 3);
+            amx_block_floats(type, x16, dwv, mwv, grp + (size_t)b * rec, b, ck, acc);
+            if (k + i + 2 < n_items) {
+                int32_t *cn = c + 512 * ((k + i + 2) % 3);
+                if (i == 0) AMX_ISSUE0(items[k + i + 2], cn);
+                else AMX_ISSUE1(items[k + i + 2], cn);
+            }
+            /* a lane's last block: its accumulators out, the next lane's start */
+            if (k + i + 1 == n_items || items[k + i + 1] % 16 != b % 16) {
 #pragma GCC unroll 16
-        for (int r = 0; r < 16; r++) {
-            __m512i dot = _mm512_loadu_si512(c + 16 * r);
-            if (x16) dot = _mm512_add_epi32(_mm512_slli_epi32(dot, 8), _mm512_loadu_si512(c + 256 + 16 * r));
-            const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(dwv[16 * b + r]), da);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
-            if (!(x16 && q8)) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwv[16 * b + r]), s, acc[r]);
+                for (int r = 0; r < 16; r++) {
+                    _mm512_store_ps(acct + 256 * r + 16 * (b % 16), acc[r]);
+                    acc[r] = _mm512_setzero_ps();
+                }
+            }
         }
     }
-#pragma GCC unroll 16
-    for (int r = 0; r < 16; r++) _mm512_store_ps(acct + 256 * r + 16 * j, acc[r]);
 }
 
 /* Rows r0..r1-1 (see kern_amx_rows_fn). Scratch: the A tiles of 16 rows,
@@ -125,9 +167,14 @@ INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0
     const uint8_t *region = kern_amx_region(act, n_tok, act_stride);
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     float *acct = (float *)base;            /* [16 rows][16 lanes][16 tokens] */
-    int32_t *c = (int32_t *)(acct + 4096);  /* [2][16][16] */
-    float *dwv = (float *)(c + 512), *mwv = dwv + 16 * na;
+    int32_t *c = (int32_t *)(acct + 4096);  /* [3 items][2][16][16] */
+    float *dwv = (float *)(c + 1536), *mwv = dwv + 16 * na;
     int8_t *a = (int8_t *)(mwv + 16 * na);  /* [na][16 rows][32] */
+    int16_t *items = (int16_t *)(a + 512 * na);
+    int n_items = 0;
+    for (int j = 0; j < 16; j++) /* lanes past a short row's blocks stay zero */
+        for (int64_t b = j; b < na; b += 16) items[n_items++] = (int16_t)b;
+    memset(acct, 0, 4096 * sizeof *acct);
     _Alignas(64) float state[4 * 64];
     amx_config();
     for (long rt = r0; rt < r1; rt += 16) {
@@ -136,7 +183,7 @@ INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0
         for (int t0 = 0; t0 < n_tok; t0 += 16) {
             const int nt = n_tok - t0 < 16 ? n_tok - t0 : 16;
             const uint8_t *grp = region + (size_t)(t0 / 16) * (size_t)na * rec;
-            for (int j = 0; j < 16; j++) amx_lane(type, x16, a, dwv, mwv, grp, na, j, c, acct);
+            if (n_items) amx_group(type, x16, a, dwv, mwv, grp, items, n_items, c, acct);
             if (!st) { /* sum4_ps's tree, vertically: lanes i + (i + 8), then + 4, then (0 + 2) + (1 + 3) */
                 _Alignas(64) float sums[16][16];
                 for (int r = 0; r < nr; r++) {
