@@ -11,7 +11,11 @@
  * the activations' AMX form as B), and the same float operations run on
  * transposed accumulators: for row r and lane j a vector over the 16 tokens.
  * The lanes' tree then is vertical adds in the same order. A short tail
- * runs through the VNNI tile itself, its accumulators turned back. */
+ * adds into the same accumulators lane by lane, as add_short_tail does.
+ *
+ * The float work per block and output is VNNI's own (the bits ask for it),
+ * so AMX saves the integer dots only; the weights' unpacking, once per 16
+ * rows and call, is why short calls (under KERN_AMX_MIN_TOKENS) stay on VNNI. */
 
 typedef struct amx_tilecfg {
     uint8_t palette, start_row, reserved[14];
