@@ -724,8 +724,7 @@ static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
 /* The AMX form (simd.h) of n_tokens activation rows, in groups of 16. */
 static size_t amx_region_bytes(kern_act_kind kind, int64_t n_cols, int n_tokens) {
     if (kind != KERN_ACT_AMX_X8 && kind != KERN_ACT_AMX_X16) return 0;
-    size_t rec = kind == KERN_ACT_AMX_X8 ? sizeof(kamx8_blk) : sizeof(kamx16_blk);
-    return (size_t)((n_tokens + 15) / 16) * (size_t)kern_amx_blocks(n_cols) * rec;
+    return (size_t)((n_tokens + 15) / 16) * kern_amx_group_bytes(n_cols, kind == KERN_ACT_AMX_X16);
 }
 
 static bool is_qa_kind(kern_act_kind kind) { return kind == KERN_ACT_QA_K16 || kind == KERN_ACT_QA_K8; }
@@ -742,20 +741,36 @@ static size_t act_bytes(kern_act_kind kind, int64_t n_cols, int n_tokens) {
  * it) into its slots of the AMX form. The coarse and residual bytes of
  * 256 q + q2 come back exactly: q2 is the low byte taken signed. */
 static void amx_fill_token(kern_act_kind kind, const uint8_t *row, int64_t n_cols, uint8_t *region, int t) {
-    const int64_t na = kern_amx_blocks(n_cols);
+    const bool x16 = kind == KERN_ACT_AMX_X16;
+    const int64_t na = kern_amx_blocks(n_cols), nb = n_cols / 32;
     const int tt = t % 16;
+    uint8_t *group = region + (size_t)(t / 16) * kern_amx_group_bytes(n_cols, x16);
+    if (na < nb) { /* the short tail, kq8_tail or kq16_tail after the chunks */
+        const int m = (int)(nb - na);
+        kamx_tail *tail = (kamx_tail *)(group + (size_t)na * (x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk)));
+        const uint8_t *src = row + (size_t)(nb / 16) * (x16 ? sizeof(kq16_chunk) : sizeof(kq8_chunk));
+        const kq8_tail *a8 = (const kq8_tail *)src;
+        const kq16_tail *a16 = (const kq16_tail *)src;
+        for (int v = 0; v < 2; v++)
+            for (int L = 0; L < 16; L++) {
+                memcpy(&tail->q[v][L][4 * tt], x16 ? &a16->q[v][4 * L] : &a8->q[v][4 * L], 4);
+                if (x16) memcpy(&tail->q2[v][L][4 * tt], &a16->q2[v][4 * L], 4);
+                tail->d[v][L][tt] = x16 ? a16->d[v][L] : a8->d[v][L];
+            }
+        for (int j = 0; j < m; j++) tail->s[j][tt] = x16 ? a16->s[j] : a8->s[j];
+    }
     for (int64_t b = 0; b < na; b++) {
         const int64_t c = b / 16;
         const int j = (int)(b % 16);
         if (kind == KERN_ACT_AMX_X8) {
             const kq8_chunk *ch = (const kq8_chunk *)row + c;
-            kamx8_blk *rec = (kamx8_blk *)region + (size_t)(t / 16) * (size_t)na + (size_t)b;
+            kamx8_blk *rec = (kamx8_blk *)group + (size_t)b;
             for (int v = 0; v < 8; v++) memcpy(&rec->q[v][4 * tt], &ch->q[v][4 * j], 4);
             rec->d[tt] = ch->d[j];
             rec->s[tt] = ch->s[j];
         } else {
             const kq16_chunk *ch = (const kq16_chunk *)row + c;
-            kamx16_blk *rec = (kamx16_blk *)region + (size_t)(t / 16) * (size_t)na + (size_t)b;
+            kamx16_blk *rec = (kamx16_blk *)group + (size_t)b;
             for (int k = 0; k < 32; k++) { /* element k: pair k / 2 of block j */
                 int val = ch->q[k / 2][2 * j + k % 2];
                 int8_t q2 = (int8_t)(uint8_t)(val & 0xff);
@@ -984,9 +999,11 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
         job.act_stride = act_row_bytes(job.act_kind, job.n_cols);
         if (job.act_kind == KERN_ACT_F32) {
             job.act = (const uint8_t *)x;
-        } else if (act_reserve(p, act_bytes(job.act_kind, job.n_cols, n_tokens)) == 0 &&
-                   (!job.parts[0].amx || kern_pool_reserve(p, KERN_AMX_SCRATCH(job.n_cols) / sizeof(float) + 1) == 0)) {
+        } else if (act_reserve(p, act_bytes(job.act_kind, job.n_cols, n_tokens)) == 0) {
             job.act = p->act;
+            /* No scratch for the AMX tiles: the VNNI rows read the same per-token rows, to the same bits. */
+            if (job.parts[0].amx && kern_pool_reserve(p, KERN_AMX_SCRATCH(job.n_cols) / sizeof(float) + 1))
+                for (int i = 0; i < job.n_parts; i++) job.parts[i].amx = NULL;
             if (n_tokens % 16 && job.parts[0].amx) { /* the last group's tokens past n_tokens: zero */
                 size_t last = amx_region_bytes(job.act_kind, job.n_cols, 16);
                 memset((uint8_t *)kern_amx_region(job.act, n_tokens, job.act_stride) +

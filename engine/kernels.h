@@ -74,7 +74,8 @@ int kern_pack(gl_tensor *w);
 void kern_unpack(gl_tensor *w);
 
 /* Kernel implementation: "scalar" (dequantize rows to float; the reference),
- * "avx2", "avx512", or "auto" (the best the CPU runs, the default unless the
+ * "avx2", "avx512", "amx" (avx512 with AMX tiles for prompts, the same bits;
+ * GENLOOP_AMX=0 withholds it), or "auto" (the best the CPU runs, the default unless the
  * environment sets GENLOOP_KERNELS to one of these names). Not thread-safe
  * against running kernels. -1 when the CPU cannot run the one named. */
 int kern_set_backend(const char *name);

@@ -200,7 +200,7 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
  *    matmul has at least KERN_AMX_MIN_TOKENS tokens. The hand-out gives it
  *    rows in multiples of 16 where it can (any count works), and a
  *    per-thread scratch of KERN_AMX_SCRATCH(n_cols) bytes. */
-#define KERN_AMX_MIN_TOKENS 16
+#define KERN_AMX_MIN_TOKENS 32
 
 /* Rows r0..r1-1 of w (w->data and, when packed, w->packed) against act:
  * out[t * out_stride + r] for t < n_tok. The tile configuration is the
@@ -208,7 +208,7 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
 typedef void (*kern_amx_rows_fn)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride,
                                  int n_tok, float *out, size_t out_stride, uint8_t *scratch);
 
-#define KERN_AMX_SCRATCH(n_cols) ((size_t)(n_cols) * 20 + 65536)
+#define KERN_AMX_SCRATCH(n_cols) ((size_t)(n_cols) * 21 + 65536)
 
 /* One block position (block j of chunk c) of 16 tokens as AMX B tiles:
  * q[v][4 t + e] = element 4 v + e of token t's block (kq8_chunk's q[v][4j + e]). */
@@ -226,10 +226,25 @@ typedef struct kamx16_blk {
     float s[16];
 } kamx16_blk;
 
+/* A short tail's activations (kq8_tail, kq16_tail) of 16 tokens, turned
+ * the same way: lane L of vector v is a vector over the tokens. */
+typedef struct kamx_tail {
+    int8_t q[2][16][64];      /* [v][L][4 t + e]: kq8_tail's q[v][4 L + e] of token t */
+    int8_t q2[2][16][64];     /* the residuals (16-bit activations only) */
+    float d[2][16][16];       /* [v][L][t] */
+    float s[KQ_SHORT_TAIL][16]; /* [j][t] */
+} kamx_tail;
+
 /* Blocks of a row the AMX tiles take: all but a short tail. */
 static inline int64_t kern_amx_blocks(int64_t n_cols) {
     int64_t nb = n_cols / 32;
     return nb - (nb % 16 <= KQ_SHORT_TAIL ? nb % 16 : 0);
+}
+
+/* Bytes of one group of 16 tokens in the AMX form: its blocks, then any short tail. */
+static inline size_t kern_amx_group_bytes(int64_t n_cols, bool x16) {
+    size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
+    return (size_t)kern_amx_blocks(n_cols) * rec + (kern_amx_blocks(n_cols) < n_cols / 32 ? sizeof(kamx_tail) : 0);
 }
 
 /* Where the AMX form starts after n_tok per-token rows. */

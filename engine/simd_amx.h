@@ -11,7 +11,11 @@
  * the activations' AMX form as B), and the same float operations run on
  * transposed accumulators: for row r and lane j a vector over the 16 tokens.
  * The lanes' tree then is vertical adds in the same order. A short tail
- * runs through the VNNI tile itself, its accumulators turned back. */
+ * adds into the same accumulators lane by lane, as add_short_tail does.
+ *
+ * The float work per block and output is VNNI's own (the bits ask for it),
+ * so AMX saves the integer dots only; the weights' unpacking, once per 16
+ * rows and call, is why short calls (under KERN_AMX_MIN_TOKENS) stay on VNNI. */
 
 typedef struct amx_tilecfg {
     uint8_t palette, start_row, reserved[14];
@@ -19,15 +23,17 @@ typedef struct amx_tilecfg {
     uint8_t rows[16];
 } amx_tilecfg;
 
-/* Tiles 0, 1: C (16 rows x 16 int32); 2: A (16 rows x one block); 4, 5: B
- * (a block's 8 quads of 16 tokens: coarse bytes, residual bytes). */
+/* Two slots of tiles, so one block's tile work runs while the float work
+ * of the one before goes on: slot s has C tiles 2s, 2s + 1 (coarse and
+ * residual dots), A tile 4 + s (16 rows x one block), B tile 6 + s (a
+ * block's 8 quads of 16 tokens; the residual's after the coarse one's). */
 static void amx_config(void) {
     amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
-    for (int i = 0; i < 2; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
-    cfg.rows[2] = 16, cfg.colsb[2] = 32;
-    for (int i = 4; i < 6; i++) cfg.rows[i] = 8, cfg.colsb[i] = 64;
+    for (int i = 0; i < 4; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
+    for (int i = 4; i < 6; i++) cfg.rows[i] = 16, cfg.colsb[i] = 32;
+    for (int i = 6; i < 8; i++) cfg.rows[i] = 8, cfg.colsb[i] = 64;
     _tile_loadconfig(&cfg);
 }
 
@@ -60,118 +66,183 @@ INLINE void amx_unpack_block(const int type, const bool x16, const uint8_t *blk,
 /* Rows rt..rt+nr-1 (nr <= 16; rows past them zero) into A tiles, block b's at
  * a + 512 b, and their scales and offsets [b][16]. */
 INLINE void amx_unpack_rows(const int type, const bool x16, const uint8_t *data, size_t row_bytes, long rt, int nr,
-                            int64_t na, int8_t *a, float *dw, float *mw) {
+                            int64_t na, int64_t nb, int8_t *a, float *dw, float *mw) {
     const int bb = block32_bytes(type);
     for (int r = 0; r < 16; r++) {
         if (r >= nr) {
-            for (int64_t b = 0; b < na; b++) {
+            for (int64_t b = 0; b < nb; b++) {
                 memset(a + 512 * b + 32 * r, 0, 32);
                 dw[16 * b + r] = mw[16 * b + r] = 0;
             }
             continue;
         }
         const uint8_t *row = data + (size_t)(rt + r) * row_bytes;
-        for (int64_t b = 0; b < na; b++)
-            amx_unpack_block(type, x16, row + (size_t)b * bb, a + 512 * b + 32 * r, &dw[16 * b + r], &mw[16 * b + r]);
+        /* a short tail takes Q8_0 +128 at both widths, as add_short_tail */
+        for (int64_t b = 0; b < nb; b++)
+            amx_unpack_block(type, x16 && b < na, row + (size_t)b * bb, a + 512 * b + 32 * r, &dw[16 * b + r],
+                             &mw[16 * b + r]);
     }
 }
 
-/* Lane j's accumulators of 16 rows over 16 tokens: blocks j, j + 16, ...
- * in chunk order, each as the VNNI tiles take block j of a chunk. */
-INLINE void amx_lane(const int type, const bool x16, const int8_t *a, const float *dwv, const float *mwv,
-                     const uint8_t *grp, int64_t na, int j, int32_t *c, float *acct) {
+/* A short tail of m blocks (unpacked as blocks na..na+m-1) into the
+ * transposed accumulators of nr rows, lane by lane as add_short_tail does
+ * it: per vector v, lane L (block j, elements e0..e0+3; empty lanes add
+ * nothing there either) its 4-element dot times dw * da, then each block's
+ * offset term in lane j. */
+INLINE void amx_short_tail(const bool x16, const int8_t *a, const float *dwv, const float *mwv, int64_t na, int m,
+                           const kamx_tail *tail, float *acct) {
+    const int n_vec = (m + 1) / 2;
+    for (int L = 0; L < 16; L++) { /* a lane's 16 rows in registers, its vectors' dots in order, then its offset term */
+        __m512 acc[16];
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) acc[r] = _mm512_load_ps(acct + 256 * r + 16 * L);
+        for (int v = 0; v < n_vec; v++) {
+            int j = 0, e0 = 0;
+            if (!kq_tail_lane(m, v, L, &j, &e0)) continue;
+            const __m512i xq = _mm512_load_si512(tail->q[v][L]), xq2 = _mm512_load_si512(tail->q2[v][L]);
+            const __m512 da = _mm512_load_ps(tail->d[v][L]);
+            const int8_t *wj = a + 512 * (na + j) + e0;
+            const float *dj = dwv + 16 * (na + j);
+#pragma GCC unroll 16
+            for (int r = 0; r < 16; r++) {
+                int32_t w4;
+                memcpy(&w4, wj + 32 * r, 4);
+                const __m512i wv = _mm512_set1_epi32(w4);
+                __m512i idot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xq);
+                if (x16) idot = _mm512_dpbusd_epi32(_mm512_slli_epi32(idot, 8), wv, xq2);
+                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(_mm512_set1_ps(dj[r]), da), acc[r]);
+            }
+        }
+        if (L < m) {
+            const __m512 s = _mm512_load_ps(tail->s[L]);
+#pragma GCC unroll 16
+            for (int r = 0; r < 16; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwv[16 * (na + L) + r]), s, acc[r]);
+        }
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) _mm512_store_ps(acct + 256 * r + 16 * L, acc[r]);
+    }
+}
+
+/* Block b's dots for 16 rows x 16 tokens into c (x16: the coarse ones at
+ * c, the residual ones at c + 256) in one slot's tiles: C tiles CQ, CR, A
+ * tile TA, B tile TB (literal numbers: gcc's intrinsics paste them into the
+ * instruction). */
+#define AMX_ISSUE_T(CQ, CR, TA, TB, b, c)                                                                        \
+    do {                                                                                                        \
+        const uint8_t *x_ = grp + (size_t)(b) * rec;                                                            \
+        _tile_loadd(TA, a + 512 * (size_t)(b), 32);                                                             \
+        _tile_loadd(TB, x_, 64);                                                                                \
+        _tile_zero(CQ);                                                                                         \
+        if (x16 && q8) _tile_dpbssd(CQ, TA, TB);                                                                \
+        else _tile_dpbusd(CQ, TA, TB);                                                                          \
+        _tile_stored(CQ, (c), 64);                                                                              \
+        if (x16) {                                                                                              \
+            _tile_loadd(TB, x_ + 512, 64);                                                                      \
+            _tile_zero(CR);                                                                                     \
+            if (q8) _tile_dpbssd(CR, TA, TB);                                                                   \
+            else _tile_dpbusd(CR, TA, TB);                                                                      \
+            _tile_stored(CR, (c) + 256, 64);                                                                    \
+        }                                                                                                       \
+    } while (0)
+#define AMX_ISSUE0(b, c) AMX_ISSUE_T(0, 1, 4, 6, b, c)
+#define AMX_ISSUE1(b, c) AMX_ISSUE_T(2, 3, 5, 7, b, c)
+
+/* Block b's float operations on lane j's accumulators of 16 rows, as the
+ * VNNI tiles do them for block j of a chunk. */
+INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, const float *mwv, const uint8_t *x,
+                             int64_t b, const int32_t *c, __m512 acc[16]) {
+    const bool q8 = type == GL_TYPE_Q8_0;
+    const __m512 da = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512)));
+    const __m512 s = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512) + 64));
+#pragma GCC unroll 16
+    for (int r = 0; r < 16; r++) {
+        __m512i dot = _mm512_load_si512(c + 16 * r);
+        if (x16) dot = _mm512_add_epi32(_mm512_slli_epi32(dot, 8), _mm512_load_si512(c + 256 + 16 * r));
+        const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(dwv[16 * b + r]), da);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
+        if (!(x16 && q8)) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwv[16 * b + r]), s, acc[r]);
+    }
+}
+
+/* The accumulators of all 16 lanes of 16 rows over a group of 16 tokens,
+ * to acct[r][j][t]: lane j's blocks j, j + 16, ... in chunk order, the
+ * blocks of all lanes one after another (items), each one's tile work
+ * issued an item ahead of its float work. */
+INLINE void amx_group(const int type, const bool x16, const int8_t *a, const float *dwv, const float *mwv,
+                      const uint8_t *grp, const int16_t *items, int n_items, int32_t *c, float *acct) {
     const bool q8 = type == GL_TYPE_Q8_0;
     const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
-    for (int64_t b = j; b < na; b += 16) {
-        const uint8_t *x = grp + (size_t)b * rec;
-        _tile_loadd(2, a + 512 * b, 32);
-        _tile_loadd(4, x, 64);
-        _tile_zero(0);
-        if (x16 && q8) _tile_dpbssd(0, 2, 4);
-        else _tile_dpbusd(0, 2, 4);
-        if (x16) {
-            _tile_loadd(5, x + 512, 64);
-            _tile_zero(1);
-            if (q8) _tile_dpbssd(1, 2, 5);
-            else _tile_dpbusd(1, 2, 5);
-            _tile_stored(1, c + 256, 64);
-        }
-        _tile_stored(0, c, 64);
-        const __m512 da = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512)));
-        const __m512 s = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512) + 64));
+    /* item k's tiles are slot k % 2, its dots c + 512 (k % 3): issued two items ahead */
+    AMX_ISSUE0(items[0], c);
+    if (n_items > 1) AMX_ISSUE1(items[1], c + 512);
+    for (int k = 0; k < n_items; k += 2) {
+#pragma GCC unroll 2
+        for (int i = 0; i < 2; i++) {
+            if (k + i >= n_items) break;
+            const int b = items[k + i];
+            int32_t *ck = c + 512 * ((k + i) % 3);
+            amx_block_floats(type, x16, dwv, mwv, grp + (size_t)b * rec, b, ck, acc);
+            if (k + i + 2 < n_items) {
+                int32_t *cn = c + 512 * ((k + i + 2) % 3);
+                if (i == 0) AMX_ISSUE0(items[k + i + 2], cn);
+                else AMX_ISSUE1(items[k + i + 2], cn);
+            }
+            /* a lane's last block: its accumulators out, the next lane's start */
+            if (k + i + 1 == n_items || items[k + i + 1] % 16 != b % 16) {
 #pragma GCC unroll 16
-        for (int r = 0; r < 16; r++) {
-            __m512i dot = _mm512_loadu_si512(c + 16 * r);
-            if (x16) dot = _mm512_add_epi32(_mm512_slli_epi32(dot, 8), _mm512_loadu_si512(c + 256 + 16 * r));
-            const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(dwv[16 * b + r]), da);
-            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
-            if (!(x16 && q8)) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwv[16 * b + r]), s, acc[r]);
+                for (int r = 0; r < 16; r++) {
+                    _mm512_store_ps(acct + 256 * r + 16 * (b % 16), acc[r]);
+                    acc[r] = _mm512_setzero_ps();
+                }
+            }
         }
     }
-#pragma GCC unroll 16
-    for (int r = 0; r < 16; r++) _mm512_store_ps(acct + 256 * r + 16 * j, acc[r]);
 }
 
-/* Rows r0..r1-1 (see kern_amx_rows_fn). Scratch: the A tiles of 16 rows,
- * their scales and offsets, the transposed accumulators and C. */
+/* Rows r0..r1-1 (see kern_amx_rows_fn). Scratch: the transposed
+ * accumulators, C, the rows' scales and offsets, their A tiles, the items. */
 INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0, long r1, const uint8_t *act,
                      size_t act_stride, int n_tok, float *out, size_t out_stride, uint8_t *scratch) {
     const int64_t n_cols = w->n_cols, nb = n_cols / 32, na = kern_amx_blocks(n_cols);
     const int st = (int)(nb - na), bb = block32_bytes(type);
-    const size_t row_bytes = (size_t)(nb * bb), rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
+    const size_t row_bytes = (size_t)(nb * bb), group_bytes = kern_amx_group_bytes(n_cols, x16);
+    const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
     const uint8_t *region = kern_amx_region(act, n_tok, act_stride);
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     float *acct = (float *)base;            /* [16 rows][16 lanes][16 tokens] */
-    int32_t *c = (int32_t *)(acct + 4096);  /* [2][16][16] */
-    float *dwv = (float *)(c + 512), *mwv = dwv + 16 * na;
-    int8_t *a = (int8_t *)(mwv + 16 * na);  /* [na][16 rows][32] */
-    _Alignas(64) float state[4 * 64];
+    int32_t *c = (int32_t *)(acct + 4096);  /* [3 items][2][16][16] */
+    float *dwv = (float *)(c + 1536), *mwv = dwv + 16 * nb;
+    int8_t *a = (int8_t *)(mwv + 16 * nb);  /* [nb][16 rows][32] */
+    int16_t *items = (int16_t *)(a + 512 * nb);
+    int n_items = 0;
+    for (int j = 0; j < 16; j++)
+        for (int64_t b = j; b < na; b += 16) items[n_items++] = (int16_t)b;
     amx_config();
     for (long rt = r0; rt < r1; rt += 16) {
         const int nr = r1 - rt < 16 ? (int)(r1 - rt) : 16;
-        amx_unpack_rows(type, x16, w->data, row_bytes, rt, nr, na, a, dwv, mwv);
+        amx_unpack_rows(type, x16, w->data, row_bytes, rt, nr, na, nb, a, dwv, mwv);
         for (int t0 = 0; t0 < n_tok; t0 += 16) {
             const int nt = n_tok - t0 < 16 ? n_tok - t0 : 16;
-            const uint8_t *grp = region + (size_t)(t0 / 16) * (size_t)na * rec;
-            for (int j = 0; j < 16; j++) amx_lane(type, x16, a, dwv, mwv, grp, na, j, c, acct);
-            if (!st) { /* sum4_ps's tree, vertically: lanes i + (i + 8), then + 4, then (0 + 2) + (1 + 3) */
-                _Alignas(64) float sums[16][16];
-                for (int r = 0; r < nr; r++) {
-                    const float *v = acct + 256 * r;
-                    __m512 h[8];
+            const uint8_t *grp = region + (size_t)(t0 / 16) * group_bytes;
+            if (na < 16) memset(acct, 0, 4096 * sizeof *acct); /* lanes no block reaches (a short tail may) */
+            if (n_items) amx_group(type, x16, a, dwv, mwv, grp, items, n_items, c, acct);
+            if (st) amx_short_tail(x16, a, dwv, mwv, na, st, (const kamx_tail *)(grp + (size_t)na * rec), acct);
+            /* sum4_ps's tree, vertically: lanes i + (i + 8), then + 4, then (0 + 2) + (1 + 3) */
+            _Alignas(64) float sums[16][16];
+            for (int r = 0; r < nr; r++) {
+                const float *v = acct + 256 * r;
+                __m512 h[8];
 #pragma GCC unroll 8
-                    for (int i = 0; i < 8; i++) h[i] = _mm512_add_ps(_mm512_load_ps(v + 16 * i), _mm512_load_ps(v + 16 * (i + 8)));
+                for (int i = 0; i < 8; i++) h[i] = _mm512_add_ps(_mm512_load_ps(v + 16 * i), _mm512_load_ps(v + 16 * (i + 8)));
 #pragma GCC unroll 4
-                    for (int i = 0; i < 4; i++) h[i] = _mm512_add_ps(h[i], h[i + 4]);
-                    _mm512_store_ps(sums[r], _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3])));
-                }
-                for (int t = 0; t < nt; t++)
-                    for (int r = 0; r < nr; r++) out[(size_t)(t0 + t) * out_stride + (size_t)(rt + r)] = sums[r][t];
-                continue;
+                for (int i = 0; i < 4; i++) h[i] = _mm512_add_ps(h[i], h[i + 4]);
+                _mm512_store_ps(sums[r], _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3])));
             }
-            /* A short tail: the VNNI tile from the turned-back accumulators */
-            const uint8_t *wt = (const uint8_t *)w->packed + (size_t)rt * row_bytes + (size_t)na * bb;
-            const size_t at = (size_t)(nb / 16) * (x16 ? sizeof(kq16_chunk) : sizeof(kq8_chunk));
-            /* tiles of 4 x 4, 4 x 1, 1 x 4, 1 x 1: the same operations per output as any other */
-            for (int r4 = 0; r4 < nr; r4 += nr - r4 >= 4 ? 4 : 1)
-                for (int t4 = 0; t4 < nt; t4 += nt - t4 >= 4 ? 4 : 1) {
-                    const int NR = nr - r4 >= 4 ? 4 : 1, NT = nt - t4 >= 4 ? 4 : 1;
-                    for (int rr = 0; rr < NR; rr++)
-                        for (int tt = 0; tt < NT; tt++)
-                            for (int j = 0; j < 16; j++)
-                                state[64 * rr + 16 * tt + j] = acct[256 * (r4 + rr) + 16 * j + t4 + tt];
-                    const uint8_t *wp = wt + (size_t)r4 * row_bytes, *ap = act + (size_t)(t0 + t4) * act_stride + at;
-                    float *o = out + (size_t)(t0 + t4) * out_stride + (size_t)(rt + r4);
-#define AMX_TAIL(NR_, NT_) chunk_tile(type, !x16, wp, row_bytes, 32 * st, ap, act_stride, NR_, NT_, o, out_stride, state, X16_LOAD)
-                    if (NR == 4 && NT == 4) AMX_TAIL(4, 4);
-                    else if (NR == 4) AMX_TAIL(4, 1);
-                    else if (NT == 4) AMX_TAIL(1, 4);
-                    else AMX_TAIL(1, 1);
-#undef AMX_TAIL
-                }
+            for (int t = 0; t < nt; t++)
+                for (int r = 0; r < nr; r++) out[(size_t)(t0 + t) * out_stride + (size_t)(rt + r)] = sums[r][t];
         }
     }
     _tile_release();

@@ -139,3 +139,23 @@ def test_batch_invariance(q4_0_model, bits):
         for i in range(len(PROMPTS)):
             assert together[i] == alone[i], f"prompt {i} differs in a batch ({bits}-bit activations)"
             assert arrived[i] == alone[i], f"prompt {i} differs among concurrent clients ({bits}-bit activations)"
+
+
+# Prompts long enough for the AMX prompt tiles (32 tokens or more in one call).
+LONG_PROMPTS = [[1] + [(7 * i + 13 * k) % 298 + 1 for i in range(n)] for k, n in enumerate((40, 70, 33, 100))]
+
+
+@pytest.mark.parametrize("bits", ["16", "8"])
+def test_amx_prefill_matches_vnni(q4_0_model, bits, monkeypatch):
+    """Each long prompt prefilled in one call (on AMX where the host has it)
+    gives the tokens and logprobs of the same prompt prefilled in 16-token
+    chunks (always the VNNI tiles) and of the avx512 backend: the AMX tiles
+    are bit for bit the VNNI ones. Elsewhere all three runs are plain VNNI."""
+    runs = []
+    for kernels, chunk in (("auto", "128"), ("auto", "16"), ("avx512", "128")):
+        monkeypatch.setenv("GENLOOP_KERNELS", kernels)
+        with Server(q4_0_model, "-t", "2", "--activation-bits", bits, "--max-batch-tokens", chunk) as s:
+            runs.append([greedy(s, [p])[0] for p in LONG_PROMPTS])
+    for i in range(len(LONG_PROMPTS)):
+        assert runs[0][i] == runs[1][i], f"prompt {i}: one-call prefill differs from 16-token chunks ({bits}-bit)"
+        assert runs[0][i] == runs[2][i], f"prompt {i}: auto differs from avx512 ({bits}-bit)"
