@@ -302,6 +302,11 @@ typedef struct kern_impl {
  * group starts at act + (t / 16) * 16 * stride. Tokens past the call's are
  * zero. */
 #define KQA_GROUP 16
+/* Q6_K's 16-element scales leave AMX little to save against 8-bit
+ * activations' vpdpbusd: it breaks even at about 64 tokens (bench_matmul
+ * 768 x 2048, 1 thread: 32 tokens 118 -> 98 GMAC/s, 64 117 -> 118, 128
+ * 109 -> 119), so smaller calls keep VNNI. */
+#define KQA_Q6_K_X8_MIN_TOKENS 64
 typedef struct kqa16_k {
     int8_t q[16][4][16][4];   /* [j][k][t][e]: coarse part */
     int8_t q2[16][4][16][4];  /* residual */
