@@ -175,6 +175,43 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+    if (!x16) { /* one C tile an item: four of them, items issued three ahead, A and B tiles by turns */
+#define AMX_ISSUE8(CQ, TA, TB, k)                                                                                \
+    do {                                                                                                        \
+        _tile_loadd(TA, a + 512 * (size_t)items[k], 32);                                                        \
+        _tile_loadd(TB, grp + (size_t)items[k] * rec, 64);                                                      \
+        _tile_zero(CQ);                                                                                         \
+        _tile_dpbusd(CQ, TA, TB);                                                                               \
+        _tile_stored(CQ, c + 256 * ((k) % 4), 64);                                                              \
+    } while (0)
+        AMX_ISSUE8(0, 4, 6, 0);
+        if (n_items > 1) AMX_ISSUE8(1, 5, 7, 1);
+        if (n_items > 2) AMX_ISSUE8(2, 4, 6, 2);
+        for (int k = 0; k < n_items; k += 4) {
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++) {
+                const int kk = k + i;
+                if (kk >= n_items) break;
+                const int b = items[kk];
+                amx_block_floats(type, false, dwv, mwv, grp + (size_t)b * rec, b, c + 256 * i, acc);
+                if (kk + 3 < n_items) {
+                    if (i == 0) AMX_ISSUE8(3, 5, 7, kk + 3);
+                    else if (i == 1) AMX_ISSUE8(0, 4, 6, kk + 3);
+                    else if (i == 2) AMX_ISSUE8(1, 5, 7, kk + 3);
+                    else AMX_ISSUE8(2, 4, 6, kk + 3);
+                }
+                if (kk + 1 == n_items || items[kk + 1] % 16 != b % 16) {
+#pragma GCC unroll 16
+                    for (int r = 0; r < 16; r++) {
+                        _mm512_store_ps(acct + 256 * r + 16 * (b % 16), acc[r]);
+                        acc[r] = _mm512_setzero_ps();
+                    }
+                }
+            }
+        }
+#undef AMX_ISSUE8
+        return;
+    }
     /* item k's tiles are slot k % 2, its dots c + 512 (k % 3): issued two items ahead */
     AMX_ISSUE0(items[0], c);
     if (n_items > 1) AMX_ISSUE1(items[1], c + 512);
