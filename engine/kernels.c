@@ -15,6 +15,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #include "quant.h"
 #include "simd.h"
@@ -676,19 +677,47 @@ static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb
     }
 }
 
-int kern_pack(gl_tensor *w) {
+#define HUGE_PAGE ((size_t)2 << 20)
+
+size_t kern_pack_bytes(const gl_tensor *w) {
     const kern_impl *impl = kern_impl_active();
     /* Only for kernels that read the packed form: others would leave it unused. */
     if (w->packed || !packable(w->type) || !impl || !impl->packed_rows[w->type] ||
         w->n_cols % gl_type_get(w->type)->block_size)
         return 0;
-    size_t row_bytes = gl_type_row_bytes(w->type, w->n_cols), n = row_bytes * (size_t)w->n_rows;
-    void *buf = NULL;
-    if (posix_memalign(&buf, 64, n ? n : 64)) return -1;
+    return gl_type_row_bytes(w->type, w->n_cols) * (size_t)w->n_rows;
+}
+
+void kern_pack_into(gl_tensor *w, void *buf) {
+    size_t row_bytes = gl_type_row_bytes(w->type, w->n_cols);
     for (int64_t r = 0; r < w->n_rows; r++)
         pack_row(w->type, (const uint8_t *)w->data + (size_t)r * row_bytes, (uint8_t *)buf + (size_t)r * row_bytes,
                  w->n_cols / 32);
     w->packed = buf;
+}
+
+/* A decode step streams every weight once: on 4 KiB pages that is a TLB
+ * miss every 64 lines, and the hardware prefetchers stop at every page's
+ * end. So memory for weights of 2 MiB or more is asked for in 2 MiB pages
+ * (transparent huge pages, which the kernel gives on madvise when its
+ * setting is "madvise" or "always"), before the first write. Gemma 3's
+ * 170 MB output matrix on one thread: 15.6 -> 12.6 ms (bench_matmul). */
+void *kern_weights_alloc(size_t n) {
+    void *buf = NULL;
+    bool huge = n >= HUGE_PAGE;
+    if (posix_memalign(&buf, huge ? HUGE_PAGE : 64, n ? n : 64)) return NULL;
+#ifdef MADV_HUGEPAGE
+    if (huge) madvise(buf, n / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); /* a hint: failure leaves small pages */
+#endif
+    return buf;
+}
+
+int kern_pack(gl_tensor *w) {
+    size_t n = kern_pack_bytes(w);
+    if (!n) return 0;
+    void *buf = kern_weights_alloc(n);
+    if (!buf) return -1;
+    kern_pack_into(w, buf);
     return 0;
 }
 

@@ -72,6 +72,15 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
 int kern_pack(gl_tensor *w);
 /* Free what kern_pack allocated. */
 void kern_unpack(gl_tensor *w);
+/* kern_pack in two steps, so many matrices can share one allocation: the
+ * bytes of w's packed copy (0 when it has none), then the copy made into
+ * buf (that many bytes, 64-byte aligned, the caller's to free; w->packed
+ * points into it, so do not kern_unpack w). */
+size_t kern_pack_bytes(const gl_tensor *w);
+void kern_pack_into(gl_tensor *w, void *buf);
+/* Memory for weights, 64-byte aligned, in 2 MiB pages where the system
+ * gives them (a stream of weights misses the TLB far less); free() it. */
+void *kern_weights_alloc(size_t n);
 
 /* Kernel implementation: "scalar" (dequantize rows to float; the reference),
  * "avx2", "avx512", "amx" (avx512 with AMX tiles for prompts, the same bits;

@@ -200,15 +200,29 @@ static gl_tensor *matmul_weight(gl_weights *w, int n_layers, int i) {
 
 /* Repack the matrices for the fast kernels (kern_pack). The packed copy is
  * what the forward pass reads from then on, so the file pages read while
- * packing are handed back: the process keeps one copy of the weights. A
- * matrix that cannot be packed (no memory) is used as it is. */
+ * packing are handed back: the process keeps one copy of the weights. All
+ * packed matrices share one allocation in forward-pass order, so even a
+ * layer's small matrices sit on 2 MiB pages (kern_weights_alloc) and a
+ * decode step's reads run on from one matrix into the next. A matrix that
+ * cannot be packed (no memory) is used as it is. */
 static void pack_weights(gl_model *m, gl_load_progress_fn progress, void *ctx) {
     long page = sysconf(_SC_PAGESIZE);
     int n = LAYER_MATRICES * m->config.n_layers + 1;
+    size_t total = 0, off = 0;
+    for (int i = 0; i < n; i++) total += (kern_pack_bytes(matmul_weight(&m->weights, m->config.n_layers, i)) + 63) & ~(size_t)63;
+    m->packed = total ? kern_weights_alloc(total) : NULL;
     for (int i = 0; i < n; i++) {
         if (progress) progress((float)i / (float)n, ctx);
         gl_tensor *t = matmul_weight(&m->weights, m->config.n_layers, i);
-        if (kern_pack(t) || !t->packed || !m->file->mapped || page <= 0) continue;
+        size_t bytes = kern_pack_bytes(t);
+        if (!bytes) continue;
+        if (m->packed) {
+            kern_pack_into(t, (uint8_t *)m->packed + off);
+            off += (bytes + 63) & ~(size_t)63;
+        } else if (kern_pack(t)) {
+            continue;
+        }
+        if (!m->file->mapped || page <= 0) continue;
         uintptr_t lo = ((uintptr_t)t->data + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
         uintptr_t hi = ((uintptr_t)t->data + t->n_bytes) & ~((uintptr_t)page - 1);
         if (hi > lo) madvise((void *)lo, hi - lo, MADV_DONTNEED);
@@ -217,7 +231,13 @@ static void pack_weights(gl_model *m, gl_load_progress_fn progress, void *ctx) {
 
 static void unpack_weights(gl_model *m) {
     if (!m->weights.layers) return;
-    for (int i = 0; i <= LAYER_MATRICES * m->config.n_layers; i++) kern_unpack(matmul_weight(&m->weights, m->config.n_layers, i));
+    for (int i = 0; i <= LAYER_MATRICES * m->config.n_layers; i++) {
+        gl_tensor *t = matmul_weight(&m->weights, m->config.n_layers, i);
+        if (m->packed) t->packed = NULL; /* in m->packed */
+        else kern_unpack(t);
+    }
+    free(m->packed);
+    m->packed = NULL;
 }
 
 static void fill_info(gl_model *m) {

@@ -66,6 +66,7 @@ struct gl_model {
     gguf_file *file;          /* owns the mapping the weights point into */
     gl_config config;
     gl_weights weights;
+    void *packed;             /* every matrix's packed copy (kern_pack_into), or NULL */
     gl_tokenizer *tokenizer;
     bool vocab_only;          /* a tokenizer-only GGUF: no forward pass */
     gl_model_info info;

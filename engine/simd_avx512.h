@@ -35,6 +35,13 @@ INLINE __m512i group_bytes(const uint8_t *p, int m, bool sign) {
  * long a chain of dependent multiply-adds, which is what limits the small
  * tiles of one or two tokens. */
 #define SPLIT_DOTS(NR, NT) ((NR) * (NT) <= 4)
+/* A tile of one row and one or two tokens (decode) has one or two outputs:
+ * two chains each still leave the row's 8 or 16 multiply-adds a chunk
+ * waiting on each other's latency (5 cycles) rather than on the ports, and
+ * the memory stream waiting on them. Such a tile spreads call i of a chunk
+ * over the unused rows' accumulators too (dot[i % DOT_SLOTS][t]), which
+ * join_dots sums back: integer sums, exact in any order. */
+#define DOT_SLOTS(NR, NT, ROWS) ((NR) == 1 && (NT) <= 2 ? ((NT) == 1 ? (ROWS) : (ROWS) / 2) : 1)
 
 /* dot[r][t] += u0[r] . x[t][v0] + u1[r] . x[t][v1] (the second into dot2
  * when split), x[t] the activation vectors of token t, 64 bytes each: 32
@@ -49,32 +56,44 @@ INLINE __m512i group_bytes(const uint8_t *p, int m, bool sign) {
 #define DEFINE_DOT_PAIRS(name, ROWS, COLS)                                                                           \
     INLINE void name(const int NR, const int NT, __m512i dot[ROWS][COLS], __m512i dot2[ROWS][COLS],                 \
                      const __m512i u0[ROWS], const __m512i u1[ROWS], const uint8_t *const x[COLS], int v0, int v1,  \
-                     const bool bytes) {                                                                           \
+                     const bool bytes, int call) {                                                                 \
+        const int slot = call % DOT_SLOTS(NR, NT, ROWS);                                                           \
         _Pragma("GCC unroll 8") for (int t = 0; t < NT; t++) {                                                     \
             __m512i xl = _mm512_loadu_si512(x[t] + 64 * v0), xh = _mm512_loadu_si512(x[t] + 64 * v1);              \
             if (NR > 1) __asm__("" : "+v"(xl), "+v"(xh));                                                          \
             _Pragma("GCC unroll 4") for (int r = 0; r < NR; r++) {                                                 \
-                __m512i *d2 = SPLIT_DOTS(NR, NT) ? &dot2[r][t] : &dot[r][t];                                       \
+                __m512i *d = &dot[r + slot][t];                                                                    \
+                __m512i *d2 = SPLIT_DOTS(NR, NT) ? &dot2[r + slot][t] : d;                                         \
                 if (bytes) {                                                                                       \
-                    dot[r][t] = _mm512_dpbusd_epi32(dot[r][t], u0[r], xl);                                         \
+                    *d = _mm512_dpbusd_epi32(*d, u0[r], xl);                                                       \
                     *d2 = _mm512_dpbusd_epi32(*d2, u1[r], xh);                                                     \
                 } else {                                                                                           \
-                    dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u0[r], xl);                                         \
+                    *d = _mm512_dpwssd_epi32(*d, u0[r], xl);                                                       \
                     *d2 = _mm512_dpwssd_epi32(*d2, u1[r], xh);                                                     \
                 }                                                                                                  \
             }                                                                                                      \
         }                                                                                                          \
+    }                                                                                                              \
+    /* The extra accumulators of DOT_SLOTS, zeroed (slot 0 is the tile's own). */                                  \
+    INLINE void CAT(name, slots)(const int NR, const int NT, __m512i dot[ROWS][COLS], __m512i dot2[ROWS][COLS]) {   \
+        for (int s = 1; s < DOT_SLOTS(NR, NT, ROWS); s++)                                                          \
+            for (int t = 0; t < NT; t++) dot[s][t] = dot2[s][t] = _mm512_setzero_si512();                          \
+    }                                                                                                              \
+    /* dot += dot2 where the pairs split them, and the slots into dot[0]: a tree, for the latency. */              \
+    INLINE void CAT(name, join)(const int NR, const int NT, __m512i dot[ROWS][COLS], const __m512i dot2[ROWS][COLS]) { \
+        if (!SPLIT_DOTS(NR, NT)) return;                                                                           \
+        _Pragma("GCC unroll 4") for (int r = 0; r < ROWS; r++)                                                     \
+            _Pragma("GCC unroll 8") for (int t = 0; t < NT; t++)                                                   \
+                if (r < NR || r < DOT_SLOTS(NR, NT, ROWS)) dot[r][t] = _mm512_add_epi32(dot[r][t], dot2[r][t]);    \
+        _Pragma("GCC unroll 2") for (int t = 0; t < NT; t++) {                                                     \
+            if (DOT_SLOTS(NR, NT, ROWS) == 4) {                                                                    \
+                dot[0][t] = _mm512_add_epi32(dot[0][t], dot[2][t]);                                                \
+                dot[1][t] = _mm512_add_epi32(dot[1][t], dot[3][t]);                                                \
+            }                                                                                                      \
+            if (DOT_SLOTS(NR, NT, ROWS) >= 2) dot[0][t] = _mm512_add_epi32(dot[0][t], dot[1][t]);                  \
+        }                                                                                                          \
     }
 DEFINE_DOT_PAIRS(dot_pairs, 4, 4)
-
-/* dot += dot2 where dot_pairs split them. */
-INLINE void join_dots(const int NR, const int NT, __m512i dot[4][4], const __m512i dot2[4][4]) {
-    if (!SPLIT_DOTS(NR, NT)) return;
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) dot[r][t] = _mm512_add_epi32(dot[r][t], dot2[r][t]);
-}
 
 INLINE __m512 chunk_f16(const uint8_t *p, int m) {
     __m256i h = m == 16 ? load256(p) : _mm256_maskz_loadu_epi16((__mmask16)((1u << m) - 1), p);
@@ -321,6 +340,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
         }
+        dot_pairs_slots(NR, NT, dot, dot2);
         const uint8_t *x[4];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
@@ -337,7 +357,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                     u0[r] = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, true);
                     u1[r] = group_bytes(chunk[r] + hdr * m + 2 * m * (g + 1), m, true);
                 }
-                dot_pairs(NR, NT, dot, dot2, u0, u1, x, g, g + 1, false);
+                dot_pairs(NR, NT, dot, dot2, u0, u1, x, g, g + 1, false, g / 2);
             }
         } else {
             __m512i fn[4][4]; /* even groups' low and high nibbles, then odd ones' */
@@ -363,10 +383,10 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                         hi[r] = _mm512_srli_epi16(v, 4);
                     }
                 }
-                dot_pairs(NR, NT, dot, dot2, lo, hi, x, g, g + 8, false);
+                dot_pairs(NR, NT, dot, dot2, lo, hi, x, g, g + 8, false, g);
             }
         }
-        join_dots(NR, NT, dot, dot2);
+        dot_pairs_join(NR, NT, dot, dot2);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             __m512 dw = chunk_f16(chunk[r], m), mw = chunk_offsets(type, chunk[r], m, dw);
@@ -403,6 +423,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
             for (int p = 0; p < NP; p++) dot[p][t] = dot2[p][t] = _mm512_setzero_si512();
         }
         __m512i fn[4][4];
+        dot_pairs_slots(NP, NT, dot, dot2);
         if (five)
 #pragma GCC unroll 4
             for (int p = 0; p < NP; p++) {
@@ -432,9 +453,9 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                         : five ? with_fifth(_mm512_srli_epi16(v[0], 4), fn[p][2 * (g % 2) + 1], g / 2, m4)
                                : _mm512_srli_epi16(v[0], 4);
             }
-            dot_pairs(NP, NT, dot, dot2, u0, u1, x, g, q8 ? g + 1 : g + 8, false);
+            dot_pairs(NP, NT, dot, dot2, u0, u1, x, g, q8 ? g + 1 : g + 8, false, q8 ? g / 2 : g);
         }
-        join_dots(NP, NT, dot, dot2);
+        dot_pairs_join(NP, NT, dot, dot2);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const uint8_t *scales = chunk[r] - hdr * m;
@@ -503,6 +524,7 @@ INLINE void x8_chunk(const int type, const int NR, const int NT, const uint8_t *
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
+    dot_pairs_slots(NR, NT, dot, dot2);
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) x[t] = (const uint8_t *)&a[t]->q[0][0];
     if (q8) {
@@ -513,7 +535,7 @@ INLINE void x8_chunk(const int type, const int NR, const int NT, const uint8_t *
                 u0[r] = _mm512_xor_si512(quad_bytes_m(chunk[r] + hdr + 2 * m * g, m, lanes), flip);
                 u1[r] = _mm512_xor_si512(quad_bytes_m(chunk[r] + hdr + 2 * m * (g + 2), m, lanes), flip);
             }
-            dot_pairs(NR, NT, dot, dot2, u0, u1, x, g / 2, g / 2 + 1, true);
+            dot_pairs(NR, NT, dot, dot2, u0, u1, x, g / 2, g / 2 + 1, true, g / 4);
         }
     } else {
         /* Q5's fifth bits: byte b of lane j is block j's byte b, element 4 p + b's
@@ -535,10 +557,10 @@ INLINE void x8_chunk(const int type, const int NR, const int NT, const uint8_t *
                 hi[r] = five ? with_fifth(_mm512_srli_epi16(v, 4), fhi[r], g / 2, m4)
                              : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
             }
-            dot_pairs(NR, NT, dot, dot2, lo, hi, x, g / 2, g / 2 + 4, true);
+            dot_pairs(NR, NT, dot, dot2, lo, hi, x, g / 2, g / 2 + 4, true, g / 2);
         }
     }
-    join_dots(NR, NT, dot, dot2);
+    dot_pairs_join(NR, NT, dot, dot2);
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
         __m512 dw = chunk_f16(chunk[r], m);
@@ -670,6 +692,7 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
                 dot2[r][t] = _mm512_setzero_si512();
             }
         }
+        k_dot_pairs_slots(NR, NT, dot, dot2);
         const uint8_t *x[K_TILE_NT];
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) x[t] = a[t]; /* q[][] comes first in both forms */
@@ -692,7 +715,7 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
                         u1[r] = _mm512_or_si512(u1[r], _mm512_and_si512(f, b16));
                     }
                 }
-                k_dot_pairs(NR, NT, dot, dot2, u0, u1, x, i, i + 2, true);
+                k_dot_pairs(NR, NT, dot, dot2, u0, u1, x, i, i + 2, true, i);
             }
         } else
         for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
@@ -715,13 +738,9 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
                     u1[r] = _mm512_or_si512(u1[r], _mm512_and_si512(_mm512_srli_epi16(fifth[r], k), m16));
                 }
             }
-            k_dot_pairs(NR, NT, dot, dot2, u0, u1, x, k, k + 4, false);
+            k_dot_pairs(NR, NT, dot, dot2, u0, u1, x, k, k + 4, false, k);
         }
-        if (SPLIT_DOTS(NR, NT))
-#pragma GCC unroll 2
-            for (int r = 0; r < NR; r++)
-#pragma GCC unroll 8
-                for (int t = 0; t < NT; t++) dot[r][t] = _mm512_add_epi32(dot[r][t], dot2[r][t]);
+        k_dot_pairs_join(NR, NT, dot, dot2);
 #pragma GCC unroll 2
         for (int r = 0; r < NR; r++) {
             if (six) {

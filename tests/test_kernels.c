@@ -560,6 +560,55 @@ START_TEST(amx_matches_avx512_bit_for_bit) {
 }
 END_TEST
 
+/* Matrices packed side by side into one kern_weights_alloc buffer (as the
+ * model loader packs them) give kern_pack's bits; and decode's tiles of
+ * one and two tokens (their multiply-adds spread over more accumulators)
+ * give, token for token, what a token alone gives, at 16 and 8 bits. */
+START_TEST(pack_into_shared_buffer_and_decode_tiles) {
+    static const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q5_0, GL_TYPE_Q8_0, GL_TYPE_Q4_K, GL_TYPE_Q6_K, GL_TYPE_Q5_K};
+    uint8_t *data;
+    gl_tensor f = random_tensor(GL_TYPE_F32, 4, 64, &data);
+    ck_assert_uint_eq(kern_pack_bytes(&f), 0); /* nothing to pack */
+    free(data);
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++) {
+        uint32_t type = types[ti];
+        int64_t n_rows = 67, n_cols = gl_type_get(type)->block_size == 256 ? 768 : ti % 2 ? 896 : 640;
+        gl_tensor a = random_tensor(type, n_rows, n_cols, &data), b = a;
+        ck_assert_int_eq(kern_pack(&a), 0);
+        size_t n = kern_pack_bytes(&b);
+        if (!a.packed) { /* no packed form under this CPU's kernels */
+            ck_assert_uint_eq(n, 0);
+            free(data);
+            continue;
+        }
+        ck_assert_uint_eq(kern_pack_bytes(&a), 0); /* already packed */
+        ck_assert_uint_eq(n, (size_t)a.n_bytes);
+        uint8_t *buf = kern_weights_alloc(64 + n);
+        ck_assert_ptr_nonnull(buf);
+        ck_assert_uint_eq((uintptr_t)buf % 64, 0);
+        kern_pack_into(&b, buf + 64);
+        ck_assert_ptr_eq(b.packed, buf + 64);
+        ck_assert_msg(!memcmp(a.packed, b.packed, n), "%s: kern_pack_into differs from kern_pack", gl_type_get(type)->name);
+        float *x = malloc(2 * (size_t)n_cols * sizeof *x);
+        fill_acts(x, 2 * n_cols);
+        float two[2][67], one[67], other[67];
+        for (int bits = 16; bits >= 8; bits -= 8) {
+            matmul_bits("auto", 2, bits, &b, x, 2, &two[0][0]);
+            for (int t = 0; t < 2; t++) {
+                matmul_bits("auto", 1, bits, &b, x + (size_t)t * (size_t)n_cols, 1, one);
+                matmul_bits("auto", 2, bits, &a, x + (size_t)t * (size_t)n_cols, 1, other);
+                ck_assert_msg(!memcmp(one, two[t], sizeof one), "%s %d-bit: token %d alone differs from the pair",
+                              gl_type_get(type)->name, bits, t);
+                ck_assert_msg(!memcmp(one, other, sizeof one), "%s %d-bit: shared buffer differs from kern_pack",
+                              gl_type_get(type)->name, bits);
+            }
+        }
+        kern_unpack(&a);
+        free(buf), free(data), free(x);
+    }
+}
+END_TEST
+
 /* kern_matmul_n gives what one kern_matmul per matrix gives, bit for bit,
  * also when the matrices differ in type (some then run apart). */
 START_TEST(matmul_n_matches_single_matmuls) {
@@ -918,6 +967,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, amx_k_rows_match_vnni);
     tcase_add_test(tc, matmul_k_prompt_is_batch_invariant);
     tcase_add_test(tc, amx_matches_avx512_bit_for_bit);
+    tcase_add_test(tc, pack_into_shared_buffer_and_decode_tiles);
     tcase_add_test(tc, swiglu_matches_reference);
     tcase_add_test(tc, geglu_matches_reference);
     tcase_add_test(tc, to_f16_matches_reference);
