@@ -252,10 +252,20 @@ kern_act_kind kern_act_kind_of(uint32_t type);
 /* The implementation kern_matmul uses now; NULL = scalar. */
 const kern_impl *kern_impl_active(void);
 
+/* Floats between one row's segment scores and the next: the segment,
+ * rounded up to whole 16-float vectors. */
+static inline int kern_attend_score_stride(int block_size) { return (kern_attend_segment(block_size) + 15) & ~15; }
+
+/* Floats of an attend function's conversion buffer: a block's K or V of one
+ * KV head as floats, at least 16 positions. */
+static inline size_t kern_attend_row_floats(int head_dim, int block_size) {
+    return (size_t)head_dim * (size_t)(block_size > 16 ? block_size : 16);
+}
+
 /* Scratch floats an attend function needs for nr rows (token x head). */
 static inline size_t kern_attend_scratch(int nr, int head_dim, int block_size) {
-    return (size_t)(head_dim > block_size ? head_dim : block_size) + 4 * (size_t)nr +
-           (size_t)nr * (size_t)(block_size + head_dim);
+    return kern_attend_row_floats(head_dim, block_size) + 4 * (size_t)nr +
+           (size_t)nr * (size_t)(kern_attend_score_stride(block_size) + head_dim);
 }
 
 #endif

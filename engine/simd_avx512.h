@@ -896,9 +896,10 @@ DEFINE_PACKED_K_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_
  * whatever the number of heads), instead of through memory. Blocks wider
  * than 16 take the generic steps. */
 static void CAT(FN(attend), generic_scores)(const uint8_t *k, const uint16_t *ks, size_t k_stride, const float *const *q,
-                                            int nr, int hd, int n, gl_kv_type type, int qc, float *score, int bs, float *row);
-static void CAT(FN(attend), generic_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int nr,
-                                        const int *n, int hd, gl_kv_type type, int qc, float *const *out, int bs, float *row);
+                                            int nr, int hd, int n, gl_kv_type type, int qc, float *score, int ss, int bs,
+                                            float *row);
+static void CAT(FN(attend), generic_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss,
+                                        int nr, const int *n, int hd, gl_kv_type type, int qc, float *const *out, float *row);
 
 /* KT, the element type, is a constant in each copy of the tiles below. */
 INLINE __m512 k_channel(const uint8_t *k, __mmask16 km, const gl_kv_type KT, __m512 scale) {
@@ -913,7 +914,8 @@ INLINE __m512 k_channel(const uint8_t *k, __mmask16 km, const gl_kv_type KT, __m
  * values (code times its position's scale) before the multiply-adds, as in
  * the generic steps. */
 INLINE void attend_scores_tile(const uint8_t *k, const uint16_t *ks, size_t k_stride, const float *const *qg,
-                               const int NG, int hd, int qc, __mmask16 km, const gl_kv_type KT, float *score, int bs) {
+                               const int NG, int hd, int qc, __mmask16 km, const gl_kv_type KT, float *score, int ss,
+                               int bs) {
     __m512 acc[4][4]; /* [row][channel % 4] */
 #pragma GCC unroll 4
     for (int g = 0; g < NG; g++)
@@ -934,9 +936,9 @@ INLINE void attend_scores_tile(const uint8_t *k, const uint16_t *ks, size_t k_st
 #pragma GCC unroll 4
     for (int g = 0; g < NG; g++) {
         __m512 sc = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3]));
-        /* whole vectors when they fit: attend_softmax reloads them whole */
-        if (bs == 16) _mm512_storeu_ps(score + (size_t)g * bs, sc);
-        else _mm512_mask_storeu_ps(score + (size_t)g * bs, km, sc);
+        /* whole vectors when they fit (a block of 16 never crosses a row's end) */
+        if (bs == 16) _mm512_storeu_ps(score + (size_t)g * ss, sc);
+        else _mm512_mask_storeu_ps(score + (size_t)g * ss, km, sc);
     }
 }
 
@@ -954,55 +956,83 @@ INLINE void attend_scores_tile(const uint8_t *k, const uint16_t *ks, size_t k_st
     default: ATTEND_TILE_CASES(CALL, GL_KV_F32) break;                   \
     }
 
-/* attend_scores_avx512 */
+/* attend_scores_avx512: with more rows than one tile, the block's K is
+ * converted to floats once (the same values the tiles would make), and
+ * every tile reads those. */
 static void FN(attend_scores)(const uint8_t *k, const uint16_t *ks, size_t k_stride, const float *const *q, int nr,
-                              int hd, int n, gl_kv_type type, int qc, float *score, int bs, float *row) {
+                              int hd, int n, gl_kv_type type, int qc, float *score, int ss, int bs, float *row) {
     if (bs > 16 || hd % 4 || (type == GL_KV_Q8_0 && qc % 4)) {
-        CAT(FN(attend), generic_scores)(k, ks, k_stride, q, nr, hd, n, type, qc, score, bs, row);
+        CAT(FN(attend), generic_scores)(k, ks, k_stride, q, nr, hd, n, type, qc, score, ss, bs, row);
         return;
     }
     __mmask16 km = (__mmask16)((1u << n) - 1);
+    if (nr > 4 && type != GL_KV_F32) {
+        __m512 sv = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d++) {
+            if (type == GL_KV_Q8_0) {
+                if (d % qc == 0) sv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, ks + (size_t)(d / qc) * bs));
+                _mm512_storeu_ps(row + 16 * d, k_channel(k + (size_t)d * k_stride, km, GL_KV_Q8_0, sv));
+            } else {
+                _mm512_storeu_ps(row + 16 * d, k_channel(k + (size_t)d * k_stride, km, GL_KV_F16, sv));
+            }
+        }
+        k = (const uint8_t *)row, k_stride = 64, type = GL_KV_F32;
+    }
     for (int g0 = 0; g0 < nr; g0 += 4) {
         int ng = nr - g0 < 4 ? nr - g0 : 4;
-        float *sg = score + (size_t)g0 * bs;
-#define SCORES_CALL(NG, KT) attend_scores_tile(k, ks, k_stride, q + g0, NG, hd, qc, km, KT, sg, bs)
+        float *sg = score + (size_t)g0 * ss;
+#define SCORES_CALL(NG, KT) attend_scores_tile(k, ks, k_stride, q + g0, NG, hd, qc, km, KT, sg, ss, bs)
         ATTEND_TYPE_CASES(SCORES_CALL)
 #undef SCORES_CALL
     }
 }
 
-static void CAT(FN(attend), generic_softmax)(float *sg, int n, int bs, float scale, float *mx, float *sum, float *out,
-                                             int hd);
+/* exp(x) on 16 lanes in one pass: 2^k by vscalefps, e^r by the Taylor
+ * series of exp_ps; arguments under -87 give exactly 0. */
+INLINE __m512 attend_exp16(__m512 x) {
+    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_scalef_ps(p, k));
+}
 
-/* A block of 16 is one vector: maximum, exp and sum in registers. */
-/* attend_softmax_avx512 */
-static void FN(attend_softmax)(float *sg, int n, int bs, float scale, float *mx, float *sum, float *out, int hd) {
-    if (bs != 16) {
-        CAT(FN(attend), generic_softmax)(sg, n, bs, scale, mx, sum, out, hd);
-        return;
+/* attend_softmax_avx512: a row's segment in vectors aligned to the
+ * segment's start (lanes outside b0..b1-1 left out), so a position's lane
+ * depends on the position alone; the maximum before scaling (scale > 0
+ * keeps it the maximum after, to the bit), the sum in one vector. */
+static void FN(attend_softmax)(float *s, int b0, int b1, float scale, float *mx, float *sum) {
+    __m512 m = _mm512_set1_ps(-INFINITY), acc = _mm512_setzero_ps(), sv = _mm512_set1_ps(scale);
+    for (int i = b0 / 16 * 16; i < b1; i += 16) {
+        __mmask16 km = (__mmask16)(0xffffu << (b0 > i ? b0 - i : 0)) & (__mmask16)(b1 - i >= 16 ? 0xffffu : (1u << (b1 - i)) - 1);
+        m = _mm512_mask_max_ps(m, km, m, _mm512_maskz_loadu_ps(km, s + i));
     }
-    __mmask16 km = (__mmask16)((1u << n) - 1);
-    __m512 s = _mm512_mul_ps(_mm512_loadu_ps(sg), _mm512_set1_ps(scale));
-    float m = _mm512_mask_reduce_max_ps(km, s);
-    if (m > *mx) { /* online softmax: rescale what came before */
-        float c = expf(*mx - m);
-        *sum *= c;
-        scale_f32(out, c, hd);
-        *mx = m;
+    float mr = _mm512_reduce_max_ps(m) * scale;
+    __m512 mv = _mm512_set1_ps(mr);
+    for (int i = b0 / 16 * 16; i < b1; i += 16) {
+        __mmask16 km = (__mmask16)(0xffffu << (b0 > i ? b0 - i : 0)) & (__mmask16)(b1 - i >= 16 ? 0xffffu : (1u << (b1 - i)) - 1);
+        __m512 e = _mm512_maskz_mov_ps(km, attend_exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(km, s + i), sv), mv)));
+        _mm512_mask_storeu_ps(s + i, km, e);
+        acc = _mm512_add_ps(acc, e);
     }
-    __m512 x = _mm512_sub_ps(s, _mm512_set1_ps(*mx));
-    __m256 hi = exp_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-    __m512 e = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(exp_ps(_mm512_castps512_ps256(x)))),
-                                                   _mm256_castps_pd(hi), 1));
-    e = _mm512_maskz_mov_ps(km, e);
-    _mm512_storeu_ps(sg, e);
-    *sum += _mm512_reduce_add_ps(e);
+    *mx = mr;
+    *sum = _mm512_reduce_add_ps(acc);
 }
 
 /* Position j's V row (channels from vj; Q8_0 scales of this tile's channels
  * from sj) into the outputs of heads g_first..NG-1, each weighted by its
  * score; with check, only the heads whose count n[g] reaches j. */
-INLINE void attend_pv_position(const uint8_t *vj, const uint16_t *sj, int qc, const float *score, int j, int bs,
+INLINE void attend_pv_position(const uint8_t *vj, const uint16_t *sj, int qc, const float *score, int j, int ss,
                                const int g_first, const int NG, const int NC, const gl_kv_type KT, const bool check,
                                const int *n, __m512 o[4][4]) {
     __m512 vv[4] = {0}; /* zeros only for the compiler's warnings: the copies never read them */
@@ -1017,7 +1047,7 @@ INLINE void attend_pv_position(const uint8_t *vj, const uint16_t *sj, int qc, co
 #pragma GCC unroll 4
     for (int g = g_first; g < NG; g++) {
         if (check && j >= n[g]) continue;
-        __m512 pj = _mm512_set1_ps(score[(size_t)g * bs + j]);
+        __m512 pj = _mm512_set1_ps(score[(size_t)g * ss + j]);
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) o[g][c] = _mm512_fmadd_ps(pj, vv[c], o[g][c]);
     }
@@ -1028,9 +1058,9 @@ INLINE void attend_pv_position(const uint8_t *vj, const uint16_t *sj, int qc, co
  * outputs stay in registers while the block's V rows go by. Rows come in
  * token order, so their counts n[g] never fall; the positions all of them
  * read run without per-head tests. */
-INLINE void attend_pv_tile(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, const int NG,
-                           const int *n, int hd, int qc, int c0, const int NC, const gl_kv_type KT, float *const *out,
-                           int bs) {
+INLINE void attend_pv_tile(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss,
+                           const int NG, const int *n, int hd, int qc, int c0, const int NC, const gl_kv_type KT,
+                           float *const *out) {
     __m512 o[4][4];
 #pragma GCC unroll 4
     for (int g = 0; g < 4; g++)
@@ -1041,29 +1071,43 @@ INLINE void attend_pv_tile(const uint8_t *v, const uint16_t *vs, size_t v_stride
     const uint16_t *sc = KT == GL_KV_Q8_0 ? vs + c0 / qc : vs;
     int j = 0;
     for (; j < n[0]; j++)
-        attend_pv_position(vc + (size_t)j * v_stride, sc + (size_t)j * spr, qc, score, j, bs, 0, NG, NC, KT, false, n, o);
+        attend_pv_position(vc + (size_t)j * v_stride, sc + (size_t)j * spr, qc, score, j, ss, 0, NG, NC, KT, false, n, o);
     for (; j < n[NG - 1]; j++)
-        attend_pv_position(vc + (size_t)j * v_stride, sc + (size_t)j * spr, qc, score, j, bs, 1, NG, NC, KT, true, n, o);
+        attend_pv_position(vc + (size_t)j * v_stride, sc + (size_t)j * spr, qc, score, j, ss, 1, NG, NC, KT, true, n, o);
 #pragma GCC unroll 4
     for (int g = 0; g < NG; g++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) _mm512_storeu_ps(out[g] + c0 + 16 * c, o[g][c]);
 }
 
-/* attend_pv_avx512 */
-static void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int nr,
-                          const int *n, int hd, gl_kv_type type, int qc, float *const *out, int bs, float *row) {
+/* attend_pv_avx512: with more rows than one tile, the block's V rows are
+ * converted to floats once (the values the tiles would make), and every
+ * tile reads those. */
+static void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss, int nr,
+                          const int *n, int hd, gl_kv_type type, int qc, float *const *out, float *row) {
     if (hd % 16 || hd > 256 || (type == GL_KV_Q8_0 && qc % 16)) {
-        CAT(FN(attend), generic_pv)(v, vs, v_stride, score, nr, n, hd, type, qc, out, bs, row);
+        CAT(FN(attend), generic_pv)(v, vs, v_stride, score, ss, nr, n, hd, type, qc, out, row);
         return;
+    }
+    if (nr > 4 && type != GL_KV_F32) {
+        for (int j = 0; j < n[nr - 1]; j++) {
+            const uint8_t *vj = v + (size_t)j * v_stride;
+            for (int c = 0; c < hd; c += 16) {
+                __m512 x = type == GL_KV_F16 ? _mm512_cvtph_ps(load256(vj + 2 * c))
+                           : _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(vj + c)))),
+                                           _mm512_set1_ps(f16_at((const uint8_t *)(vs + (size_t)j * (hd / qc) + c / qc))));
+                _mm512_storeu_ps(row + (size_t)j * hd + c, x);
+            }
+        }
+        v = (const uint8_t *)row, v_stride = (size_t)hd * 4, type = GL_KV_F32;
     }
     for (int c0 = 0; c0 < hd; c0 += 64) {
         int nc = (hd - c0) / 16 < 4 ? (hd - c0) / 16 : 4;
         for (int g0 = 0; g0 < nr; g0 += 4) {
             int ng = nr - g0 < 4 ? nr - g0 : 4;
-            const float *sg = score + (size_t)g0 * bs;
-#define PV_CALL(NG, KT) attend_pv_tile(v, vs, v_stride, sg, NG, n + g0, hd, qc, c0, 4, KT, out + g0, bs)
-            if (nc < 4) attend_pv_tile(v, vs, v_stride, sg, ng, n + g0, hd, qc, c0, nc, type, out + g0, bs); /* head dims not a multiple of 64 */
+            const float *sg = score + (size_t)g0 * ss;
+#define PV_CALL(NG, KT) attend_pv_tile(v, vs, v_stride, sg, ss, NG, n + g0, hd, qc, c0, 4, KT, out + g0)
+            if (nc < 4) attend_pv_tile(v, vs, v_stride, sg, ss, ng, n + g0, hd, qc, c0, nc, type, out + g0); /* head dims not a multiple of 64 */
             else ATTEND_TYPE_CASES(PV_CALL)
 #undef PV_CALL
         }
