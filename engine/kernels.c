@@ -440,6 +440,10 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
     int64_t nb = n / 32;
     for (int64_t c = 0; c * 16 < nb; c++) {
         int m = nb - 16 * c < 16 ? (int)(nb - 16 * c) : 16;
+        if (m == 16 && impl->quantize_x16) {
+            impl->quantize_x16(x + 512 * c, &y[c]);
+            continue;
+        }
         kq8_32 tmp[16];
         impl->quantize_32(x + 512 * c, tmp, 32 * (int64_t)m);
         kq16_chunk *ch = &y[c];
@@ -468,6 +472,10 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
 
 void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t n) {
     for (int64_t b = 0; b < n / 256; b++, x += 256) {
+        if (impl->quantize_k16) {
+            impl->quantize_k16(x, &y[b]);
+            continue;
+        }
         kq8_32 tmp[8];
         impl->quantize_32(x, tmp, 256);
         for (int j = 0; j < 16; j++) {

@@ -201,6 +201,10 @@ typedef struct kern_impl {
     const char *name;                                  /* "avx2", "avx512" */
     void (*quantize_32)(const float *x, kq8_32 *y, int64_t n);   /* n % 32 == 0 */
     void (*quantize_256)(const float *x, kq8_256 *y, int64_t n); /* n % 256 == 0 */
+    /* kern_quantize_x16 of one whole chunk (512 floats) and kern_quantize_k16
+     * of one super-block (256) in one pass, the same bits; NULL = through quantize_32 */
+    void (*quantize_x16)(const float *x, kq16_chunk *y);
+    void (*quantize_k16)(const float *x, kq16_k *y);
     kern_rows_fn rows[GL_TYPE_COUNT];                  /* by gl_type; NULL = scalar path */
     kern_rows_fn rows_x8[GL_TYPE_COUNT];               /* the same against the *_COARSE kinds; NULL = none */
     kern_rows_fn packed_rows[GL_TYPE_COUNT];           /* by gl_type, for kern_pack'ed weights; NULL = none */

@@ -891,6 +891,68 @@ DEFINE_PACKED_K_ROWS(packed_rows_x8_q6_k, tile_k8, GL_TYPE_Q6_K) /* packed_rows_
 DEFINE_PACKED_K_ROWS(packed_rows_x8_q4_k, tile_k8, GL_TYPE_Q4_K) /* packed_rows_x8_q4_k_avx512 */
 DEFINE_PACKED_K_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_x8_q5_k_avx512 */
 
+/* ---- activation rows for the packed tiles, in one pass ---------------------------
+ * quantize_32's arithmetic on 16 lanes, the same bits (its operations are
+ * elementwise; the maximum and the integer sums are exact in any order),
+ * with each block's 256 q + q2 going as 16-bit pairs straight into the lanes
+ * the tiles read, instead of through kq8_32 rows and a scalar reshuffle. */
+
+/* One 32-element block: its 16 pairs (elements 2p, 2p + 1 in dword p), its
+ * unit, and the sums of 256 q + q2 over its two halves. */
+INLINE __m512i quant_pairs(const float *x, float *unit, int *sum_lo, int *sum_hi) {
+    __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    float d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1))) / 127.0f;
+    float idf = d != 0.0f ? 1.0f / d : 0.0f;
+    __m512 dv = _mm512_set1_ps(d), id = _mm512_set1_ps(idf), id2 = _mm512_set1_ps(idf * 256.0f);
+    __m512i v[2];
+    for (int h = 0; h < 2; h++) {
+        __m512 xv = h ? x1 : x0;
+        __m512i q = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(xv, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m512 r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(q), dv, xv);
+        __m512i q2 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(r, id2), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        q2 = _mm512_max_epi32(_mm512_min_epi32(q2, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+        v[h] = _mm512_add_epi32(_mm512_slli_epi32(q, 8), q2);
+    }
+    *unit = d * (1.0f / 256.0f);
+    *sum_lo = _mm512_reduce_add_epi32(v[0]);
+    *sum_hi = _mm512_reduce_add_epi32(v[1]);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(v[0])), _mm512_cvtepi32_epi16(v[1]), 1);
+}
+
+/* quantize_x16_avx512: one whole kq16_chunk (16 blocks): dword lane j of
+ * vector v is block j's pair v, a 16 x 16 transpose by gathers. */
+static void FN(quantize_x16)(const float *x, kq16_chunk *ch) {
+    int32_t pairs[16][16];
+    for (int j = 0; j < 16; j++) {
+        int lo, hi;
+        _mm512_storeu_si512(pairs[j], quant_pairs(x + 32 * j, &ch->d[j], &lo, &hi));
+        ch->s[j] = ch->d[j] * (float)(lo + hi);
+    }
+    const __m512i idx = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+    for (int v = 0; v < 16; v++)
+        _mm512_storeu_si512(ch->q[v], _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(v)), &pairs[0][0], 4));
+}
+
+/* quantize_k16_avx512: one kq16_k (256 elements): dword lane j of vector v
+ * is pair 8 j + v (elements 16 j + 2 v, + 1), sub-block j's sum of 16. */
+static void FN(quantize_k16)(const float *x, kq16_k *y) {
+    int32_t pairs[128];
+    for (int b = 0; b < 8; b++) {
+        float unit;
+        int sum[2];
+        _mm512_storeu_si512(pairs + 16 * b, quant_pairs(x + 32 * b, &unit, &sum[0], &sum[1]));
+        for (int h = 0; h < 2; h++) {
+            int j = 2 * b + h;
+            y->d[j] = unit;
+            y->off[j] = -32 * sum[h];
+            y->s[j] = unit * (float)sum[h];
+        }
+    }
+    const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
+    for (int v = 0; v < 8; v++)
+        _mm512_storeu_si512(y->q[v], _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(v)), pairs, 4));
+}
+
 /* A block of up to 16 positions is one vector: each head's scores build up
  * over the channels in registers, four partial sums per head (a fixed order
  * whatever the number of heads), instead of through memory. Blocks wider
