@@ -499,6 +499,10 @@ static const float coarse_step = 256.0f;
 
 void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n) {
     for (int64_t b = 0; b < n / 256; b++, x += 256) {
+        if (impl->quantize_k8) {
+            impl->quantize_k8(x, &y[b]);
+            continue;
+        }
         kq8_32 tmp[8];
         impl->quantize_32(x, tmp, 256);
         for (int j = 0; j < 16; j++) {
@@ -534,6 +538,10 @@ void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t
     const int64_t n_chunks = n_full + (m > KQ_SHORT_TAIL);
     for (int64_t c = 0; c < n_chunks; c++, x += 512) {
         const int mc = c < n_full ? 16 : m;
+        if (mc == 16 && impl->quantize_x8) {
+            impl->quantize_x8(x, &ch[c]);
+            continue;
+        }
         if (mc < 16) memset(&ch[c], 0, sizeof ch[c]);
         impl->quantize_32(x, tmp, 32 * (int64_t)mc);
         for (int j = 0; j < mc; j++) {

@@ -205,6 +205,8 @@ typedef struct kern_impl {
      * of one super-block (256) in one pass, the same bits; NULL = through quantize_32 */
     void (*quantize_x16)(const float *x, kq16_chunk *y);
     void (*quantize_k16)(const float *x, kq16_k *y);
+    void (*quantize_x8)(const float *x, kq8_chunk *y);  /* the same for kern_quantize_x8 and _k8 */
+    void (*quantize_k8)(const float *x, kq8_k *y);
     kern_rows_fn rows[GL_TYPE_COUNT];                  /* by gl_type; NULL = scalar path */
     kern_rows_fn rows_x8[GL_TYPE_COUNT];               /* the same against the *_COARSE kinds; NULL = none */
     kern_rows_fn packed_rows[GL_TYPE_COUNT];           /* by gl_type, for kern_pack'ed weights; NULL = none */

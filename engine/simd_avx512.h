@@ -953,6 +953,56 @@ static void FN(quantize_k16)(const float *x, kq16_k *y) {
         _mm512_storeu_si512(y->q[v], _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(v)), pairs, 4));
 }
 
+/* One 32-element block's coarse part alone (the q of quant_pairs): its 32
+ * codes, its unit (that of kq8_32) and the sums of q over its two halves. */
+INLINE __m256i quant_coarse(const float *x, float *unit, int *sum_lo, int *sum_hi) {
+    __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    float d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1))) / 127.0f;
+    __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    *unit = d * (1.0f / 256.0f);
+    *sum_lo = _mm512_reduce_add_epi32(q0);
+    *sum_hi = _mm512_reduce_add_epi32(q1);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(q0)), _mm512_cvtepi32_epi8(q1), 1);
+}
+
+/* quantize_x8_avx512: one whole kq8_chunk: dword lane j of vector v is
+ * block j's elements 4 v .. 4 v + 3. */
+static void FN(quantize_x8)(const float *x, kq8_chunk *ch) {
+    int32_t quads[16][8];
+    for (int j = 0; j < 16; j++) {
+        float unit;
+        int lo, hi;
+        _mm256_storeu_si256((__m256i *)quads[j], quant_coarse(x + 32 * j, &unit, &lo, &hi));
+        ch->d[j] = unit * 256.0f;
+        ch->s[j] = ch->d[j] * (float)(lo + hi);
+    }
+    const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
+    for (int v = 0; v < 8; v++)
+        _mm512_storeu_si512(ch->q[v], _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(v)), &quads[0][0], 4));
+}
+
+/* quantize_k8_avx512: one kq8_k: dword lane j of vector u is elements
+ * 16 j + 4 u .. + 3, sub-block j's sum of 16. */
+static void FN(quantize_k8)(const float *x, kq8_k *y) {
+    int32_t quads[64];
+    for (int b = 0; b < 8; b++) {
+        float unit;
+        int sum[2];
+        _mm256_storeu_si256((__m256i *)(quads + 8 * b), quant_coarse(x + 32 * b, &unit, &sum[0], &sum[1]));
+        for (int h = 0; h < 2; h++) {
+            int j = 2 * b + h;
+            y->d[j] = unit * 256.0f;
+            y->off[j] = -32 * sum[h];
+            y->s[j] = y->d[j] * (float)sum[h];
+        }
+    }
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60);
+    for (int u = 0; u < 4; u++)
+        _mm512_storeu_si512(y->q[u], _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(u)), quads, 4));
+}
+
 /* A block of up to 16 positions is one vector: each head's scores build up
  * over the channels in registers, four partial sums per head (a fixed order
  * whatever the number of heads), instead of through memory. Blocks wider
