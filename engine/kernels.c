@@ -443,6 +443,10 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
     int64_t nb = n / 32;
     for (int64_t c = 0; c * 16 < nb; c++) {
         int m = nb - 16 * c < 16 ? (int)(nb - 16 * c) : 16;
+        if (m == 16 && impl->quantize_x16) {
+            impl->quantize_x16(x + 512 * c, &y[c]);
+            continue;
+        }
         kq8_32 tmp[16];
         impl->quantize_32(x + 512 * c, tmp, 32 * (int64_t)m);
         kq16_chunk *ch = &y[c];
@@ -471,6 +475,10 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
 
 void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t n) {
     for (int64_t b = 0; b < n / 256; b++, x += 256) {
+        if (impl->quantize_k16) {
+            impl->quantize_k16(x, &y[b]);
+            continue;
+        }
         kq8_32 tmp[8];
         impl->quantize_32(x, tmp, 256);
         int32_t pair_sum = 0; /* the even sub-block's, for the 32-element block's s */
@@ -496,6 +504,10 @@ static const float coarse_step = 256.0f;
 
 void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n) {
     for (int64_t b = 0; b < n / 256; b++, x += 256) {
+        if (impl->quantize_k8) {
+            impl->quantize_k8(x, &y[b]);
+            continue;
+        }
         kq8_32 tmp[8];
         impl->quantize_32(x, tmp, 256);
         int32_t pair_sum = 0;
@@ -563,6 +575,10 @@ void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t
     const int64_t n_chunks = n_full + (m > KQ_SHORT_TAIL);
     for (int64_t c = 0; c < n_chunks; c++, x += 512) {
         const int mc = c < n_full ? 16 : m;
+        if (mc == 16 && impl->quantize_x8) {
+            impl->quantize_x8(x, &ch[c]);
+            continue;
+        }
         if (mc < 16) memset(&ch[c], 0, sizeof ch[c]);
         impl->quantize_32(x, tmp, 32 * (int64_t)mc);
         for (int j = 0; j < mc; j++) {

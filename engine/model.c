@@ -491,12 +491,52 @@ static void rope_store_worker(void *arg, int ith, int nth) {
     (void)ith, (void)nth;
 }
 
-/* x += norm(proj) (post_norms) or x += proj, row by row. */
-static void add_sublayer(const gl_config *c, float *x, float *proj, const gl_tensor *post_norm, int T) {
-    int D = c->n_embd;
-    for (int t = 0; t < T && post_norm->data; t++)
-        kern_rmsnorm(proj + (size_t)t * D, proj + (size_t)t * D, post_norm->data, D, c->rms_eps);
-    for (size_t i = 0; i < (size_t)T * D; i++) x[i] += proj[i];
+/* Between sublayers, per token: the last sublayer's output into the
+ * residual stream (x += post_norm(proj), or x += proj), then the next one's
+ * input xb = rmsnorm(x). One pass over each token's rows, the tokens shared
+ * over the pool in a prompt (on one thread these were a few percent of a
+ * prefill, with the other thread waiting); a token's arithmetic is the same
+ * whichever thread runs it. */
+typedef struct norm_job {
+    const gl_config *c;
+    float *x, *proj;          /* proj NULL: nothing to add (the first layer) */
+    const float *post_norm;   /* NULL: proj is added as it is */
+    const float *norm;        /* NULL: no next sublayer (x only) */
+    float *xb;
+    int n_tokens;
+    atomic_int next;          /* next group of NORM_TOKENS tokens */
+} norm_job;
+
+enum { NORM_TOKENS = 8 };
+
+static void norm_worker(void *arg, int ith, int nth) {
+    norm_job *job = arg;
+    int D = job->c->n_embd;
+    float eps = job->c->rms_eps;
+    for (;;) {
+        int t0 = atomic_fetch_add_explicit(&job->next, NORM_TOKENS, memory_order_relaxed);
+        if (t0 >= job->n_tokens) break;
+        int t1 = t0 + NORM_TOKENS < job->n_tokens ? t0 + NORM_TOKENS : job->n_tokens;
+        for (int t = t0; t < t1; t++) {
+            float *x = job->x + (size_t)t * D;
+            if (job->proj) {
+                float *proj = job->proj + (size_t)t * D;
+                if (job->post_norm) kern_rmsnorm(proj, proj, job->post_norm, D, eps);
+                for (int i = 0; i < D; i++) x[i] += proj[i];
+            }
+            if (job->norm) kern_rmsnorm(job->xb + (size_t)t * D, x, job->norm, D, eps);
+        }
+    }
+    (void)ith, (void)nth;
+}
+
+static void add_and_norm(kern_pool *pool, const gl_config *c, gl_run_state *rs, int T, bool add,
+                         const gl_tensor *post_norm, const gl_tensor *norm) {
+    norm_job job = {.c = c, .x = rs->x, .proj = add ? rs->proj : NULL, .post_norm = add ? post_norm->data : NULL,
+                    .norm = norm ? norm->data : NULL, .xb = rs->xb, .n_tokens = T};
+    atomic_init(&job.next, 0);
+    if (T < 4) norm_worker(&job, 0, 1); /* a decode step's few tokens: not worth a hand-out */
+    else kern_pool_run(pool, norm_worker, &job);
 }
 
 int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_cache *kv, const gl_batch *b,
@@ -523,9 +563,10 @@ int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_ca
         const gl_layer_weights *L = &w->layers[l];
         bool swa = model_layer_is_swa(c, l);
 
-        /* attention: x += Wo * attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x) */
-        for (int t = 0; t < T; t++)
-            kern_rmsnorm(rs->xb + (size_t)t * D, rs->x + (size_t)t * D, L->attn_norm.data, D, c->rms_eps);
+        /* attention: x += Wo * attention(rope(Wq h), rope(Wk h), Wv h), h = rmsnorm(x);
+         * the last layer's FFN output goes into x here too */
+        const gl_layer_weights *prev = l > 0 ? &w->layers[l - 1] : NULL;
+        add_and_norm(pool, c, rs, T, prev != NULL, prev ? &prev->ffn_post_norm : NULL, &L->attn_norm);
         kern_matmul_n(pool, 3, (const gl_tensor *[]){&L->wq, &L->wk, &L->wv}, rs->xb, T,
                       (float *[]){rs->q, rs->k, rs->v});
         rope_store_job rope = {.c = c, .L = L, .rs = rs, .kv = kv, .b = b, .layer = l,
@@ -542,18 +583,16 @@ int model_forward(const gl_model *m, gl_run_state *rs, kern_pool *pool, gl_kv_ca
                           .window = swa ? c->sliding_window : 0, .type = kv->type, .q8_chunk = kv->q8_chunk};
         if (kern_attention(pool, &attn)) return gl_error_set(err, "out of memory for attention scratch");
         kern_matmul(pool, &L->wo, rs->att, T, rs->proj);
-        add_sublayer(c, rs->x, rs->proj, &L->attn_post_norm, T);
 
         /* feed-forward: x += W_down (act(W_gate h) * W_up h), h = rmsnorm(x) */
-        for (int t = 0; t < T; t++)
-            kern_rmsnorm(rs->xb + (size_t)t * D, rs->x + (size_t)t * D, L->ffn_norm.data, D, c->rms_eps);
+        add_and_norm(pool, c, rs, T, true, &L->attn_post_norm, &L->ffn_norm);
         kern_matmul_n(pool, 2, (const gl_tensor *[]){&L->w_gate, &L->w_up}, rs->xb, T,
                       (float *[]){rs->gate, rs->up});
         if (c->arch->gelu) kern_geglu(pool, rs->gate, rs->up, T * c->n_ff);
         else kern_swiglu(pool, rs->gate, rs->up, T * c->n_ff);
         kern_matmul(pool, &L->w_down, rs->gate, T, rs->proj);
-        add_sublayer(c, rs->x, rs->proj, &L->ffn_post_norm, T);
     }
+    add_and_norm(pool, c, rs, T, true, &w->layers[c->n_layers - 1].ffn_post_norm, NULL);
 
     /* Output head only for the rows someone will sample from. */
     for (int i = 0; i < b->n_logits; i++)

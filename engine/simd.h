@@ -279,6 +279,12 @@ typedef struct kern_impl {
     const char *name;                                  /* "avx2", "avx512" */
     void (*quantize_32)(const float *x, kq8_32 *y, int64_t n);   /* n % 32 == 0 */
     void (*quantize_256)(const float *x, kq8_256 *y, int64_t n); /* n % 256 == 0 */
+    /* kern_quantize_x16 of one whole chunk (512 floats) and kern_quantize_k16
+     * of one super-block (256) in one pass, the same bits; NULL = through quantize_32 */
+    void (*quantize_x16)(const float *x, kq16_chunk *y);
+    void (*quantize_k16)(const float *x, kq16_k *y);
+    void (*quantize_x8)(const float *x, kq8_chunk *y);  /* the same for kern_quantize_x8 and _k8 */
+    void (*quantize_k8)(const float *x, kq8_k *y);
     kern_rows_fn rows[GL_TYPE_COUNT];                  /* by gl_type; NULL = scalar path */
     kern_rows_fn rows_x8[GL_TYPE_COUNT];               /* the same against the *_COARSE kinds; NULL = none */
     kern_rows_fn packed_rows[GL_TYPE_COUNT];           /* by gl_type, for kern_pack'ed weights; NULL = none */
@@ -371,10 +377,20 @@ kern_act_kind kern_act_kind_of(uint32_t type);
 /* The implementation kern_matmul uses now; NULL = scalar. */
 const kern_impl *kern_impl_active(void);
 
+/* Floats between one row's segment scores and the next: the segment,
+ * rounded up to whole 16-float vectors. */
+static inline int kern_attend_score_stride(int block_size) { return (kern_attend_segment(block_size) + 15) & ~15; }
+
+/* Floats of an attend function's conversion buffer: a block's K or V of one
+ * KV head as floats, at least 16 positions. */
+static inline size_t kern_attend_row_floats(int head_dim, int block_size) {
+    return (size_t)head_dim * (size_t)(block_size > 16 ? block_size : 16);
+}
+
 /* Scratch floats an attend function needs for nr rows (token x head). */
 static inline size_t kern_attend_scratch(int nr, int head_dim, int block_size) {
-    return (size_t)(head_dim > block_size ? head_dim : block_size) + 4 * (size_t)nr +
-           (size_t)nr * (size_t)(block_size + head_dim);
+    return kern_attend_row_floats(head_dim, block_size) + 4 * (size_t)nr +
+           (size_t)nr * (size_t)(kern_attend_score_stride(block_size) + head_dim);
 }
 
 #endif

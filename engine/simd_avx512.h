@@ -916,14 +916,127 @@ DEFINE_PACKED_K_ROWS(packed_rows_x8_q6_k, tile_k8, GL_TYPE_Q6_K) /* packed_rows_
 DEFINE_PACKED_K_ROWS(packed_rows_x8_q4_k, tile_k8, GL_TYPE_Q4_K) /* packed_rows_x8_q4_k_avx512 */
 DEFINE_PACKED_K_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_x8_q5_k_avx512 */
 
+/* ---- activation rows for the packed tiles, in one pass ---------------------------
+ * quantize_32's arithmetic on 16 lanes, the same bits (its operations are
+ * elementwise; the maximum and the integer sums are exact in any order),
+ * with each block's 256 q + q2 going as 16-bit pairs straight into the lanes
+ * the tiles read, instead of through kq8_32 rows and a scalar reshuffle. */
+
+/* One 32-element block: its 16 pairs (elements 2p, 2p + 1 in dword p), its
+ * unit, and the sums of 256 q + q2 over its two halves. */
+INLINE __m512i quant_pairs(const float *x, float *unit, int *sum_lo, int *sum_hi) {
+    __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    float d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1))) / 127.0f;
+    float idf = d != 0.0f ? 1.0f / d : 0.0f;
+    __m512 dv = _mm512_set1_ps(d), id = _mm512_set1_ps(idf), id2 = _mm512_set1_ps(idf * 256.0f);
+    __m512i v[2];
+    for (int h = 0; h < 2; h++) {
+        __m512 xv = h ? x1 : x0;
+        __m512i q = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(xv, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m512 r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(q), dv, xv);
+        __m512i q2 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(r, id2), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        q2 = _mm512_max_epi32(_mm512_min_epi32(q2, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+        v[h] = _mm512_add_epi32(_mm512_slli_epi32(q, 8), q2);
+    }
+    *unit = d * (1.0f / 256.0f);
+    *sum_lo = _mm512_reduce_add_epi32(v[0]);
+    *sum_hi = _mm512_reduce_add_epi32(v[1]);
+    return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(v[0])), _mm512_cvtepi32_epi16(v[1]), 1);
+}
+
+/* quantize_x16_avx512: one whole kq16_chunk (16 blocks): dword lane j of
+ * vector v is block j's pair v, a 16 x 16 transpose by gathers. */
+static void FN(quantize_x16)(const float *x, kq16_chunk *ch) {
+    int32_t pairs[16][16];
+    for (int j = 0; j < 16; j++) {
+        int lo, hi;
+        _mm512_storeu_si512(pairs[j], quant_pairs(x + 32 * j, &ch->d[j], &lo, &hi));
+        ch->s[j] = ch->d[j] * (float)(lo + hi);
+    }
+    const __m512i idx = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
+    for (int v = 0; v < 16; v++)
+        _mm512_storeu_si512(ch->q[v], _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(v)), &pairs[0][0], 4));
+}
+
+/* quantize_k16_avx512: one kq16_k (256 elements): dword lane j of vector v
+ * is pair 8 j + v (elements 16 j + 2 v, + 1), sub-block j's sum of 16. */
+static void FN(quantize_k16)(const float *x, kq16_k *y) {
+    int32_t pairs[128];
+    for (int b = 0; b < 8; b++) {
+        float unit;
+        int sum[2];
+        _mm512_storeu_si512(pairs + 16 * b, quant_pairs(x + 32 * b, &unit, &sum[0], &sum[1]));
+        for (int h = 0; h < 2; h++) {
+            y->d[2 * b + h] = unit;
+            y->off[2 * b + h] = -32 * sum[h];
+        }
+        y->s[2 * b] = unit * (float)(sum[0] + sum[1]); /* by 32-element block (simd.h) */
+        y->s[2 * b + 1] = 0;
+    }
+    const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
+    for (int v = 0; v < 8; v++)
+        _mm512_storeu_si512(y->q[v], _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(v)), pairs, 4));
+}
+
+/* One 32-element block's coarse part alone (the q of quant_pairs): its 32
+ * codes, its unit (that of kq8_32) and the sums of q over its two halves. */
+INLINE __m256i quant_coarse(const float *x, float *unit, int *sum_lo, int *sum_hi) {
+    __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
+    float d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1))) / 127.0f;
+    __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
+    __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    *unit = d * (1.0f / 256.0f);
+    *sum_lo = _mm512_reduce_add_epi32(q0);
+    *sum_hi = _mm512_reduce_add_epi32(q1);
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(q0)), _mm512_cvtepi32_epi8(q1), 1);
+}
+
+/* quantize_x8_avx512: one whole kq8_chunk: dword lane j of vector v is
+ * block j's elements 4 v .. 4 v + 3. */
+static void FN(quantize_x8)(const float *x, kq8_chunk *ch) {
+    int32_t quads[16][8];
+    for (int j = 0; j < 16; j++) {
+        float unit;
+        int lo, hi;
+        _mm256_storeu_si256((__m256i *)quads[j], quant_coarse(x + 32 * j, &unit, &lo, &hi));
+        ch->d[j] = unit * 256.0f;
+        ch->s[j] = ch->d[j] * (float)(lo + hi);
+    }
+    const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
+    for (int v = 0; v < 8; v++)
+        _mm512_storeu_si512(ch->q[v], _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(v)), &quads[0][0], 4));
+}
+
+/* quantize_k8_avx512: one kq8_k: dword lane j of vector u is elements
+ * 16 j + 4 u .. + 3, sub-block j's sum of 16. */
+static void FN(quantize_k8)(const float *x, kq8_k *y) {
+    int32_t quads[64];
+    for (int b = 0; b < 8; b++) {
+        float unit;
+        int sum[2];
+        _mm256_storeu_si256((__m256i *)(quads + 8 * b), quant_coarse(x + 32 * b, &unit, &sum[0], &sum[1]));
+        for (int h = 0; h < 2; h++) {
+            y->d[2 * b + h] = unit * 256.0f;
+            y->off[2 * b + h] = -32 * sum[h];
+        }
+        y->s[2 * b] = y->d[2 * b] * (float)(sum[0] + sum[1]); /* by 32-element block (simd.h) */
+        y->s[2 * b + 1] = 0;
+    }
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60);
+    for (int u = 0; u < 4; u++)
+        _mm512_storeu_si512(y->q[u], _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(u)), quads, 4));
+}
+
 /* A block of up to 16 positions is one vector: each head's scores build up
  * over the channels in registers, four partial sums per head (a fixed order
  * whatever the number of heads), instead of through memory. Blocks wider
  * than 16 take the generic steps. */
 static void CAT(FN(attend), generic_scores)(const uint8_t *k, const uint16_t *ks, size_t k_stride, const float *const *q,
-                                            int nr, int hd, int n, gl_kv_type type, int qc, float *score, int bs, float *row);
-static void CAT(FN(attend), generic_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int nr,
-                                        const int *n, int hd, gl_kv_type type, int qc, float *const *out, int bs, float *row);
+                                            int nr, int hd, int n, gl_kv_type type, int qc, float *score, int ss, int bs,
+                                            float *row);
+static void CAT(FN(attend), generic_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss,
+                                        int nr, const int *n, int hd, gl_kv_type type, int qc, float *const *out, float *row);
 
 /* KT, the element type, is a constant in each copy of the tiles below. */
 INLINE __m512 k_channel(const uint8_t *k, __mmask16 km, const gl_kv_type KT, __m512 scale) {
@@ -938,7 +1051,8 @@ INLINE __m512 k_channel(const uint8_t *k, __mmask16 km, const gl_kv_type KT, __m
  * values (code times its position's scale) before the multiply-adds, as in
  * the generic steps. */
 INLINE void attend_scores_tile(const uint8_t *k, const uint16_t *ks, size_t k_stride, const float *const *qg,
-                               const int NG, int hd, int qc, __mmask16 km, const gl_kv_type KT, float *score, int bs) {
+                               const int NG, int hd, int qc, __mmask16 km, const gl_kv_type KT, float *score, int ss,
+                               int bs) {
     __m512 acc[4][4]; /* [row][channel % 4] */
 #pragma GCC unroll 4
     for (int g = 0; g < NG; g++)
@@ -959,9 +1073,9 @@ INLINE void attend_scores_tile(const uint8_t *k, const uint16_t *ks, size_t k_st
 #pragma GCC unroll 4
     for (int g = 0; g < NG; g++) {
         __m512 sc = _mm512_add_ps(_mm512_add_ps(acc[g][0], acc[g][1]), _mm512_add_ps(acc[g][2], acc[g][3]));
-        /* whole vectors when they fit: attend_softmax reloads them whole */
-        if (bs == 16) _mm512_storeu_ps(score + (size_t)g * bs, sc);
-        else _mm512_mask_storeu_ps(score + (size_t)g * bs, km, sc);
+        /* whole vectors when they fit (a block of 16 never crosses a row's end) */
+        if (bs == 16) _mm512_storeu_ps(score + (size_t)g * ss, sc);
+        else _mm512_mask_storeu_ps(score + (size_t)g * ss, km, sc);
     }
 }
 
@@ -979,55 +1093,83 @@ INLINE void attend_scores_tile(const uint8_t *k, const uint16_t *ks, size_t k_st
     default: ATTEND_TILE_CASES(CALL, GL_KV_F32) break;                   \
     }
 
-/* attend_scores_avx512 */
+/* attend_scores_avx512: with more rows than one tile, the block's K is
+ * converted to floats once (the same values the tiles would make), and
+ * every tile reads those. */
 static void FN(attend_scores)(const uint8_t *k, const uint16_t *ks, size_t k_stride, const float *const *q, int nr,
-                              int hd, int n, gl_kv_type type, int qc, float *score, int bs, float *row) {
+                              int hd, int n, gl_kv_type type, int qc, float *score, int ss, int bs, float *row) {
     if (bs > 16 || hd % 4 || (type == GL_KV_Q8_0 && qc % 4)) {
-        CAT(FN(attend), generic_scores)(k, ks, k_stride, q, nr, hd, n, type, qc, score, bs, row);
+        CAT(FN(attend), generic_scores)(k, ks, k_stride, q, nr, hd, n, type, qc, score, ss, bs, row);
         return;
     }
     __mmask16 km = (__mmask16)((1u << n) - 1);
+    if (nr > 4 && type != GL_KV_F32) {
+        __m512 sv = _mm512_setzero_ps();
+        for (int d = 0; d < hd; d++) {
+            if (type == GL_KV_Q8_0) {
+                if (d % qc == 0) sv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, ks + (size_t)(d / qc) * bs));
+                _mm512_storeu_ps(row + 16 * d, k_channel(k + (size_t)d * k_stride, km, GL_KV_Q8_0, sv));
+            } else {
+                _mm512_storeu_ps(row + 16 * d, k_channel(k + (size_t)d * k_stride, km, GL_KV_F16, sv));
+            }
+        }
+        k = (const uint8_t *)row, k_stride = 64, type = GL_KV_F32;
+    }
     for (int g0 = 0; g0 < nr; g0 += 4) {
         int ng = nr - g0 < 4 ? nr - g0 : 4;
-        float *sg = score + (size_t)g0 * bs;
-#define SCORES_CALL(NG, KT) attend_scores_tile(k, ks, k_stride, q + g0, NG, hd, qc, km, KT, sg, bs)
+        float *sg = score + (size_t)g0 * ss;
+#define SCORES_CALL(NG, KT) attend_scores_tile(k, ks, k_stride, q + g0, NG, hd, qc, km, KT, sg, ss, bs)
         ATTEND_TYPE_CASES(SCORES_CALL)
 #undef SCORES_CALL
     }
 }
 
-static void CAT(FN(attend), generic_softmax)(float *sg, int n, int bs, float scale, float *mx, float *sum, float *out,
-                                             int hd);
+/* exp(x) on 16 lanes in one pass: 2^k by vscalefps, e^r by the Taylor
+ * series of exp_ps; arguments under -87 give exactly 0. */
+INLINE __m512 attend_exp16(__m512 x) {
+    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_scalef_ps(p, k));
+}
 
-/* A block of 16 is one vector: maximum, exp and sum in registers. */
-/* attend_softmax_avx512 */
-static void FN(attend_softmax)(float *sg, int n, int bs, float scale, float *mx, float *sum, float *out, int hd) {
-    if (bs != 16) {
-        CAT(FN(attend), generic_softmax)(sg, n, bs, scale, mx, sum, out, hd);
-        return;
+/* attend_softmax_avx512: a row's segment in vectors aligned to the
+ * segment's start (lanes outside b0..b1-1 left out), so a position's lane
+ * depends on the position alone; the maximum before scaling (scale > 0
+ * keeps it the maximum after, to the bit), the sum in one vector. */
+static void FN(attend_softmax)(float *s, int b0, int b1, float scale, float *mx, float *sum) {
+    __m512 m = _mm512_set1_ps(-INFINITY), acc = _mm512_setzero_ps(), sv = _mm512_set1_ps(scale);
+    for (int i = b0 / 16 * 16; i < b1; i += 16) {
+        __mmask16 km = (__mmask16)(0xffffu << (b0 > i ? b0 - i : 0)) & (__mmask16)(b1 - i >= 16 ? 0xffffu : (1u << (b1 - i)) - 1);
+        m = _mm512_mask_max_ps(m, km, m, _mm512_maskz_loadu_ps(km, s + i));
     }
-    __mmask16 km = (__mmask16)((1u << n) - 1);
-    __m512 s = _mm512_mul_ps(_mm512_loadu_ps(sg), _mm512_set1_ps(scale));
-    float m = _mm512_mask_reduce_max_ps(km, s);
-    if (m > *mx) { /* online softmax: rescale what came before */
-        float c = expf(*mx - m);
-        *sum *= c;
-        scale_f32(out, c, hd);
-        *mx = m;
+    float mr = _mm512_reduce_max_ps(m) * scale;
+    __m512 mv = _mm512_set1_ps(mr);
+    for (int i = b0 / 16 * 16; i < b1; i += 16) {
+        __mmask16 km = (__mmask16)(0xffffu << (b0 > i ? b0 - i : 0)) & (__mmask16)(b1 - i >= 16 ? 0xffffu : (1u << (b1 - i)) - 1);
+        __m512 e = _mm512_maskz_mov_ps(km, attend_exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(km, s + i), sv), mv)));
+        _mm512_mask_storeu_ps(s + i, km, e);
+        acc = _mm512_add_ps(acc, e);
     }
-    __m512 x = _mm512_sub_ps(s, _mm512_set1_ps(*mx));
-    __m256 hi = exp_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-    __m512 e = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(exp_ps(_mm512_castps512_ps256(x)))),
-                                                   _mm256_castps_pd(hi), 1));
-    e = _mm512_maskz_mov_ps(km, e);
-    _mm512_storeu_ps(sg, e);
-    *sum += _mm512_reduce_add_ps(e);
+    *mx = mr;
+    *sum = _mm512_reduce_add_ps(acc);
 }
 
 /* Position j's V row (channels from vj; Q8_0 scales of this tile's channels
  * from sj) into the outputs of heads g_first..NG-1, each weighted by its
  * score; with check, only the heads whose count n[g] reaches j. */
-INLINE void attend_pv_position(const uint8_t *vj, const uint16_t *sj, int qc, const float *score, int j, int bs,
+INLINE void attend_pv_position(const uint8_t *vj, const uint16_t *sj, int qc, const float *score, int j, int ss,
                                const int g_first, const int NG, const int NC, const gl_kv_type KT, const bool check,
                                const int *n, __m512 o[4][4]) {
     __m512 vv[4] = {0}; /* zeros only for the compiler's warnings: the copies never read them */
@@ -1042,7 +1184,7 @@ INLINE void attend_pv_position(const uint8_t *vj, const uint16_t *sj, int qc, co
 #pragma GCC unroll 4
     for (int g = g_first; g < NG; g++) {
         if (check && j >= n[g]) continue;
-        __m512 pj = _mm512_set1_ps(score[(size_t)g * bs + j]);
+        __m512 pj = _mm512_set1_ps(score[(size_t)g * ss + j]);
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) o[g][c] = _mm512_fmadd_ps(pj, vv[c], o[g][c]);
     }
@@ -1053,9 +1195,9 @@ INLINE void attend_pv_position(const uint8_t *vj, const uint16_t *sj, int qc, co
  * outputs stay in registers while the block's V rows go by. Rows come in
  * token order, so their counts n[g] never fall; the positions all of them
  * read run without per-head tests. */
-INLINE void attend_pv_tile(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, const int NG,
-                           const int *n, int hd, int qc, int c0, const int NC, const gl_kv_type KT, float *const *out,
-                           int bs) {
+INLINE void attend_pv_tile(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss,
+                           const int NG, const int *n, int hd, int qc, int c0, const int NC, const gl_kv_type KT,
+                           float *const *out) {
     __m512 o[4][4];
 #pragma GCC unroll 4
     for (int g = 0; g < 4; g++)
@@ -1066,29 +1208,43 @@ INLINE void attend_pv_tile(const uint8_t *v, const uint16_t *vs, size_t v_stride
     const uint16_t *sc = KT == GL_KV_Q8_0 ? vs + c0 / qc : vs;
     int j = 0;
     for (; j < n[0]; j++)
-        attend_pv_position(vc + (size_t)j * v_stride, sc + (size_t)j * spr, qc, score, j, bs, 0, NG, NC, KT, false, n, o);
+        attend_pv_position(vc + (size_t)j * v_stride, sc + (size_t)j * spr, qc, score, j, ss, 0, NG, NC, KT, false, n, o);
     for (; j < n[NG - 1]; j++)
-        attend_pv_position(vc + (size_t)j * v_stride, sc + (size_t)j * spr, qc, score, j, bs, 1, NG, NC, KT, true, n, o);
+        attend_pv_position(vc + (size_t)j * v_stride, sc + (size_t)j * spr, qc, score, j, ss, 1, NG, NC, KT, true, n, o);
 #pragma GCC unroll 4
     for (int g = 0; g < NG; g++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) _mm512_storeu_ps(out[g] + c0 + 16 * c, o[g][c]);
 }
 
-/* attend_pv_avx512 */
-static void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int nr,
-                          const int *n, int hd, gl_kv_type type, int qc, float *const *out, int bs, float *row) {
+/* attend_pv_avx512: with more rows than one tile, the block's V rows are
+ * converted to floats once (the values the tiles would make), and every
+ * tile reads those. */
+static void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss, int nr,
+                          const int *n, int hd, gl_kv_type type, int qc, float *const *out, float *row) {
     if (hd % 16 || hd > 256 || (type == GL_KV_Q8_0 && qc % 16)) {
-        CAT(FN(attend), generic_pv)(v, vs, v_stride, score, nr, n, hd, type, qc, out, bs, row);
+        CAT(FN(attend), generic_pv)(v, vs, v_stride, score, ss, nr, n, hd, type, qc, out, row);
         return;
+    }
+    if (nr > 4 && type != GL_KV_F32) {
+        for (int j = 0; j < n[nr - 1]; j++) {
+            const uint8_t *vj = v + (size_t)j * v_stride;
+            for (int c = 0; c < hd; c += 16) {
+                __m512 x = type == GL_KV_F16 ? _mm512_cvtph_ps(load256(vj + 2 * c))
+                           : _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(vj + c)))),
+                                           _mm512_set1_ps(f16_at((const uint8_t *)(vs + (size_t)j * (hd / qc) + c / qc))));
+                _mm512_storeu_ps(row + (size_t)j * hd + c, x);
+            }
+        }
+        v = (const uint8_t *)row, v_stride = (size_t)hd * 4, type = GL_KV_F32;
     }
     for (int c0 = 0; c0 < hd; c0 += 64) {
         int nc = (hd - c0) / 16 < 4 ? (hd - c0) / 16 : 4;
         for (int g0 = 0; g0 < nr; g0 += 4) {
             int ng = nr - g0 < 4 ? nr - g0 : 4;
-            const float *sg = score + (size_t)g0 * bs;
-#define PV_CALL(NG, KT) attend_pv_tile(v, vs, v_stride, sg, NG, n + g0, hd, qc, c0, 4, KT, out + g0, bs)
-            if (nc < 4) attend_pv_tile(v, vs, v_stride, sg, ng, n + g0, hd, qc, c0, nc, type, out + g0, bs); /* head dims not a multiple of 64 */
+            const float *sg = score + (size_t)g0 * ss;
+#define PV_CALL(NG, KT) attend_pv_tile(v, vs, v_stride, sg, ss, NG, n + g0, hd, qc, c0, 4, KT, out + g0)
+            if (nc < 4) attend_pv_tile(v, vs, v_stride, sg, ss, ng, n + g0, hd, qc, c0, nc, type, out + g0); /* head dims not a multiple of 64 */
             else ATTEND_TYPE_CASES(PV_CALL)
 #undef PV_CALL
         }

@@ -17,6 +17,12 @@ static const kern_impl FN(impl) = {
     .name = SIMD_NAME_STR,
     .quantize_32 = FN(quantize_32),
     .quantize_256 = FN(quantize_256),
+#if SIMD_AVX512
+    .quantize_x16 = FN(quantize_x16),
+    .quantize_k16 = FN(quantize_k16),
+    .quantize_x8 = FN(quantize_x8),
+    .quantize_k8 = FN(quantize_k8),
+#endif
     .rows = {
         [GL_TYPE_F32] = FN(rows_f32), [GL_TYPE_F16] = FN(rows_f16), [GL_TYPE_BF16] = FN(rows_bf16),
         [GL_TYPE_Q4_0] = FN(rows_q4_0), [GL_TYPE_Q4_1] = FN(rows_q4_1), [GL_TYPE_Q5_0] = FN(rows_q5_0),

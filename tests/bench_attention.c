@@ -3,10 +3,13 @@
  * 16 placed at random in the pool, as a long-running server leaves them),
  * one new token per sequence, over N_LAYERS layers of their own cache so the
  * K/V comes from memory as in a real decode step. Prints the median time per
- * step and the K/V bytes read per second.
+ * step and the K/V bytes read per second. N_SEQS "prompt" times a prompt
+ * instead: one sequence's CTX tokens in one call (a prefill step), each
+ * attending causally to the positions up to its own.
  *
- *   bench_attention N_HEADS N_KV_HEADS HEAD_DIM CTX N_LAYERS THREADS [N_SEQS] [REPS] [f16|q8_0|f32]
+ *   bench_attention N_HEADS N_KV_HEADS HEAD_DIM CTX N_LAYERS THREADS [N_SEQS|prompt] [REPS] [f16|q8_0|f32]
  *   (SmolLM2: 9 3 64; TinyLlama: 32 4 64) */
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +28,8 @@ int main(int argc, char **argv) {
     }
     int n_heads = atoi(argv[1]), n_kv = atoi(argv[2]), hd = atoi(argv[3]), ctx = atoi(argv[4]);
     int n_layers = atoi(argv[5]), threads = atoi(argv[6]);
-    int n_seqs = argc > 7 ? atoi(argv[7]) : 1, reps = argc > 8 ? atoi(argv[8]) : 11;
+    bool prompt = argc > 7 && !strcmp(argv[7], "prompt");
+    int n_seqs = argc > 7 && !prompt ? atoi(argv[7]) : 1, reps = argc > 8 ? atoi(argv[8]) : 11;
     gl_kv_type type = GL_KV_F16;
     if (argc > 9 && !gl_kv_type_parse(argv[9], &type)) {
         fprintf(stderr, "bench_attention: KV_TYPE is f16, q8_0 or f32\n");
@@ -39,9 +43,10 @@ int main(int argc, char **argv) {
     int kv_dim = n_kv * hd, blocks_per_seq = (ctx + BLOCK - 1) / BLOCK, n_blocks = blocks_per_seq * n_seqs;
     size_t stride = kv_block_bytes(1, kv_dim, hd, BLOCK, type) / 2, layer_bytes = (size_t)n_blocks * stride;
     uint8_t *k = malloc(layer_bytes * n_layers), *v = malloc(layer_bytes * n_layers);
-    float *q = malloc(sizeof(float) * n_seqs * n_heads * hd), *out = malloc(sizeof(float) * n_seqs * n_heads * hd);
-    int32_t *table = malloc(sizeof(int32_t) * n_blocks), *positions = malloc(sizeof(int32_t) * n_seqs);
-    int32_t *seq_of = malloc(sizeof(int32_t) * n_seqs);
+    int n_tok = prompt ? ctx : n_seqs;
+    float *q = malloc(sizeof(float) * n_tok * n_heads * hd), *out = malloc(sizeof(float) * n_tok * n_heads * hd);
+    int32_t *table = malloc(sizeof(int32_t) * n_blocks), *positions = malloc(sizeof(int32_t) * n_tok);
+    int32_t *seq_of = malloc(sizeof(int32_t) * n_tok);
     const int32_t **tables = malloc(sizeof *tables * n_seqs);
     double *ts = malloc(sizeof(double) * reps);
     if (!k || !v || !q || !out || !table || !positions || !seq_of || !tables || !ts) return 1;
@@ -65,16 +70,17 @@ int main(int argc, char **argv) {
                 memcpy(k + b * stride + off, &q8_scale, 2);
                 memcpy(v + b * stride + off, &q8_scale, 2);
             }
-    for (int i = 0; i < n_seqs * n_heads * hd; i++) q[i] = (float)rand() / RAND_MAX - 0.5f;
+    for (int i = 0; i < n_tok * n_heads * hd; i++) q[i] = (float)rand() / RAND_MAX - 0.5f;
     for (int i = 0; i < n_blocks; i++) table[i] = i;
     for (int i = n_blocks - 1; i > 0; i--) { /* shuffled: blocks anywhere in the pool */
         int j = rand() % (i + 1), t = table[i];
         table[i] = table[j], table[j] = t;
     }
     for (int s = 0; s < n_seqs; s++) tables[s] = table + s * blocks_per_seq, positions[s] = ctx - 1, seq_of[s] = s;
+    for (int t = 0; prompt && t < n_tok; t++) positions[t] = t, seq_of[t] = 0;
     kern_pool *p = kern_pool_new(threads);
     if (!p) return 1;
-    kern_attn a = {.n_tokens = n_seqs, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .q = q, .out = out,
+    kern_attn a = {.n_tokens = n_tok, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .q = q, .out = out,
                    .positions = positions, .seq_of_token = seq_of, .block_tables = tables, .block_size = BLOCK,
                    .type = type, .q8_chunk = kv_q8_chunk(hd)};
     for (int r = -1; r < reps; r++) {
@@ -87,9 +93,17 @@ int main(int argc, char **argv) {
         if (r >= 0) ts[r] = bench_now() - t0;
     }
     double med = bench_median(ts, reps);
-    printf("%s attention %s %d/%d heads x %d, ctx %d, %d layers, %d seqs, %d threads: %.3f ms/step  %.1f GB/s K/V\n",
-           kern_backend(), gl_kv_type_name(type), n_heads, n_kv, hd, ctx, n_layers, n_seqs, threads, med * 1e3,
-           2.0 * layer_bytes * n_layers / med * 1e-9);
+    if (prompt) {
+        /* multiply-adds of q.k and p.v over the causal triangle */
+        double flops = 4.0 * hd * n_heads * n_layers * ((double)ctx * (ctx + 1) / 2);
+        printf("%s prompt attention %s %d/%d heads x %d, %d tokens, %d layers, %d threads: %.3f ms/step (best %.3f)  %.1f GFLOP/s\n",
+               kern_backend(), gl_kv_type_name(type), n_heads, n_kv, hd, ctx, n_layers, threads, med * 1e3,
+               ts[0] * 1e3, flops / med * 1e-9);
+    } else {
+        printf("%s attention %s %d/%d heads x %d, ctx %d, %d layers, %d seqs, %d threads: %.3f ms/step  %.1f GB/s K/V\n",
+               kern_backend(), gl_kv_type_name(type), n_heads, n_kv, hd, ctx, n_layers, n_seqs, threads, med * 1e3,
+               2.0 * layer_bytes * n_layers / med * 1e-9);
+    }
     kern_pool_free(p);
     free(k), free(v), free(q), free(out), free(table), free(positions), free(seq_of), free(tables), free(ts);
     return 0;

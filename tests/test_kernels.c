@@ -187,6 +187,35 @@ START_TEST(quantizers_match_reference) {
             impls[k]->quantize_256(x, s256, N);
             ck_assert_msg(!memcmp(r32, s32, sizeof r32), "%s quantize_32 differs (round %d)", impls[k]->name, round);
             ck_assert_msg(!memcmp(r256, s256, sizeof r256), "%s quantize_256 differs (round %d)", impls[k]->name, round);
+            /* The one-pass packed activation rows give what quantize_32 and
+             * the reshuffle give: whole chunks, then a row with a tail chunk. */
+            kern_impl plain = *impls[k];
+            plain.quantize_x16 = NULL;
+            plain.quantize_k16 = NULL;
+            plain.quantize_x8 = NULL;
+            plain.quantize_k8 = NULL;
+            static kq16_chunk c1[2], c2[2];
+            static kq16_k k1[N / 256], k2[N / 256];
+            static uint8_t b1[2 * sizeof(kq8_chunk)], b2[2 * sizeof(kq8_chunk)];
+            static kq8_k e1[N / 256], e2[N / 256];
+            for (int64_t n = N; n >= N - 128; n -= 128) {
+                memset(c1, 0xa5, sizeof c1), memset(c2, 0x5a, sizeof c2);
+                kern_quantize_x16(impls[k], x, c1, n);
+                kern_quantize_x16(&plain, x, c2, n);
+                ck_assert_msg(!memcmp(c1, c2, (size_t)kq16_chunks(n) * sizeof *c1), "%s quantize_x16 of %d differs (round %d)",
+                              impls[k]->name, (int)n, round);
+                memset(b1, 0xa5, sizeof b1), memset(b2, 0x5a, sizeof b2);
+                kern_quantize_x8(impls[k], x, b1, n);
+                kern_quantize_x8(&plain, x, b2, n);
+                ck_assert_msg(!memcmp(b1, b2, kq8_x8_row_bytes(n)), "%s quantize_x8 of %d differs (round %d)",
+                              impls[k]->name, (int)n, round);
+            }
+            kern_quantize_k8(impls[k], x, e1, N);
+            kern_quantize_k8(&plain, x, e2, N);
+            ck_assert_msg(!memcmp(e1, e2, sizeof e1), "%s quantize_k8 differs (round %d)", impls[k]->name, round);
+            kern_quantize_k16(impls[k], x, k1, N);
+            kern_quantize_k16(&plain, x, k2, N);
+            ck_assert_msg(!memcmp(k1, k2, sizeof k1), "%s quantize_k16 differs (round %d)", impls[k]->name, round);
         }
     }
 }
