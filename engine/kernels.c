@@ -533,26 +533,20 @@ void kern_quantize_qa(const kern_impl *impl, const float *x, uint8_t *group, int
         impl->quantize_32(x, tmp, 256);
         kqa16_k *y16 = (kqa16_k *)group + b;
         kqa8_k *y8 = (kqa8_k *)group + b;
-        int32_t pair_sum = 0;
-        for (int j = 0; j < 16; j++) { /* as kern_quantize_k16 and kern_quantize_k8 */
+        for (int j = 0; j < 16; j += 2) { /* a 32-element block: sub-blocks j, j + 1, as kern_quantize_k16 / k8 */
             const kq8_32 *blk = &tmp[j / 2];
-            int32_t sum = 0;
-            for (int i = 0; i < 16; i++) {
-                int e = 16 * (j % 2) + i;
-                if (x8) {
-                    y8->q[j][i / 4][t][i % 4] = blk->q[e];
-                    sum += blk->q[e];
-                } else {
-                    y16->q[j][i / 4][t][i % 4] = blk->q[e];
-                    y16->q2[j][i / 4][t][i % 4] = blk->q2[e];
-                    sum += (int16_t)(256 * blk->q[e] + blk->q2[e]);
+            int32_t sum = 0; /* of the block's 256 q + q2 (x8: q) */
+            for (int e = 0; e < 32; e++) sum += x8 ? blk->q[e] : 256 * blk->q[e] + blk->q2[e];
+            for (int h = 0; h < 2; h++)
+                for (int k = 0; k < 4; k++) { /* elements 16 h + 4 k .. + 3: quad k of sub-block j + h */
+                    memcpy(x8 ? y8->q[j + h][k][t] : y16->q[j + h][k][t], blk->q + 16 * h + 4 * k, 4);
+                    if (!x8) memcpy(y16->q2[j + h][k][t], blk->q2 + 16 * h + 4 * k, 4);
                 }
-            }
-            float (*s)[16] = x8 ? y8->s : y16->s;
-            if (x8) y8->d[j][t] = blk->d * coarse_step;
-            else y16->d[j][t] = blk->d;
-            if (j % 2) s[j - 1][t] = (x8 ? y8->d[j][t] : y16->d[j][t]) * (float)(sum + pair_sum), s[j][t] = 0;
-            pair_sum = sum;
+            const float d = x8 ? blk->d * coarse_step : blk->d;
+            float (*dv)[16] = x8 ? y8->d : y16->d, (*sv)[16] = x8 ? y8->s : y16->s;
+            dv[j][t] = dv[j + 1][t] = d;
+            sv[j][t] = d * (float)sum;
+            sv[j + 1][t] = 0;
         }
     }
 }
@@ -816,10 +810,10 @@ static void amx_fill_token(kern_act_kind kind, const uint8_t *row, int64_t n_col
         } else {
             const kq16_chunk *ch = (const kq16_chunk *)row + c;
             kamx16_blk *rec = (kamx16_blk *)group + (size_t)b;
-            for (int k = 0; k < 32; k++) { /* element k: pair k / 2 of block j */
-                int val = ch->q[k / 2][2 * j + k % 2];
-                int8_t q2 = (int8_t)(uint8_t)(val & 0xff);
-                rec->q[k / 4][4 * tt + k % 4] = (int8_t)((val - q2) / 256);
+            for (int k = 0; k < 32; k++) { /* element k: pair k / 2 of block j, 256 q + q2 with |q2| <= 127 */
+                const int val = ch->q[k / 2][2 * j + k % 2];
+                const int8_t q2 = (int8_t)(uint8_t)(val & 0xff);
+                rec->q[k / 4][4 * tt + k % 4] = (int8_t)((val - q2) >> 8);
                 rec->q2[k / 4][4 * tt + k % 4] = q2;
             }
             rec->d[tt] = ch->d[j];
