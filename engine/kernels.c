@@ -879,8 +879,19 @@ typedef struct matmul_job {
 /* Quantize token rows taken one at a time: one thread per row. */
 static void quantize_rows(matmul_job *job) {
     int64_t n = job->n_cols;
-    for (;;) {
-        int t = atomic_fetch_add_explicit(&job->next_tok, 1, memory_order_relaxed);
+    /* The AMX forms interleave 16 tokens' bytes in every cache line of a
+     * group: a thread takes whole groups, or the two would write the same
+     * lines by turns (2 threads ran a 576 x 576 x 512 matmul at half the
+     * speed of one). */
+    const int step = job->act_kind == KERN_ACT_AMX_X8 || job->act_kind == KERN_ACT_AMX_X16 ||
+                             job->act_kind == KERN_ACT_QA_K16 || job->act_kind == KERN_ACT_QA_K8
+                         ? 16
+                         : 1;
+    for (int t = 0, end = 0;; t++) {
+        if (t == end) {
+            t = atomic_fetch_add_explicit(&job->next_tok, step, memory_order_relaxed);
+            end = t + step;
+        }
         if (t >= job->n_tokens) break;
         const float *x = job->x + (size_t)t * (size_t)n;
         uint8_t *dst = (uint8_t *)job->act + (size_t)t * job->act_stride;
