@@ -32,6 +32,7 @@
 #include "simd_body.h"
 #include "simd_avx512.h"
 #include "simd_amx.h"
+#include "simd_amx_k.h"
 #include "simd_impl.h"
 #ifdef __clang__
 #pragma clang attribute pop
@@ -74,11 +75,12 @@ static void amx_init(void) {
     impl_amx.amx_rows_x8[GL_TYPE_Q5_0] = FN(amx_rows_x8_q5_0);
     impl_amx.amx_rows_x8[GL_TYPE_Q5_1] = FN(amx_rows_x8_q5_1);
     impl_amx.amx_rows_x8[GL_TYPE_Q8_0] = FN(amx_rows_x8_q8_0);
-    static const uint32_t k_types[] = {GL_TYPE_Q4_K, GL_TYPE_Q5_K, GL_TYPE_Q6_K}; /* kernels_amx.c */
-    for (int i = 0; i < 3; i++) {
-        impl_amx.amx_rows[k_types[i]] = kern_amx_k_rows(k_types[i], false);
-        impl_amx.amx_rows_x8[k_types[i]] = kern_amx_k_rows(k_types[i], true);
-    }
+    impl_amx.amx_rows[GL_TYPE_Q4_K] = FN(amx_rows_q4_k);
+    impl_amx.amx_rows[GL_TYPE_Q5_K] = FN(amx_rows_q5_k);
+    impl_amx.amx_rows[GL_TYPE_Q6_K] = FN(amx_rows_q6_k);
+    impl_amx.amx_rows_x8[GL_TYPE_Q4_K] = FN(amx_rows_x8_q4_k);
+    impl_amx.amx_rows_x8[GL_TYPE_Q5_K] = FN(amx_rows_x8_q5_k);
+    impl_amx.amx_rows_x8[GL_TYPE_Q6_K] = FN(amx_rows_x8_q6_k);
     amx_ok = true;
 }
 

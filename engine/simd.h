@@ -297,7 +297,7 @@ typedef struct kern_impl {
     void (*to_f16)(const float *x, uint16_t *y, int n);   /* IEEE half, round to nearest even */
 } kern_impl;
 
-/* Packed K-quants on AMX (kernels_amx.c): a prompt's tokens in groups of
+/* Packed K-quants on AMX (simd_amx_k.h): a prompt's tokens in groups of
  * 16, each super-block of a group laid out as the B operand of tdpbssd with
  * K = 16 (one sub-block): [j][k][t][e] is element 16 j + 4 k + e of token t
  * of the group, so one tile load gives sub-block j of 16 tokens and one
@@ -327,10 +327,6 @@ typedef struct kqa8_k {
 /* Token t's part of an AMX group (kqa16_k or kqa8_k at group, x8 for the
  * second), from quantize_32 as kern_quantize_k16 / kern_quantize_k8. */
 void kern_quantize_qa(const kern_impl *impl, const float *x, uint8_t *group, int t, int64_t n, bool x8);
-/* The "amx" implementation's rows of packed Q4_K, Q5_K, Q6_K against
- * those forms (KERN_ACT_QA_K16, KERN_ACT_QA_K8), for kern_impl_amx to
- * take; NULL for other types. Only for a CPU and OS that run AMX. */
-kern_amx_rows_fn kern_amx_k_rows(uint32_t type, bool x8);
 
 /* What both x86 implementations need: AVX2, FMA and F16C (F16C through
  * cpuid: clang has no __builtin_cpu_supports("f16c")). */

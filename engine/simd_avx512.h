@@ -615,7 +615,7 @@ INLINE void tile_x8(const int type, const uint8_t *w, size_t row_bytes, int64_t 
  *         2 i and 2 i + 1) * unit * d * scale - sum * unit * dmin * min,
  *         scale and min block i's, decoded from the 12 scale bytes in
  *         registers (k4_scales' rule per lane); odd lanes stay 0. Half the
- *         float steps would do, but the point is AMX (kernels_amx.c), which
+ *         float steps would do, but the point is AMX (simd_amx_k.h), which
  *         replays these: there it halves the tile work too. */
 INLINE __m512 q4_k_scales_mins(const uint8_t *s) {
     /* lanes 0..7: scale 0..7, lanes 8..15: min 0..7 */
@@ -1124,26 +1124,6 @@ static void FN(attend_scores)(const uint8_t *k, const uint16_t *ks, size_t k_str
     }
 }
 
-/* exp(x) on 16 lanes in one pass: 2^k by vscalefps, e^r by the Taylor
- * series of exp_ps; arguments under -87 give exactly 0. */
-INLINE __m512 attend_exp16(__m512 x) {
-    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-    __m512 p = _mm512_set1_ps(1.0f / 5040.0f);
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 720.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_scalef_ps(p, k));
-}
-
 /* attend_softmax_avx512: a row's segment in vectors aligned to the
  * segment's start (lanes outside b0..b1-1 left out), so a position's lane
  * depends on the position alone; the maximum before scaling (scale > 0
@@ -1158,7 +1138,7 @@ static void FN(attend_softmax)(float *s, int b0, int b1, float scale, float *mx,
     __m512 mv = _mm512_set1_ps(mr);
     for (int i = b0 / 16 * 16; i < b1; i += 16) {
         __mmask16 km = (__mmask16)(0xffffu << (b0 > i ? b0 - i : 0)) & (__mmask16)(b1 - i >= 16 ? 0xffffu : (1u << (b1 - i)) - 1);
-        __m512 e = _mm512_maskz_mov_ps(km, attend_exp16(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(km, s + i), sv), mv)));
+        __m512 e = _mm512_maskz_mov_ps(km, exp16_ps(_mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(km, s + i), sv), mv)));
         _mm512_mask_storeu_ps(s + i, km, e);
         acc = _mm512_add_ps(acc, e);
     }

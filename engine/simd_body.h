@@ -654,6 +654,15 @@ INLINE void scale_f32(float *y, float a, int n) {
     for (; i < n; i++) y[i] *= a;
 }
 
+/* e^r's Taylor coefficients to r^7, highest first, for Horner's order. */
+static const float exp_taylor[8] = {1.0f / 5040.0f, 1.0f / 720.0f, 1.0f / 120.0f, 1.0f / 24.0f, 1.0f / 6.0f, 0.5f, 1.0f, 1.0f};
+
+INLINE __m256 exp_taylor_ps(__m256 r) {
+    __m256 p = _mm256_set1_ps(exp_taylor[0]);
+    for (int i = 1; i < 8; i++) p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(exp_taylor[i]));
+    return p;
+}
+
 /* exp(x): x = k ln2 + r with |r| <= ln2 / 2, e^r by its Taylor series to
  * r^7 (relative error ~1e-8, below float rounding), 2^k through the
  * exponent bits. Arguments under -87 give 0, over 88 saturate at e^88. */
@@ -665,14 +674,7 @@ INLINE __m256 exp_ps(__m256 x) {
                                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x); /* ln2 in two parts: exact k * hi */
     r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    __m256 p = exp_taylor_ps(r);
     __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127)), 23);
     return _mm256_andnot_ps(under, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
@@ -731,11 +733,19 @@ static void FN(swiglu)(float *gate, const float *up, int n) {
 #define GEGLU_C1 1.5957691216057308f   /* 2 sqrt(2 / pi) */
 #define GEGLU_C3 0.07135481627260025f  /* 2 sqrt(2 / pi) 0.044715 */
 #if SIMD_AVX512
-/* exp_ps on 16 lanes as two halves, so both widths give the same bits. */
+/* exp_ps on 16 lanes in one pass: 2^k by vscalefps instead of exponent
+ * bits, the same bits (the scaling is exact; a result under the normal
+ * range rounds alike); arguments under -87 give exactly 0. */
 INLINE __m512 exp16_ps(__m512 x) {
-    __m256 lo = exp_ps(_mm512_castps512_ps256(x));
-    __m256 hi = exp_ps(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x), 1)));
-    return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+    __mmask16 under = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
+    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(exp_taylor[0]);
+    for (int i = 1; i < 8; i++) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(exp_taylor[i]));
+    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_scalef_ps(p, k));
 }
 #endif
 

@@ -1,4 +1,4 @@
-/* kernels_amx.c -- packed Q4_K, Q5_K and Q6_K prompt rows on AMX (Sapphire
+/* simd_amx_k.h -- packed Q4_K, Q5_K and Q6_K prompt rows on AMX (Sapphire
  * Rapids and later): tdpbssd gives the exact integer dots of 16 rows'
  * sub-block j with 16 tokens at once (K = 16, one sub-block: a quarter of
  * the unit's peak, still ~7x vpdpbusd), and the float steps after it are the
@@ -14,39 +14,20 @@
  * tile reads 16 bytes a row (stride 256). Activations come as kqa16_k /
  * kqa8_k (simd.h), whose sub-block j of 16 tokens is one B tile. 16-bit
  * activations take two tdpbssd, the coarse part's dots shifted up 8 bits
- * and the residual's added: exactly the 16-bit products vpdpwssd sums. */
-#include "simd.h"
-
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(GENLOOP_NO_AVX512)
-#include <immintrin.h>
-#include <string.h>
-
-#ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8"))), \
-                             apply_to = function)
-#else
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")
-#endif
-
-#define INLINE static inline __attribute__((always_inline))
+ * and the residual's added: exactly the 16-bit products vpdpwssd sums.
+ * Included only by kernels_avx512.c, after simd_amx.h (amx_tilecfg). */
 
 /* Super-blocks of a row group unpacked at once: 16 rows x 16 x 256 bytes
  * of quants and 16 KiB of scales on the stack. Longer rows unpack each
  * panel again for every group of tokens. */
 #define AMX_PANEL 16
 
-typedef struct amx_tilecfg {
-    uint8_t palette, start_row, reserved[14];
-    uint16_t colsb[16];
-    uint8_t rows[16];
-} amx_tilecfg;
-
 /* Tiles, for dots over k elements (16: Q6_K's sub-blocks; 32: Q4_K's and
  * Q5_K's blocks): 0 the weights (16 rows x k bytes), 1 and 2 the coarse and
  * residual activations (k / 4 x 64 bytes: 16 tokens x 4 bytes), 3 and 4
  * their dots (16 rows x 16 tokens) for even super-blocks, 5 and 6 for odd
  * ones. */
-static void amx_config(int k) {
+static void amx_k_config(int k) {
     _Alignas(64) amx_tilecfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
@@ -142,7 +123,7 @@ INLINE __m512 lanes_tree(const __m512 x[16]) {
     return _mm512_add_ps(_mm512_add_ps(s4[0], s4[2]), _mm512_add_ps(s4[1], s4[3]));
 }
 
-INLINE void amx_rows(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
+INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
                      const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
     const bool six = type == GL_TYPE_Q6_K;
     const int bb = six ? 210 : type == GL_TYPE_Q5_K ? 176 : 144;
@@ -156,7 +137,7 @@ INLINE void amx_rows(const int type, const bool x8, const uint8_t *w, size_t row
     _Alignas(64) int32_t cb[AMX_PANEL][2][16][16]; /* [super-block][coarse, residual][row][token] */
     _Alignas(64) float res[16][16][16];    /* [sub-block][row][token] */
     const int k = six ? 16 : 32, n_lanes = 256 / k; /* elements per dot; dots per super-block */
-    amx_config(k);
+    amx_k_config(k);
     for (int r0 = 0; r0 < n_rows; r0 += 16) {
         const int nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
         for (int g = 0; g * KQA_GROUP < n_tok; g++) {
@@ -242,36 +223,18 @@ INLINE void amx_rows(const int type, const bool x8, const uint8_t *w, size_t row
 
 /* kern_amx_rows_fn: rows r0..r1-1 of w's packed copy. The stack holds the
  * unpacked panel, so the pool's scratch goes unused. */
-#define AMX_ROWS(name, TYPE, X8)                                                                                  \
-    static void name(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride, int n_tok,    \
+#define DEFINE_AMX_K_ROWS(name, TYPE, X8)                                                                                  \
+    static void FN(name)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride, int n_tok,    \
                      float *out, size_t out_stride, uint8_t *scratch) {                                         \
         (void)scratch;                                                                                          \
         const size_t row_bytes = gl_type_row_bytes(TYPE, w->n_cols);                                            \
-        amx_rows(TYPE, X8, (const uint8_t *)w->packed + (size_t)r0 * row_bytes, row_bytes, (int)(r1 - r0),      \
+        amx_k_rows(TYPE, X8, (const uint8_t *)w->packed + (size_t)r0 * row_bytes, row_bytes, (int)(r1 - r0),      \
                  w->n_cols, act, act_stride, n_tok, out + r0, out_stride);                                      \
     }
-AMX_ROWS(amx_rows_q4_k, GL_TYPE_Q4_K, false)
-AMX_ROWS(amx_rows_q5_k, GL_TYPE_Q5_K, false)
-AMX_ROWS(amx_rows_q6_k, GL_TYPE_Q6_K, false)
-AMX_ROWS(amx_rows_x8_q4_k, GL_TYPE_Q4_K, true)
-AMX_ROWS(amx_rows_x8_q5_k, GL_TYPE_Q5_K, true)
-AMX_ROWS(amx_rows_x8_q6_k, GL_TYPE_Q6_K, true)
+DEFINE_AMX_K_ROWS(amx_rows_q4_k, GL_TYPE_Q4_K, false)
+DEFINE_AMX_K_ROWS(amx_rows_q5_k, GL_TYPE_Q5_K, false)
+DEFINE_AMX_K_ROWS(amx_rows_q6_k, GL_TYPE_Q6_K, false)
+DEFINE_AMX_K_ROWS(amx_rows_x8_q4_k, GL_TYPE_Q4_K, true)
+DEFINE_AMX_K_ROWS(amx_rows_x8_q5_k, GL_TYPE_Q5_K, true)
+DEFINE_AMX_K_ROWS(amx_rows_x8_q6_k, GL_TYPE_Q6_K, true)
 
-#ifdef __clang__
-#pragma clang attribute pop
-#endif
-
-kern_amx_rows_fn kern_amx_k_rows(uint32_t type, bool x8) {
-    switch (type) {
-    case GL_TYPE_Q4_K: return x8 ? amx_rows_x8_q4_k : amx_rows_q4_k;
-    case GL_TYPE_Q5_K: return x8 ? amx_rows_x8_q5_k : amx_rows_q5_k;
-    case GL_TYPE_Q6_K: return x8 ? amx_rows_x8_q6_k : amx_rows_q6_k;
-    default: return NULL;
-    }
-}
-#else
-kern_amx_rows_fn kern_amx_k_rows(uint32_t type, bool x8) {
-    (void)type, (void)x8;
-    return NULL;
-}
-#endif
