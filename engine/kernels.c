@@ -1052,8 +1052,10 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
             job.act = (const uint8_t *)x;
         } else if (act_reserve(p, act_bytes(job.act_kind, job.n_cols, n_tokens)) == 0) {
             job.act = p->act;
-            /* No scratch for the AMX tiles: the VNNI rows read the same per-token rows, to the same bits. */
-            if (job.parts[0].amx && kern_pool_reserve(p, KERN_AMX_SCRATCH(job.n_cols) / sizeof(float) + 1))
+            /* No scratch for the block-32 AMX tiles: the VNNI rows read the same per-token rows, to the
+             * same bits. (The K-quants' AMX rows keep their panel on the stack; their form has no such rows.) */
+            if (job.parts[0].amx && !is_qa_kind(job.act_kind) &&
+                kern_pool_reserve(p, KERN_AMX_SCRATCH(job.n_cols) / sizeof(float) + 1))
                 for (int i = 0; i < job.n_parts; i++) job.parts[i].amx = NULL;
             if (n_tokens % 16 && job.parts[0].amx) { /* the last group's tokens past n_tokens: zero */
                 size_t last = amx_region_bytes(job.act_kind, job.n_cols, 16);
