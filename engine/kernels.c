@@ -768,6 +768,11 @@ static size_t amx_region_bytes(kern_act_kind kind, int64_t n_cols, int n_tokens)
 
 static bool is_qa_kind(kern_act_kind kind) { return kind == KERN_ACT_QA_K16 || kind == KERN_ACT_QA_K8; }
 
+/* Forms that keep tokens in groups of 16 (AMX's B tiles), block-32 or K-quant. */
+static bool is_amx_kind(kern_act_kind kind) {
+    return kind == KERN_ACT_AMX_X8 || kind == KERN_ACT_AMX_X16 || is_qa_kind(kind);
+}
+
 /* The whole buffer of a call: the per-token rows, then any AMX form; the
  * K-quants' AMX form alone, in whole groups of tokens. */
 static size_t act_bytes(kern_act_kind kind, int64_t n_cols, int n_tokens) {
@@ -883,10 +888,7 @@ static void quantize_rows(matmul_job *job) {
      * group: a thread takes whole groups, or the two would write the same
      * lines by turns (2 threads ran a 576 x 576 x 512 matmul at half the
      * speed of one). */
-    const int step = job->act_kind == KERN_ACT_AMX_X8 || job->act_kind == KERN_ACT_AMX_X16 ||
-                             job->act_kind == KERN_ACT_QA_K16 || job->act_kind == KERN_ACT_QA_K8
-                         ? 16
-                         : 1;
+    const int step = is_amx_kind(job->act_kind) ? 16 : 1;
     for (int t = 0, end = 0;; t++) {
         if (t == end) {
             t = atomic_fetch_add_explicit(&job->next_tok, step, memory_order_relaxed);
@@ -1002,8 +1004,7 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
             part->amx = amx;
             part->rows = act_bits == 8 ? impl->packed_rows_x8[w->type] : impl->packed_rows[w->type];
             part->weights = w->packed;
-            if (w->type == GL_TYPE_Q4_K || w->type == GL_TYPE_Q5_K || w->type == GL_TYPE_Q6_K)
-                return act_bits == 8 ? KERN_ACT_QA_K8 : KERN_ACT_QA_K16;
+            if (kern_packed_act_kind(w->type) == KERN_ACT_Q16_K) return act_bits == 8 ? KERN_ACT_QA_K8 : KERN_ACT_QA_K16;
             return act_bits == 8 ? KERN_ACT_AMX_X8 : KERN_ACT_AMX_X16;
         }
     }
@@ -1023,6 +1024,21 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
         return kern_act_kind_of(w->type) == KERN_ACT_Q8_32 ? KERN_ACT_Q8_32_COARSE : KERN_ACT_Q8_256_COARSE;
     }
     return kern_act_kind_of(w->type);
+}
+
+/* The tiles read whole groups of 16 tokens: the last group's slots past
+ * the call's tokens must hold zeros, not an earlier call's activations. */
+static void zero_group_padding(const matmul_job *job) {
+    int n = job->n_tokens;
+    if (n % KQA_GROUP == 0) return;
+    uint8_t *act = (uint8_t *)job->act;
+    if (is_qa_kind(job->act_kind)) { /* the K-quants' form is its groups alone */
+        memset(act + (size_t)(n / KQA_GROUP) * KQA_GROUP * job->act_stride, 0, (size_t)KQA_GROUP * job->act_stride);
+        return;
+    }
+    size_t last = amx_region_bytes(job->act_kind, job->n_cols, KQA_GROUP);
+    memset((uint8_t *)kern_amx_region(act, n, job->act_stride) + amx_region_bytes(job->act_kind, job->n_cols, n) - last,
+           0, last);
 }
 
 void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float *x, int n_tokens, float *const *outs) {
@@ -1057,15 +1073,7 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
             if (job.parts[0].amx && !is_qa_kind(job.act_kind) &&
                 kern_pool_reserve(p, KERN_AMX_SCRATCH(job.n_cols) / sizeof(float) + 1))
                 for (int i = 0; i < job.n_parts; i++) job.parts[i].amx = NULL;
-            if (n_tokens % 16 && job.parts[0].amx) { /* the last group's tokens past n_tokens: zero */
-                size_t last = amx_region_bytes(job.act_kind, job.n_cols, 16);
-                memset((uint8_t *)kern_amx_region(job.act, n_tokens, job.act_stride) +
-                           amx_region_bytes(job.act_kind, job.n_cols, n_tokens) - last,
-                       0, last);
-            }
-            if (is_qa_kind(job.act_kind) && n_tokens % KQA_GROUP) /* the K-quants' last group past the call: zero */
-                memset(p->act + (size_t)(n_tokens / KQA_GROUP) * KQA_GROUP * job.act_stride, 0,
-                       (size_t)KQA_GROUP * job.act_stride);
+            if (is_amx_kind(job.act_kind)) zero_group_padding(&job);
             /* One row is quicker to quantize here than to hand out. */
             atomic_init(&job.next_tok, 0);
             if (n_tokens < 2 * p->n_threads) quantize_rows(&job);

@@ -959,7 +959,7 @@ static void FN(quantize_x16)(const float *x, kq16_chunk *ch) {
 }
 
 /* quantize_k16_avx512: one kq16_k (256 elements): dword lane j of vector v
- * is pair 8 j + v (elements 16 j + 2 v, + 1), sub-block j's sum of 16. */
+ * is pair 8 j + v (elements 16 j + 2 v, + 1); s by 32-element block. */
 static void FN(quantize_k16)(const float *x, kq16_k *y) {
     int32_t pairs[128];
     for (int b = 0; b < 8; b++) {
@@ -1009,7 +1009,7 @@ static void FN(quantize_x8)(const float *x, kq8_chunk *ch) {
 }
 
 /* quantize_k8_avx512: one kq8_k: dword lane j of vector u is elements
- * 16 j + 4 u .. + 3, sub-block j's sum of 16. */
+ * 16 j + 4 u .. + 3; s by 32-element block. */
 static void FN(quantize_k8)(const float *x, kq8_k *y) {
     int32_t quads[64];
     for (int b = 0; b < 8; b++) {
