@@ -425,17 +425,19 @@ void kern_quantize_256_coarse(const kern_impl *impl, const float *x, kq8_256 *y,
 }
 
 /* A short tail's m blocks (tmp) into lanes (simd.h): the coarse parts into
- * q, the residuals into q2 when there is room for them, each lane's unit
- * (the block's d times unit_scale) into d. */
-static void fill_short_tail(const kq8_32 *tmp, int m, int8_t q[2][64], int8_t q2[2][64], float d[2][16],
+ * q, the residuals into q2 and each lane's -128 (256 q + q2) sum into off
+ * when there is room for them, block j's unit (its d times unit_scale) into d. */
+static void fill_short_tail(const kq8_32 *tmp, int m, int8_t q[2][64], int8_t q2[2][64], int32_t off[16], float d[16],
                             float unit_scale) {
+    for (int j = 0; j < m; j++) d[j] = tmp[j].d * unit_scale;
     for (int v = 0; v < 2; v++)
         for (int lane = 0; lane < 16; lane++) {
             int j = 0, e0 = 0;
             if (!kq_tail_lane(m, v, lane, &j, &e0)) continue;
             memcpy(&q[v][4 * lane], &tmp[j].q[e0], 4);
-            if (q2) memcpy(&q2[v][4 * lane], &tmp[j].q2[e0], 4);
-            d[v][lane] = tmp[j].d * unit_scale;
+            if (!q2) continue;
+            memcpy(&q2[v][4 * lane], &tmp[j].q2[e0], 4);
+            for (int e = 0; e < 4; e++) off[lane] -= 128 * (256 * tmp[j].q[e0 + e] + tmp[j].q2[e0 + e]);
         }
 }
 
@@ -454,7 +456,7 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
         if (m <= KQ_SHORT_TAIL) {
             kq16_tail *tail = (kq16_tail *)ch;
             for (int j = 0; j < m; j++) tail->s[j] = tmp[j].s;
-            fill_short_tail(tmp, m, tail->q, tail->q2, tail->d, 1.0f);
+            fill_short_tail(tmp, m, tail->q, tail->q2, tail->off, tail->d, 1.0f);
             continue;
         }
         /* pair order: pair v of block j at P = 16 v + j (simd.h) */
@@ -585,7 +587,7 @@ void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t
         memset(tail, 0, sizeof *tail);
         impl->quantize_32(x, tmp, 32 * (int64_t)m);
         for (int j = 0; j < m; j++) (void)coarse_unit(&tmp[j], &tail->s[j]);
-        fill_short_tail(tmp, m, tail->q, NULL, tail->d, coarse_step);
+        fill_short_tail(tmp, m, tail->q, NULL, NULL, tail->d, coarse_step);
     }
 }
 
@@ -786,23 +788,28 @@ static size_t act_bytes(kern_act_kind kind, int64_t n_cols, int n_tokens) {
  * 256 q + q2 come back exactly: q2 is the low byte taken signed. */
 static void amx_fill_token(kern_act_kind kind, const uint8_t *row, int64_t n_cols, uint8_t *region, int t) {
     const bool x16 = kind == KERN_ACT_AMX_X16;
-    const int64_t na = kern_amx_blocks(n_cols), nb = n_cols / 32;
-    const int tt = t % 16;
+    const int64_t nb = n_cols / 32, n_full = nb / 16;
+    const int tt = t % 16, m = (int)(nb % 16);
     uint8_t *group = region + (size_t)(t / 16) * kern_amx_group_bytes(n_cols, x16);
-    if (na < nb) { /* the short tail, kq8_tail or kq16_tail after the chunks */
-        const int m = (int)(nb - na);
-        kamx_tail *tail = (kamx_tail *)(group + (size_t)na * (x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk)));
-        const uint8_t *src = row + (size_t)(nb / 16) * (x16 ? sizeof(kq16_chunk) : sizeof(kq8_chunk));
+    if (m && m <= KQ_SHORT_TAIL) { /* the short tail, kq8_tail or kq16_tail after the chunks: blocks as any */
+        const uint8_t *src = row + (size_t)n_full * (x16 ? sizeof(kq16_chunk) : sizeof(kq8_chunk));
         const kq8_tail *a8 = (const kq8_tail *)src;
         const kq16_tail *a16 = (const kq16_tail *)src;
-        for (int v = 0; v < 2; v++)
+        for (int v = 0; v < kq_tail_vectors(m); v++)
             for (int L = 0; L < 16; L++) {
-                memcpy(&tail->q[v][L][4 * tt], x16 ? &a16->q[v][4 * L] : &a8->q[v][4 * L], 4);
-                if (x16) memcpy(&tail->q2[v][L][4 * tt], &a16->q2[v][4 * L], 4);
-                tail->d[v][L][tt] = x16 ? a16->d[v][L] : a8->d[v][L];
+                int j = 0, e0 = 0;
+                if (!kq_tail_lane(m, v, L, &j, &e0)) continue;
+                uint8_t *rec = group + (size_t)(16 * n_full + j) * (x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk));
+                memcpy(&((kamx8_blk *)rec)->q[e0 / 4][4 * tt], x16 ? &a16->q[v][4 * L] : &a8->q[v][4 * L], 4);
+                if (x16) memcpy(&((kamx16_blk *)rec)->q2[e0 / 4][4 * tt], &a16->q2[v][4 * L], 4);
             }
-        for (int j = 0; j < m; j++) tail->s[j][tt] = x16 ? a16->s[j] : a8->s[j];
+        for (int j = 0; j < m; j++) {
+            uint8_t *rec = group + (size_t)(16 * n_full + j) * (x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk));
+            if (x16) ((kamx16_blk *)rec)->d[tt] = a16->d[j], ((kamx16_blk *)rec)->s[tt] = a16->s[j];
+            else ((kamx8_blk *)rec)->d[tt] = a8->d[j], ((kamx8_blk *)rec)->s[tt] = a8->s[j];
+        }
     }
+    const int64_t na = m && m <= KQ_SHORT_TAIL ? 16 * n_full : nb;
     for (int64_t b = 0; b < na; b++) {
         const int64_t c = b / 16;
         const int j = (int)(b % 16);

@@ -91,33 +91,42 @@ typedef struct kq8_chunk {
 
 /* A short tail's activations, at 8 bits (kq8_tail) or 16 (kq16_tail, in
  * place of the row's last kq16_chunk): vector v, lane L holds four elements
- * of one block, in the order kq_tail_lane gives -- up to 8 lanes of low
- * nibbles (Q4) and 8 of the same bytes' high nibbles. One word permute of
- * the packed pairs gives a row's weights in those lanes, vpdpbusd dots two
- * blocks at once (twice at 16 bits: the coarse part's sum shifted up 8 bits,
- * then the residual's added, exactly 256 q + q2), and the lanes' sums go
- * straight into the row's float accumulators with no pass of their own. */
+ * of block L % M (M = kq_tail_stride(m): 2 for m <= 2, else 4), in the
+ * order kq_tail_lane gives -- lanes 0..7 low halves (elements < 16, Q4's
+ * low nibbles), lanes 8..15 the same bytes' high halves. One word permute
+ * of the packed pairs gives a row's weights in those lanes, vpdpbusd dots
+ * the lanes (twice at 16 bits: the coarse part's sum shifted up 8 bits,
+ * then the residual's added, exactly 256 q + q2), and the lanes of a block
+ * add up in integer (lane L + 8, + 4, and for M = 2 + 2): block j's exact
+ * dot in lane j, where a chunk has it. Its float steps are then a chunk's
+ * block j's, once per block, so on AMX the tail blocks are ordinary ones. */
 typedef struct kq8_tail {
     int8_t q[2][64];          /* [v][4L + e]: element e0 + e of block j, by kq_tail_lane; 0 in empty lanes */
-    float d[2][16];           /* unit of lane L's block (x ~ d * q), 0 in empty lanes */
+    float d[16];              /* unit of block j (x ~ d * q), 0 past the row */
     float s[16];              /* d * sum of block j's q, 0 past the row */
 } kq8_tail;
 
 typedef struct kq16_tail {
     int8_t q[2][64];          /* coarse parts, as kq8_tail */
     int8_t q2[2][64];         /* residuals, in the same places */
-    float d[2][16];           /* unit of lane L's block: x ~ d * (256 q + q2) */
+    float d[16];              /* unit of block j: x ~ d * (256 q + q2) */
     float s[16];              /* d * sum of block j's 256 q + q2 */
+    int32_t off[16];          /* lane L: -128 times the sum of its 256 q + q2 over both vectors: Q8_0's
+                                 bytes take +128 for vpdpbusd, this takes it back in integer */
 } kq16_tail;
 
+/* Lanes between a short tail's blocks (M above), and its vectors. */
+static inline int kq_tail_stride(int m) { return m <= 2 ? 2 : 4; }
+static inline int kq_tail_vectors(int m) { return m <= 2 ? 1 : 2; }
+
 /* Which four elements lane L of vector v of an m-block short tail holds:
- * block j, elements e0..e0+3 (lanes 8..15 the high halves, e0 >= 16, of
- * lanes 0..7's blocks); false for an empty lane. */
+ * block j = L % M, elements e0..e0+3 (lanes 8..15 the high halves, e0 >=
+ * 16, of lanes 0..7's); false for an empty lane. */
 static inline bool kq_tail_lane(int m, int v, int lane, int *j, int *e0) {
-    int pair = 8 * v + lane % 8;
-    if (pair >= 4 * m) return false;
-    *j = pair % m;
-    *e0 = 4 * (pair / m) + (lane >= 8 ? 16 : 0);
+    const int M = kq_tail_stride(m), p = v * (8 / M) + lane % 8 / M;
+    if (lane % M >= m || p >= 4) return false;
+    *j = lane % M;
+    *e0 = 4 * p + (lane >= 8 ? 16 : 0);
     return true;
 }
 
@@ -226,25 +235,10 @@ typedef struct kamx16_blk {
     float s[16];
 } kamx16_blk;
 
-/* A short tail's activations (kq8_tail, kq16_tail) of 16 tokens, turned
- * the same way: lane L of vector v is a vector over the tokens. */
-typedef struct kamx_tail {
-    int8_t q[2][16][64];      /* [v][L][4 t + e]: kq8_tail's q[v][4 L + e] of token t */
-    int8_t q2[2][16][64];     /* the residuals (16-bit activations only) */
-    float d[2][16][16];       /* [v][L][t] */
-    float s[KQ_SHORT_TAIL][16]; /* [j][t] */
-} kamx_tail;
-
-/* Blocks of a row the AMX tiles take: all but a short tail. */
-static inline int64_t kern_amx_blocks(int64_t n_cols) {
-    int64_t nb = n_cols / 32;
-    return nb - (nb % 16 <= KQ_SHORT_TAIL ? nb % 16 : 0);
-}
-
-/* Bytes of one group of 16 tokens in the AMX form: its blocks, then any short tail. */
+/* Bytes of one group of 16 tokens in the AMX form: every block of the row
+ * (a short tail's too: its float steps are a chunk's, simd.h above). */
 static inline size_t kern_amx_group_bytes(int64_t n_cols, bool x16) {
-    size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
-    return (size_t)kern_amx_blocks(n_cols) * rec + (kern_amx_blocks(n_cols) < n_cols / 32 ? sizeof(kamx_tail) : 0);
+    return (size_t)(n_cols / 32) * (x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk));
 }
 
 /* Where the AMX form starts after n_tok per-token rows. */

@@ -10,8 +10,10 @@
  * weights, unpacked once per 16 rows to their natural element order, as A;
  * the activations' AMX form as B), and the same float operations run on
  * transposed accumulators: for row r and lane j a vector over the 16 tokens.
- * The lanes' tree then is vertical adds in the same order. A short tail
- * adds into the same accumulators lane by lane, as add_short_tail does.
+ * The lanes' tree then is vertical adds in the same order. A short tail's
+ * blocks are ordinary blocks here: add_short_tail gives each its exact dot
+ * and a chunk's float steps in lane j, so its 16-bit Q8_0 takes the signed
+ * dots (the +128 taken back in integer) and no offset term, as a chunk's.
  *
  * The float work per block and output is VNNI's own (the bits ask for it),
  * so AMX saves the integer dots only; the weights' unpacking, once per 16
@@ -66,7 +68,7 @@ INLINE void amx_unpack_block(const int type, const bool x16, const uint8_t *blk,
 /* Rows rt..rt+nr-1 (nr <= 16; rows past them zero) into A tiles, block b's at
  * a + 512 b, and their scales and offsets [b][16]. */
 INLINE void amx_unpack_rows(const int type, const bool x16, const uint8_t *data, size_t row_bytes, long rt, int nr,
-                            int64_t na, int64_t nb, int8_t *a, float *dw, float *mw) {
+                            int64_t nb, int8_t *a, float *dw, float *mw) {
     const int bb = block32_bytes(type);
     for (int r = 0; r < 16; r++) {
         if (r >= nr) {
@@ -77,49 +79,8 @@ INLINE void amx_unpack_rows(const int type, const bool x16, const uint8_t *data,
             continue;
         }
         const uint8_t *row = data + (size_t)(rt + r) * row_bytes;
-        /* a short tail takes Q8_0 +128 at both widths, as add_short_tail */
         for (int64_t b = 0; b < nb; b++)
-            amx_unpack_block(type, x16 && b < na, row + (size_t)b * bb, a + 512 * b + 32 * r, &dw[16 * b + r],
-                             &mw[16 * b + r]);
-    }
-}
-
-/* A short tail of m blocks (unpacked as blocks na..na+m-1) into the
- * transposed accumulators of nr rows, lane by lane as add_short_tail does
- * it: per vector v, lane L (block j, elements e0..e0+3; empty lanes add
- * nothing there either) its 4-element dot times dw * da, then each block's
- * offset term in lane j. */
-INLINE void amx_short_tail(const bool x16, const int8_t *a, const float *dwv, const float *mwv, int64_t na, int m,
-                           const kamx_tail *tail, float *acct) {
-    const int n_vec = (m + 1) / 2;
-    for (int L = 0; L < 16; L++) { /* a lane's 16 rows in registers, its vectors' dots in order, then its offset term */
-        __m512 acc[16];
-#pragma GCC unroll 16
-        for (int r = 0; r < 16; r++) acc[r] = _mm512_load_ps(acct + 256 * r + 16 * L);
-        for (int v = 0; v < n_vec; v++) {
-            int j = 0, e0 = 0;
-            if (!kq_tail_lane(m, v, L, &j, &e0)) continue;
-            const __m512i xq = _mm512_load_si512(tail->q[v][L]), xq2 = _mm512_load_si512(tail->q2[v][L]);
-            const __m512 da = _mm512_load_ps(tail->d[v][L]);
-            const int8_t *wj = a + 512 * (na + j) + e0;
-            const float *dj = dwv + 16 * (na + j);
-#pragma GCC unroll 16
-            for (int r = 0; r < 16; r++) {
-                int32_t w4;
-                memcpy(&w4, wj + 32 * r, 4);
-                const __m512i wv = _mm512_set1_epi32(w4);
-                __m512i idot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), wv, xq);
-                if (x16) idot = _mm512_dpbusd_epi32(_mm512_slli_epi32(idot, 8), wv, xq2);
-                acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(_mm512_set1_ps(dj[r]), da), acc[r]);
-            }
-        }
-        if (L < m) {
-            const __m512 s = _mm512_load_ps(tail->s[L]);
-#pragma GCC unroll 16
-            for (int r = 0; r < 16; r++) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwv[16 * (na + L) + r]), s, acc[r]);
-        }
-#pragma GCC unroll 16
-        for (int r = 0; r < 16; r++) _mm512_store_ps(acct + 256 * r + 16 * L, acc[r]);
+            amx_unpack_block(type, x16, row + (size_t)b * bb, a + 512 * b + 32 * r, &dw[16 * b + r], &mw[16 * b + r]);
     }
 }
 
@@ -243,10 +204,9 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
  * accumulators, C, the rows' scales and offsets, their A tiles, the items. */
 INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0, long r1, const uint8_t *act,
                      size_t act_stride, int n_tok, float *out, size_t out_stride, uint8_t *scratch) {
-    const int64_t n_cols = w->n_cols, nb = n_cols / 32, na = kern_amx_blocks(n_cols);
-    const int st = (int)(nb - na), bb = block32_bytes(type);
+    const int64_t n_cols = w->n_cols, nb = n_cols / 32;
+    const int bb = block32_bytes(type);
     const size_t row_bytes = (size_t)(nb * bb), group_bytes = kern_amx_group_bytes(n_cols, x16);
-    const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
     const uint8_t *region = kern_amx_region(act, n_tok, act_stride);
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     float *acct = (float *)base;            /* [16 rows][16 lanes][16 tokens] */
@@ -256,17 +216,16 @@ INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0
     int16_t *items = (int16_t *)(a + 512 * nb);
     int n_items = 0;
     for (int j = 0; j < 16; j++)
-        for (int64_t b = j; b < na; b += 16) items[n_items++] = (int16_t)b;
+        for (int64_t b = j; b < nb; b += 16) items[n_items++] = (int16_t)b;
     amx_config();
     for (long rt = r0; rt < r1; rt += 16) {
         const int nr = r1 - rt < 16 ? (int)(r1 - rt) : 16;
-        amx_unpack_rows(type, x16, w->data, row_bytes, rt, nr, na, nb, a, dwv, mwv);
+        amx_unpack_rows(type, x16, w->data, row_bytes, rt, nr, nb, a, dwv, mwv);
         for (int t0 = 0; t0 < n_tok; t0 += 16) {
             const int nt = n_tok - t0 < 16 ? n_tok - t0 : 16;
             const uint8_t *grp = region + (size_t)(t0 / 16) * group_bytes;
-            if (na < 16) memset(acct, 0, 4096 * sizeof *acct); /* lanes no block reaches (a short tail may) */
-            if (n_items) amx_group(type, x16, a, dwv, mwv, grp, items, n_items, c, acct);
-            if (st) amx_short_tail(x16, a, dwv, mwv, na, st, (const kamx_tail *)(grp + (size_t)na * rec), acct);
+            if (nb < 16) memset(acct, 0, 4096 * sizeof *acct); /* lanes no block reaches */
+            amx_group(type, x16, a, dwv, mwv, grp, items, n_items, c, acct);
             /* sum4_ps's tree, vertically: lanes i + (i + 8), then + 4, then (0 + 2) + (1 + 3) */
             _Alignas(64) float sums[16][16];
             for (int r = 0; r < nr; r++) {

@@ -248,9 +248,11 @@ INLINE __mmask64 first_bytes(int n) { return n >= 64 ? ~(__mmask64)0 : ((__mmask
 
 /* acc[r][t] += the rows' short tail (m <= KQ_SHORT_TAIL blocks, row r's at
  * w + r row_bytes) against the tokens' kq16_tail (x16) or kq8_tail (token
- * t's at act + t act_stride): per lane the block's scales times its dot,
- * then each block's offset term once, in lane j. Q8_0's bytes take +128 here
- * at 16 bits too, and -128 dw s back. */
+ * t's at act + t act_stride): each block's exact dot gathered from its lanes
+ * in integer into lane j, then the float steps a chunk takes for block j
+ * (x16_chunk's or x8_chunk's), lanes past m untouched. Q8_0's bytes take
+ * +128 here at 16 bits too; the tail's off takes it back before the dot
+ * turns float, so 16-bit Q8_0 has a chunk's signed dot and no offset term. */
 INLINE void add_short_tail(const int type, const bool x16, const int NR, const int NT, const uint8_t *w, size_t row_bytes,
                        const uint8_t *act, size_t act_stride, int m, size_t ahead, __m512 acc[4][4]) {
     const uint8_t *chunk[4], *tail[4];
@@ -262,20 +264,20 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) tail[t] = act + (size_t)t * act_stride;
     const bool q8 = type == GL_TYPE_Q8_0, five = is_q5(type);
-    const int hdr = chunk_hdr(type) * m, n_vec = (m + 1) / 2;
+    const int hdr = chunk_hdr(type) * m, n_vec = kq_tail_vectors(m);
+    const __mmask16 km = (__mmask16)((1u << m) - 1);
     const __m512i m4 = _mm512_set1_epi8(0x0f), flip = _mm512_set1_epi8((char)0x80);
     __m512i u[4][2];
-    __m512 dw_lanes[4][2], mw[4];
+    __m512 dw[4], mw[4];
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
-        const __m512 dw = chunk_f16(chunk[r], m);
-        mw[r] = chunk_offsets(type, chunk[r], m, dw);
+        dw[r] = chunk_f16(chunk[r], m);
+        mw[r] = chunk_offsets(type, chunk[r], m, dw[r]);
         const uint8_t *quants = chunk[r] + hdr;
         const int n_bytes = (q8 ? 32 : 16) * m;
         const __m512i lo = _mm512_maskz_loadu_epi8(first_bytes(n_bytes), quants);
         const __m512i hi = q8 ? _mm512_maskz_loadu_epi8(first_bytes(n_bytes - 64), quants + 64) : lo;
         u[r][1] = _mm512_setzero_si512(); /* unused for m <= 2; set so no lane is ever undefined */
-        dw_lanes[r][1] = _mm512_setzero_ps();
 #pragma GCC unroll 2
         for (int v = 0; v == 0 || v < n_vec; v++) {
             const __m512i words = _mm512_loadu_si512(tail_words[q8][m][v]);
@@ -291,28 +293,37 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
                     u[r][v] = _mm512_or_si512(u[r][v], _mm512_and_si512(_mm512_slli_epi16(b0, 4), _mm512_set1_epi8(0x10)));
                 }
             }
-            dw_lanes[r][v] = _mm512_permutexvar_ps(_mm512_loadu_si512(tail_blocks[m][v]), dw);
         }
     }
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) {
         const kq8_tail *a8 = (const kq8_tail *)tail[t];
         const kq16_tail *a16 = (const kq16_tail *)tail[t];
+        __m512i x[2], x2[2];
 #pragma GCC unroll 2
-        for (int v = 0; v == 0 || v < n_vec; v++) {
-            const __m512i x = _mm512_loadu_si512(x16 ? a16->q[v] : a8->q[v]);
-            const __m512i x2 = x16 ? _mm512_loadu_si512(a16->q2[v]) : x;
-            const __m512 da = _mm512_loadu_ps(x16 ? a16->d[v] : a8->d[v]);
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                __m512i idot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[r][v], x);
-                if (x16) idot = _mm512_dpbusd_epi32(_mm512_slli_epi32(idot, 8), u[r][v], x2);
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(dw_lanes[r][v], da), acc[r][t]);
-            }
+        for (int v = 0; v < n_vec; v++) {
+            x[v] = _mm512_loadu_si512(x16 ? a16->q[v] : a8->q[v]);
+            x2[v] = x16 ? _mm512_loadu_si512(a16->q2[v]) : x[v];
         }
-        const __m512 s = _mm512_loadu_ps(x16 ? a16->s : a8->s);
+        const __m512 da = _mm512_loadu_ps(x16 ? a16->d : a8->d), s = _mm512_loadu_ps(x16 ? a16->s : a8->s);
+        const __m512i off = x16 && q8 ? _mm512_loadu_si512(a16->off) : _mm512_setzero_si512();
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) acc[r][t] = _mm512_fmadd_ps(mw[r], s, acc[r][t]);
+        for (int r = 0; r < NR; r++) {
+            __m512i idot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[r][0], x[0]);
+            if (n_vec > 1) idot = _mm512_dpbusd_epi32(idot, u[r][1], x[1]);
+            if (x16) {
+                idot = _mm512_slli_epi32(idot, 8);
+                if (q8) idot = _mm512_add_epi32(idot, off);
+                idot = _mm512_dpbusd_epi32(idot, u[r][0], x2[0]);
+                if (n_vec > 1) idot = _mm512_dpbusd_epi32(idot, u[r][1], x2[1]);
+            }
+            /* block j's lanes are j mod M: + lane L + 8, + 4 (and + 2 for M = 2) */
+            idot = _mm512_add_epi32(idot, _mm512_shuffle_i32x4(idot, idot, _MM_SHUFFLE(1, 0, 3, 2)));
+            idot = _mm512_add_epi32(idot, _mm512_shuffle_i32x4(idot, idot, _MM_SHUFFLE(2, 3, 0, 1)));
+            if (kq_tail_stride(m) == 2) idot = _mm512_add_epi32(idot, _mm512_shuffle_epi32(idot, _MM_PERM_BADC));
+            acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(dw[r], da), acc[r][t], km);
+            if (!(x16 && q8)) acc[r][t] = _mm512_mask3_fmadd_ps(mw[r], s, acc[r][t], km);
+        }
     }
 }
 
