@@ -651,6 +651,36 @@ static void pack_q45_k(const uint8_t *src, uint8_t *dst, bool five) {
         }
 }
 
+/* A short tail of m blocks (m even) after its scales and minimums: Q5's fifth
+ * bits as one 64-bit mask per tail vector (bit 4 L + e: lane L's element
+ * e, kq_tail_lane), then the quants in lane order, so the tail's tile takes
+ * each vector with one load: Q8_0's bytes lane by lane (64 a vector), Q4's
+ * bytes of lanes 0..7 (32 a vector; their high nibbles are lanes 8..15's).
+ * The m blocks' bytes fill it exactly (4 m, 32 m, 16 m). */
+static uint8_t *pack_tail_lanes(const uint8_t *blk, int bb, int quants, int m, bool five, bool q8, uint8_t *dst) {
+    const int n_vec = kq_tail_vectors(m);
+    if (five) {
+        for (int v = 0; v < n_vec; v++, dst += 8) {
+            uint64_t k = 0;
+            for (int L = 0; L < 16; L++) {
+                int j = 0, e0 = 0;
+                if (!kq_tail_lane(m, v, L, &j, &e0)) continue;
+                const uint8_t *qh = blk + (size_t)j * bb + quants - 4;
+                const uint32_t bits = (uint32_t)qh[0] | (uint32_t)qh[1] << 8 | (uint32_t)qh[2] << 16 | (uint32_t)qh[3] << 24;
+                for (int e = 0; e < 4; e++) k |= (uint64_t)(bits >> (e0 + e) & 1) << (4 * L + e);
+            }
+            for (int i = 0; i < 8; i++) dst[i] = (uint8_t)(k >> (8 * i));
+        }
+    }
+    for (int v = 0; v < n_vec; v++)
+        for (int L = 0; L < (q8 ? 16 : 8); L++, dst += 4) {
+            int j = 0, e0 = 0;
+            (void)kq_tail_lane(m, v, L, &j, &e0); /* every lane of an even tail is used */
+            memcpy(dst, blk + (size_t)j * bb + quants + e0, 4);
+        }
+    return dst;
+}
+
 static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb) {
     const int bb = gl_type_get(type)->block_bytes;
     if (type == GL_TYPE_Q4_K || type == GL_TYPE_Q5_K || type == GL_TYPE_Q6_K) {
@@ -672,6 +702,10 @@ static void pack_row(uint32_t type, const uint8_t *src, uint8_t *dst, int64_t nb
             if (hdr == 4) memcpy(dst + 2 * (m + j), blk + (size_t)j * bb + 2, 2);
         }
         dst += (size_t)hdr * m;
+        if (m <= KQ_SHORT_TAIL && m % 2 == 0) { /* a short tail of 2 or 4 blocks, in its lanes (simd.h) */
+            dst = pack_tail_lanes(blk, bb, quants, m, five, type == GL_TYPE_Q8_0, dst);
+            continue;
+        }
         if (five) { /* fifth bits, byte b of block j: bit p of element 4 p + b, bit 4 + p of element 16 + 4 p + b */
             for (int j = 0; j < m; j++, dst += 4) {
                 const uint8_t *qh = blk + (size_t)j * bb + hdr;

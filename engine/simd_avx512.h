@@ -274,12 +274,30 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
         dw[r] = chunk_f16(chunk[r], m);
         mw[r] = chunk_offsets(type, chunk[r], m, dw[r]);
         const uint8_t *quants = chunk[r] + hdr;
+        u[r][1] = _mm512_setzero_si512(); /* unused for m <= 2; set so no lane is ever undefined */
+        if (m % 2 == 0) { /* packed in lane order (pack_tail_lanes) */
+#pragma GCC unroll 2
+            for (int v = 0; v < n_vec; v++) {
+                if (q8) {
+                    u[r][v] = _mm512_xor_si512(_mm512_loadu_si512(quants + 64 * v), flip);
+                    continue;
+                }
+                const __m256i b = load256(quants + 32 * v);
+                const __m512i p = _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1);
+                u[r][v] = _mm512_and_si512(p, m4);
+                if (five) {
+                    uint64_t k;
+                    memcpy(&k, quants - 4 * m + 8 * v, 8);
+                    u[r][v] = _mm512_mask_add_epi8(u[r][v], _cvtu64_mask64(k), u[r][v], _mm512_set1_epi8(0x10));
+                }
+            }
+            continue;
+        }
         const int n_bytes = (q8 ? 32 : 16) * m;
         const __m512i lo = _mm512_maskz_loadu_epi8(first_bytes(n_bytes), quants);
         const __m512i hi = q8 ? _mm512_maskz_loadu_epi8(first_bytes(n_bytes - 64), quants + 64) : lo;
-        u[r][1] = _mm512_setzero_si512(); /* unused for m <= 2; set so no lane is ever undefined */
 #pragma GCC unroll 2
-        for (int v = 0; v == 0 || v < n_vec; v++) {
+        for (int v = 0; v < n_vec; v++) {
             const __m512i words = _mm512_loadu_si512(tail_words[q8][m][v]);
             if (q8) {
                 u[r][v] = _mm512_xor_si512(_mm512_permutex2var_epi16(lo, words, hi), flip);
@@ -299,7 +317,7 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
     for (int t = 0; t < NT; t++) {
         const kq8_tail *a8 = (const kq8_tail *)tail[t];
         const kq16_tail *a16 = (const kq16_tail *)tail[t];
-        __m512i x[2], x2[2];
+        __m512i x[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()}, x2[2] = {x[0], x[1]};
 #pragma GCC unroll 2
         for (int v = 0; v < n_vec; v++) {
             x[v] = _mm512_loadu_si512(x16 ? a16->q[v] : a8->q[v]);
