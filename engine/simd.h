@@ -50,8 +50,10 @@ typedef struct kq8_256 {
  * whole-vector shifts), then the quants
  * interleaved across the blocks: group g holds, for block j = 0..m-1, the
  * two bytes that carry elements 2g, 2g+1 (Q8_0, 16 groups) or, in their low
- * and high nibbles, elements 2g, 2g+1 and 16+2g, 16+2g+1 (Q4, 8 groups). A
- * row keeps its size. The activations come in the matching kq16_chunk, with
+ * and high nibbles, elements 2g, 2g+1 and 16+2g, 16+2g+1 (Q4, 8 groups); but
+ * a short tail (below) of 2 or 4 blocks, after its scales, holds Q5's fifth
+ * bits and the quants in the tail's lane order (pack_tail_lanes). A row
+ * keeps its size. The activations come in the matching kq16_chunk, with
  * 256 q + q2 as one 16-bit number, so one 16-bit multiply-add instruction
  * puts block j's partial dot in lane j: a chunk's 16 dots finish in 16
  * lanes with no horizontal sums, and each scale is applied once per block. */
