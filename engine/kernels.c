@@ -781,40 +781,31 @@ static size_t act_bytes(kern_act_kind kind, int64_t n_cols, int n_tokens) {
     return rows + amx_region_bytes(kind, n_cols, n_tokens);
 }
 
-/* Token t's chunks (its row as kern_quantize_x8 / kern_quantize_x16 wrote
- * it) into its slots of the AMX form. The coarse and residual bytes of
- * 256 q + q2 come back exactly: q2 is the low byte taken signed. */
-static void amx_fill_token(kern_act_kind kind, const uint8_t *row, int64_t n_cols, uint8_t *region, int t) {
-    const bool x16 = kind == KERN_ACT_AMX_X16;
-    const int64_t na = kern_amx_blocks(n_cols), nb = n_cols / 32;
-    const int tt = t % 16;
-    uint8_t *group = region + (size_t)(t / 16) * kern_amx_group_bytes(n_cols, x16);
-    if (na < nb) { /* the short tail, kq8_tail or kq16_tail after the chunks */
-        const int m = (int)(nb - na);
-        kamx_tail *tail = (kamx_tail *)(group + (size_t)na * (x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk)));
-        const uint8_t *src = row + (size_t)(nb / 16) * (x16 ? sizeof(kq16_chunk) : sizeof(kq8_chunk));
-        const kq8_tail *a8 = (const kq8_tail *)src;
-        const kq16_tail *a16 = (const kq16_tail *)src;
-        for (int v = 0; v < 2; v++)
-            for (int L = 0; L < 16; L++) {
-                memcpy(&tail->q[v][L][4 * tt], x16 ? &a16->q[v][4 * L] : &a8->q[v][4 * L], 4);
-                if (x16) memcpy(&tail->q2[v][L][4 * tt], &a16->q2[v][4 * L], 4);
-                tail->d[v][L][tt] = x16 ? a16->d[v][L] : a8->d[v][L];
-            }
-        for (int j = 0; j < m; j++) tail->s[j][tt] = x16 ? a16->s[j] : a8->s[j];
-    }
-    for (int64_t b = 0; b < na; b++) {
-        const int64_t c = b / 16;
-        const int j = (int)(b % 16);
-        if (kind == KERN_ACT_AMX_X8) {
-            const kq8_chunk *ch = (const kq8_chunk *)row + c;
-            kamx8_blk *rec = (kamx8_blk *)group + (size_t)b;
+/* Token tt's short tail of m blocks (src: its kq8_tail or kq16_tail) into its slots of the group's tail. */
+static void amx_fill_tail(bool x16, const uint8_t *src, int m, kamx_tail *tail, int tt) {
+    const kq8_tail *a8 = (const kq8_tail *)src;
+    const kq16_tail *a16 = (const kq16_tail *)src;
+    for (int v = 0; v < 2; v++)
+        for (int L = 0; L < 16; L++) {
+            memcpy(&tail->q[v][L][4 * tt], x16 ? &a16->q[v][4 * L] : &a8->q[v][4 * L], 4);
+            if (x16) memcpy(&tail->q2[v][L][4 * tt], &a16->q2[v][4 * L], 4);
+            tail->d[v][L][tt] = x16 ? a16->d[v][L] : a8->d[v][L];
+        }
+    for (int j = 0; j < m; j++) tail->s[j][tt] = x16 ? a16->s[j] : a8->s[j];
+}
+
+/* Token tt's blocks 0..m-1 of one chunk (kq8_chunk or kq16_chunk) into their records (recs on). */
+static void amx_fill_chunk(bool x16, const uint8_t *chunk, int m, uint8_t *recs, int tt) {
+    for (int j = 0; j < m; j++) {
+        if (!x16) {
+            const kq8_chunk *ch = (const kq8_chunk *)chunk;
+            kamx8_blk *rec = (kamx8_blk *)recs + j;
             for (int v = 0; v < 8; v++) memcpy(&rec->q[v][4 * tt], &ch->q[v][4 * j], 4);
             rec->d[tt] = ch->d[j];
             rec->s[tt] = ch->s[j];
         } else {
-            const kq16_chunk *ch = (const kq16_chunk *)row + c;
-            kamx16_blk *rec = (kamx16_blk *)group + (size_t)b;
+            const kq16_chunk *ch = (const kq16_chunk *)chunk;
+            kamx16_blk *rec = (kamx16_blk *)recs + j;
             for (int k = 0; k < 32; k++) { /* element k: pair k / 2 of block j, 256 q + q2 with |q2| <= 127 */
                 const int val = ch->q[k / 2][2 * j + k % 2];
                 const int8_t q2 = (int8_t)(uint8_t)(val & 0xff);
@@ -824,6 +815,54 @@ static void amx_fill_token(kern_act_kind kind, const uint8_t *row, int64_t n_col
             rec->d[tt] = ch->d[j];
             rec->s[tt] = ch->s[j];
         }
+    }
+}
+
+/* Token t's chunks (its row as kern_quantize_x8 / kern_quantize_x16 wrote
+ * it) into its slots of the AMX form. The coarse and residual bytes of
+ * 256 q + q2 come back exactly: q2 is the low byte taken signed. */
+static void amx_fill_token(kern_act_kind kind, const uint8_t *row, int64_t n_cols, uint8_t *region, int t) {
+    const bool x16 = kind == KERN_ACT_AMX_X16;
+    const int64_t na = kern_amx_blocks(n_cols), nb = n_cols / 32;
+    const int tt = t % 16;
+    uint8_t *group = region + (size_t)(t / 16) * kern_amx_group_bytes(n_cols, x16);
+    if (na < nb) /* the short tail, kq8_tail or kq16_tail after the chunks */
+        amx_fill_tail(x16, row + (size_t)(nb / 16) * (x16 ? sizeof(kq16_chunk) : sizeof(kq8_chunk)), (int)(nb - na),
+                      (kamx_tail *)(group + (size_t)na * (x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk))), tt);
+    for (int64_t c = 0; c * 16 < na; c++) {
+        const int m = na - 16 * c < 16 ? (int)(na - 16 * c) : 16;
+        amx_fill_chunk(x16, row + (size_t)c * (x16 ? sizeof(kq16_chunk) : sizeof(kq8_chunk)), m,
+                       group + (size_t)(16 * c) * (x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk)), tt);
+    }
+}
+
+void kern_quantize_amx(const kern_impl *impl, const float *x, int64_t n, int nt, uint8_t *group, uint8_t *rows,
+                       size_t row_stride, bool x16) {
+    const kern_act_kind kind = x16 ? KERN_ACT_AMX_X16 : KERN_ACT_AMX_X8;
+    const int64_t na = kern_amx_blocks(n), nb = n / 32;
+    if (!impl->quantize_amx) {
+        for (int t = 0; t < nt; t++) {
+            uint8_t *row = rows + (size_t)t * row_stride;
+            if (x16) kern_quantize_x16(impl, x + (size_t)t * (size_t)n, (kq16_chunk *)row, n);
+            else kern_quantize_x8(impl, x + (size_t)t * (size_t)n, row, n);
+            amx_fill_token(kind, row, n, group, t);
+        }
+        return;
+    }
+    /* Whole chunks straight; a last chunk of m < 16 blocks and a short tail as the
+     * per-token rows have them (quantize_32's bits), each a row of its blocks alone. */
+    const int64_t nw = nb / 16 * 16;
+    const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
+    impl->quantize_amx(x, (size_t)n, nt, nw, group, x16);
+    if (nw == nb) return;
+    _Alignas(64) kq16_chunk part; /* room for a kq16_chunk, kq8_chunk, kq16_tail or kq8_tail */
+    const int m = (int)(nb - nw);
+    for (int t = 0; t < nt; t++) {
+        const float *xt = x + (size_t)t * (size_t)n + 32 * nw;
+        if (x16) kern_quantize_x16(impl, xt, &part, 32 * m);
+        else kern_quantize_x8(impl, xt, (uint8_t *)&part, 32 * m);
+        if (na > nw) amx_fill_chunk(x16, (const uint8_t *)&part, m, group + (size_t)nw * rec, t);
+        else amx_fill_tail(x16, (const uint8_t *)&part, m, (kamx_tail *)(group + (size_t)na * rec), t);
     }
 }
 
@@ -889,6 +928,19 @@ static void quantize_rows(matmul_job *job) {
      * lines by turns (2 threads ran a 576 x 576 x 512 matmul at half the
      * speed of one). */
     const int step = is_amx_kind(job->act_kind) ? 16 : 1;
+    /* The AMX tiles read their form alone: each group straight from the floats. */
+    if ((job->act_kind == KERN_ACT_AMX_X8 || job->act_kind == KERN_ACT_AMX_X16) && job->parts[0].amx) {
+        uint8_t *region = (uint8_t *)kern_amx_region(job->act, job->n_tokens, job->act_stride);
+        const bool x16 = job->act_kind == KERN_ACT_AMX_X16;
+        for (;;) {
+            int t = atomic_fetch_add_explicit(&job->next_tok, 16, memory_order_relaxed);
+            if (t >= job->n_tokens) return;
+            int nt = job->n_tokens - t < 16 ? job->n_tokens - t : 16;
+            kern_quantize_amx(job->impl, job->x + (size_t)t * (size_t)n, n, nt,
+                              region + (size_t)(t / 16) * kern_amx_group_bytes(n, x16),
+                              (uint8_t *)job->act + (size_t)t * job->act_stride, job->act_stride, x16);
+        }
+    }
     for (int t = 0, end = 0;; t++) {
         if (t == end) {
             t = atomic_fetch_add_explicit(&job->next_tok, step, memory_order_relaxed);
@@ -905,10 +957,10 @@ static void quantize_rows(matmul_job *job) {
             kern_quantize_k16(job->impl, x, (kq16_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_X8) {
             kern_quantize_x8(job->impl, x, dst, n);
-        } else if (job->act_kind == KERN_ACT_AMX_X8 || job->act_kind == KERN_ACT_AMX_X16) {
-            if (job->act_kind == KERN_ACT_AMX_X8) kern_quantize_x8(job->impl, x, dst, n);
-            else kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n);
-            amx_fill_token(job->act_kind, dst, n, (uint8_t *)kern_amx_region(job->act, job->n_tokens, job->act_stride), t);
+        } else if (job->act_kind == KERN_ACT_AMX_X8) { /* no AMX scratch: VNNI reads the rows alone */
+            kern_quantize_x8(job->impl, x, dst, n);
+        } else if (job->act_kind == KERN_ACT_AMX_X16) {
+            kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_K) {
             kern_quantize_k8(job->impl, x, (kq8_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_QA_K16 || job->act_kind == KERN_ACT_QA_K8) {
