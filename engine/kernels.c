@@ -916,6 +916,7 @@ typedef struct matmul_job {
     long n_rows;               /* all parts together */
     int chunk;                 /* rows handed to a thread at a time, at least */
     int guided;                /* > 0: a piece is also the remaining rows / guided, while larger */
+    int tok_block;             /* tokens of one block of the AMX parts' hand-out; n_tokens: one block */
     atomic_int next_tok;       /* quantization: next activation row */
     atomic_long next_row;      /* work stealing by chunks */
 } matmul_job;
@@ -997,17 +998,36 @@ static void matmul_scalar_rows(matmul_job *job, const matmul_part *part, int ith
     }
 }
 
+/* The AMX rows' view of tokens t0..t0+nt-1 (t0 a multiple of 16) of act:
+ * a buffer whose form starts at their first group. The block-32 rows find
+ * it at kern_amx_region(act, nt, stride) and read nothing else (simd.h);
+ * the K-quants' groups are the buffer itself. */
+static const uint8_t *amx_token_view(const matmul_job *job, int t0, int nt) {
+    if (is_qa_kind(job->act_kind)) return job->act + (size_t)t0 * job->act_stride;
+    const uint8_t *group = kern_amx_region(job->act, job->n_tokens, job->act_stride) +
+                           (size_t)(t0 / 16) * kern_amx_group_bytes(job->n_cols, job->act_kind == KERN_ACT_AMX_X16);
+    return group - (kern_amx_region(job->act, nt, job->act_stride) - job->act);
+}
+
 static void matmul_worker(void *arg, int ith, int nth) {
     matmul_job *job = arg;
+    /* Token blocks one after another, each over all rows: a block's
+     * activations stay in the cache while every thread's rows pass them. */
+    const int n_blocks = (job->n_tokens + job->tok_block - 1) / job->tok_block;
+    const long n_units = job->n_rows * n_blocks;
     for (;;) {
-        long g0 = atomic_load_explicit(&job->next_row, memory_order_relaxed), piece;
+        long g0 = atomic_load_explicit(&job->next_row, memory_order_relaxed), g1, base;
         do {
-            if (g0 >= job->n_rows) return;
-            piece = job->guided ? ((job->n_rows - g0) / job->guided) & ~3L : 0;
+            if (g0 >= n_units) return;
+            base = g0 / job->n_rows * job->n_rows; /* a piece ends with its token block */
+            long piece = job->guided ? ((job->n_rows - g0) / job->guided) & ~3L : 0;
             if (piece < job->chunk) piece = job->chunk;
-        } while (!atomic_compare_exchange_weak_explicit(&job->next_row, &g0, g0 + piece, memory_order_relaxed,
+            g1 = g0 + piece < base + job->n_rows ? g0 + piece : base + job->n_rows;
+        } while (!atomic_compare_exchange_weak_explicit(&job->next_row, &g0, g1, memory_order_relaxed,
                                                         memory_order_relaxed));
-        long g1 = g0 + piece < job->n_rows ? g0 + piece : job->n_rows;
+        const int t0 = (int)(base / job->n_rows) * job->tok_block;
+        const int nt = job->n_tokens - t0 < job->tok_block ? job->n_tokens - t0 : job->tok_block;
+        g0 -= base, g1 -= base;
         /* The hand-out may span parts: each piece goes to its own matrix. */
         for (int i = 0; i < job->n_parts; i++) {
             const matmul_part *part = &job->parts[i];
@@ -1019,8 +1039,9 @@ static void matmul_worker(void *arg, int ith, int nth) {
                 continue;
             }
             if (part->amx) {
-                part->amx(part->w, r0, r1, job->act, job->act_stride, job->n_tokens, part->out, (size_t)part->w->n_rows,
-                          (uint8_t *)job->pool->workers[ith].scratch);
+                const uint8_t *act = nt < job->n_tokens ? amx_token_view(job, t0, nt) : job->act;
+                part->amx(part->w, r0, r1, act, job->act_stride, nt, part->out + (size_t)t0 * (size_t)part->w->n_rows,
+                          (size_t)part->w->n_rows, (uint8_t *)job->pool->workers[ith].scratch);
                 continue;
             }
             part->rows(part->weights + (size_t)r0 * part->row_bytes, part->row_bytes, (int)(r1 - r0), job->n_cols,
@@ -1093,6 +1114,24 @@ static void zero_group_padding(const matmul_job *job) {
            0, last);
 }
 
+/* Tokens of one block of an AMX call's hand-out: whole groups whose
+ * activation form takes at most AMX_BLOCK_BYTES (a 16-row tile reads all
+ * of them, so they should stay in L2, 2 MiB, from one tile to the next),
+ * at least AMX_BLOCK_MIN_TOKENS (each block unpacks every 16 rows' weights
+ * again). bench_matmul q4_0, 512 tokens, 1 thread, 16-bit, GMAC/s, one
+ * block -> blocks of 1.5 MiB: 2048 x 5632 104 -> 126 (a 6.5 MiB form),
+ * 5632 x 2048 127 -> 134, 2048 x 2048 124 -> 128; blocks of 0.25-0.75 MiB
+ * lost up to 20% at 8 bits, where the unpacking weighs more. */
+#define AMX_BLOCK_BYTES ((size_t)1536 << 10)
+#define AMX_BLOCK_MIN_TOKENS 64
+static int amx_token_block(const matmul_job *job) {
+    size_t group = is_qa_kind(job->act_kind) ? (size_t)KQA_GROUP * job->act_stride
+                                             : kern_amx_group_bytes(job->n_cols, job->act_kind == KERN_ACT_AMX_X16);
+    int tb = 16 * (int)(AMX_BLOCK_BYTES / group);
+    if (tb < AMX_BLOCK_MIN_TOKENS) tb = AMX_BLOCK_MIN_TOKENS;
+    return tb < job->n_tokens ? tb : job->n_tokens;
+}
+
 void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float *x, int n_tokens, float *const *outs) {
     const kern_impl *impl = kern_impl_active();
     matmul_job job = {.pool = p, .x = x, .n_tokens = n_tokens, .impl = impl};
@@ -1155,6 +1194,8 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
     chunk = chunk < 4 ? 4 : chunk & ~3L;
     if (job.parts[0].amx) chunk = (chunk + 15) & ~15L; /* whole 16-row tiles */
     job.chunk = (int)chunk;
+    job.tok_block = n_tokens;
+    if (job.parts[0].amx) job.tok_block = amx_token_block(&job);
     atomic_init(&job.next_row, 0);
     kern_pool_run(p, matmul_worker, &job);
 }
