@@ -817,45 +817,40 @@ static size_t act_bytes(kern_act_kind kind, int64_t n_cols, int n_tokens) {
     return rows + amx_region_bytes(kind, n_cols, n_tokens);
 }
 
-/* Token t's chunks (its row as kern_quantize_x8 / kern_quantize_x16 wrote
- * it) into its slots of the AMX form. The coarse and residual bytes of
- * 256 q + q2 come back exactly: q2 is the low byte taken signed. */
-static void amx_fill_token(kern_act_kind kind, const uint8_t *row, int64_t n_cols, uint8_t *region, int t) {
-    const bool x16 = kind == KERN_ACT_AMX_X16;
-    const int64_t nb = n_cols / 32, n_full = nb / 16;
-    const int tt = t % 16, m = (int)(nb % 16);
-    uint8_t *group = region + (size_t)(t / 16) * kern_amx_group_bytes(n_cols, x16);
-    if (m && m <= KQ_SHORT_TAIL) { /* the short tail, kq8_tail or kq16_tail after the chunks: blocks as any */
-        const uint8_t *src = row + (size_t)n_full * (x16 ? sizeof(kq16_chunk) : sizeof(kq8_chunk));
-        const kq8_tail *a8 = (const kq8_tail *)src;
-        const kq16_tail *a16 = (const kq16_tail *)src;
-        for (int v = 0; v < kq_tail_vectors(m); v++)
-            for (int L = 0; L < 16; L++) {
-                int j = 0, e0 = 0;
-                if (!kq_tail_lane(m, v, L, &j, &e0)) continue;
-                uint8_t *rec = group + (size_t)(16 * n_full + j) * (x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk));
-                memcpy(&((kamx8_blk *)rec)->q[e0 / 4][4 * tt], x16 ? &a16->q[v][4 * L] : &a8->q[v][4 * L], 4);
-                if (x16) memcpy(&((kamx16_blk *)rec)->q2[e0 / 4][4 * tt], &a16->q2[v][4 * L], 4);
-            }
-        for (int j = 0; j < m; j++) {
-            uint8_t *rec = group + (size_t)(16 * n_full + j) * (x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk));
-            if (x16) ((kamx16_blk *)rec)->d[tt] = a16->d[j], ((kamx16_blk *)rec)->s[tt] = a16->s[j];
-            else ((kamx8_blk *)rec)->d[tt] = a8->d[j], ((kamx8_blk *)rec)->s[tt] = a8->s[j];
+/* Token tt's short tail of m blocks (src: its kq8_tail or kq16_tail) into
+ * their records (recs on): the tail's blocks are ordinary blocks in the AMX
+ * form, so each lane's 4 bytes go back to their block's element slots. */
+static void amx_fill_tail(bool x16, const uint8_t *src, int m, uint8_t *recs, int tt) {
+    const kq8_tail *a8 = (const kq8_tail *)src;
+    const kq16_tail *a16 = (const kq16_tail *)src;
+    const size_t rec_bytes = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
+    for (int v = 0; v < kq_tail_vectors(m); v++)
+        for (int L = 0; L < 16; L++) {
+            int j = 0, e0 = 0;
+            if (!kq_tail_lane(m, v, L, &j, &e0)) continue;
+            uint8_t *rec = recs + (size_t)j * rec_bytes;
+            memcpy(&((kamx8_blk *)rec)->q[e0 / 4][4 * tt], x16 ? &a16->q[v][4 * L] : &a8->q[v][4 * L], 4);
+            if (x16) memcpy(&((kamx16_blk *)rec)->q2[e0 / 4][4 * tt], &a16->q2[v][4 * L], 4);
         }
+    for (int j = 0; j < m; j++) {
+        uint8_t *rec = recs + (size_t)j * rec_bytes;
+        if (x16) ((kamx16_blk *)rec)->d[tt] = a16->d[j], ((kamx16_blk *)rec)->s[tt] = a16->s[j];
+        else ((kamx8_blk *)rec)->d[tt] = a8->d[j], ((kamx8_blk *)rec)->s[tt] = a8->s[j];
     }
-    const int64_t na = m && m <= KQ_SHORT_TAIL ? 16 * n_full : nb;
-    for (int64_t b = 0; b < na; b++) {
-        const int64_t c = b / 16;
-        const int j = (int)(b % 16);
-        if (kind == KERN_ACT_AMX_X8) {
-            const kq8_chunk *ch = (const kq8_chunk *)row + c;
-            kamx8_blk *rec = (kamx8_blk *)group + (size_t)b;
+}
+
+/* Token tt's blocks 0..m-1 of one chunk (kq8_chunk or kq16_chunk) into their records (recs on). */
+static void amx_fill_chunk(bool x16, const uint8_t *chunk, int m, uint8_t *recs, int tt) {
+    for (int j = 0; j < m; j++) {
+        if (!x16) {
+            const kq8_chunk *ch = (const kq8_chunk *)chunk;
+            kamx8_blk *rec = (kamx8_blk *)recs + j;
             for (int v = 0; v < 8; v++) memcpy(&rec->q[v][4 * tt], &ch->q[v][4 * j], 4);
             rec->d[tt] = ch->d[j];
             rec->s[tt] = ch->s[j];
         } else {
-            const kq16_chunk *ch = (const kq16_chunk *)row + c;
-            kamx16_blk *rec = (kamx16_blk *)group + (size_t)b;
+            const kq16_chunk *ch = (const kq16_chunk *)chunk;
+            kamx16_blk *rec = (kamx16_blk *)recs + j;
             for (int k = 0; k < 32; k++) { /* element k: pair k / 2 of block j, 256 q + q2 with |q2| <= 127 */
                 const int val = ch->q[k / 2][2 * j + k % 2];
                 const int8_t q2 = (int8_t)(uint8_t)(val & 0xff);
@@ -865,6 +860,51 @@ static void amx_fill_token(kern_act_kind kind, const uint8_t *row, int64_t n_col
             rec->d[tt] = ch->d[j];
             rec->s[tt] = ch->s[j];
         }
+    }
+}
+
+/* Token t's chunks (its row as kern_quantize_x8 / kern_quantize_x16 wrote
+ * it) into its slots of the AMX form. The coarse and residual bytes of
+ * 256 q + q2 come back exactly: q2 is the low byte taken signed. */
+static void amx_fill_token(kern_act_kind kind, const uint8_t *row, int64_t n_cols, uint8_t *region, int t) {
+    const bool x16 = kind == KERN_ACT_AMX_X16;
+    const int64_t nb = n_cols / 32;
+    const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk), chunk = x16 ? sizeof(kq16_chunk) : sizeof(kq8_chunk);
+    uint8_t *group = region + (size_t)(t / 16) * kern_amx_group_bytes(n_cols, x16);
+    for (int64_t c = 0; c * 16 < nb; c++) {
+        const int m = nb - 16 * c < 16 ? (int)(nb - 16 * c) : 16;
+        if (m <= KQ_SHORT_TAIL) amx_fill_tail(x16, row + (size_t)c * chunk, m, group + (size_t)(16 * c) * rec, t % 16);
+        else amx_fill_chunk(x16, row + (size_t)c * chunk, m, group + (size_t)(16 * c) * rec, t % 16);
+    }
+}
+
+void kern_quantize_amx(const kern_impl *impl, const float *x, int64_t n, int nt, uint8_t *group, uint8_t *rows,
+                       size_t row_stride, bool x16) {
+    const kern_act_kind kind = x16 ? KERN_ACT_AMX_X16 : KERN_ACT_AMX_X8;
+    const int64_t nb = n / 32;
+    if (!impl->quantize_amx) {
+        for (int t = 0; t < nt; t++) {
+            uint8_t *row = rows + (size_t)t * row_stride;
+            if (x16) kern_quantize_x16(impl, x + (size_t)t * (size_t)n, (kq16_chunk *)row, n);
+            else kern_quantize_x8(impl, x + (size_t)t * (size_t)n, row, n);
+            amx_fill_token(kind, row, n, group, t);
+        }
+        return;
+    }
+    /* Whole chunks straight; a last chunk of m < 16 blocks and a short tail as the
+     * per-token rows have them (quantize_32's bits), each a row of its blocks alone. */
+    const int64_t nw = nb / 16 * 16;
+    const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
+    impl->quantize_amx(x, (size_t)n, nt, nw, group, x16);
+    if (nw == nb) return;
+    _Alignas(64) kq16_chunk part; /* room for a kq16_chunk, kq8_chunk, kq16_tail or kq8_tail */
+    const int m = (int)(nb - nw);
+    for (int t = 0; t < nt; t++) {
+        const float *xt = x + (size_t)t * (size_t)n + 32 * nw;
+        if (x16) kern_quantize_x16(impl, xt, &part, 32 * m);
+        else kern_quantize_x8(impl, xt, (uint8_t *)&part, 32 * m);
+        if (m > KQ_SHORT_TAIL) amx_fill_chunk(x16, (const uint8_t *)&part, m, group + (size_t)nw * rec, t);
+        else amx_fill_tail(x16, (const uint8_t *)&part, m, group + (size_t)nw * rec, t);
     }
 }
 
@@ -918,6 +958,7 @@ typedef struct matmul_job {
     long n_rows;               /* all parts together */
     int chunk;                 /* rows handed to a thread at a time, at least */
     int guided;                /* > 0: a piece is also the remaining rows / guided, while larger */
+    int tok_block;             /* tokens of one block of the AMX parts' hand-out; n_tokens: one block */
     atomic_int next_tok;       /* quantization: next activation row */
     atomic_long next_row;      /* work stealing by chunks */
 } matmul_job;
@@ -930,6 +971,19 @@ static void quantize_rows(matmul_job *job) {
      * lines by turns (2 threads ran a 576 x 576 x 512 matmul at half the
      * speed of one). */
     const int step = is_amx_kind(job->act_kind) ? 16 : 1;
+    /* The AMX tiles read their form alone: each group straight from the floats. */
+    if ((job->act_kind == KERN_ACT_AMX_X8 || job->act_kind == KERN_ACT_AMX_X16) && job->parts[0].amx) {
+        uint8_t *region = (uint8_t *)kern_amx_region(job->act, job->n_tokens, job->act_stride);
+        const bool x16 = job->act_kind == KERN_ACT_AMX_X16;
+        for (;;) {
+            int t = atomic_fetch_add_explicit(&job->next_tok, 16, memory_order_relaxed);
+            if (t >= job->n_tokens) return;
+            int nt = job->n_tokens - t < 16 ? job->n_tokens - t : 16;
+            kern_quantize_amx(job->impl, job->x + (size_t)t * (size_t)n, n, nt,
+                              region + (size_t)(t / 16) * kern_amx_group_bytes(n, x16),
+                              (uint8_t *)job->act + (size_t)t * job->act_stride, job->act_stride, x16);
+        }
+    }
     for (int t = 0, end = 0;; t++) {
         if (t == end) {
             t = atomic_fetch_add_explicit(&job->next_tok, step, memory_order_relaxed);
@@ -946,10 +1000,10 @@ static void quantize_rows(matmul_job *job) {
             kern_quantize_k16(job->impl, x, (kq16_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_X8) {
             kern_quantize_x8(job->impl, x, dst, n);
-        } else if (job->act_kind == KERN_ACT_AMX_X8 || job->act_kind == KERN_ACT_AMX_X16) {
-            if (job->act_kind == KERN_ACT_AMX_X8) kern_quantize_x8(job->impl, x, dst, n);
-            else kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n);
-            amx_fill_token(job->act_kind, dst, n, (uint8_t *)kern_amx_region(job->act, job->n_tokens, job->act_stride), t);
+        } else if (job->act_kind == KERN_ACT_AMX_X8) { /* no AMX scratch: VNNI reads the rows alone */
+            kern_quantize_x8(job->impl, x, dst, n);
+        } else if (job->act_kind == KERN_ACT_AMX_X16) {
+            kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_K) {
             kern_quantize_k8(job->impl, x, (kq8_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_QA_K16 || job->act_kind == KERN_ACT_QA_K8) {
@@ -986,17 +1040,36 @@ static void matmul_scalar_rows(matmul_job *job, const matmul_part *part, int ith
     }
 }
 
+/* The AMX rows' view of tokens t0..t0+nt-1 (t0 a multiple of 16) of act:
+ * a buffer whose form starts at their first group. The block-32 rows find
+ * it at kern_amx_region(act, nt, stride) and read nothing else (simd.h);
+ * the K-quants' groups are the buffer itself. */
+static const uint8_t *amx_token_view(const matmul_job *job, int t0, int nt) {
+    if (is_qa_kind(job->act_kind)) return job->act + (size_t)t0 * job->act_stride;
+    const uint8_t *group = kern_amx_region(job->act, job->n_tokens, job->act_stride) +
+                           (size_t)(t0 / 16) * kern_amx_group_bytes(job->n_cols, job->act_kind == KERN_ACT_AMX_X16);
+    return group - (kern_amx_region(job->act, nt, job->act_stride) - job->act);
+}
+
 static void matmul_worker(void *arg, int ith, int nth) {
     matmul_job *job = arg;
+    /* Token blocks one after another, each over all rows: a block's
+     * activations stay in the cache while every thread's rows pass them. */
+    const int n_blocks = (job->n_tokens + job->tok_block - 1) / job->tok_block;
+    const long n_units = job->n_rows * n_blocks;
     for (;;) {
-        long g0 = atomic_load_explicit(&job->next_row, memory_order_relaxed), piece;
+        long g0 = atomic_load_explicit(&job->next_row, memory_order_relaxed), g1, base;
         do {
-            if (g0 >= job->n_rows) return;
-            piece = job->guided ? ((job->n_rows - g0) / job->guided) & ~3L : 0;
+            if (g0 >= n_units) return;
+            base = g0 / job->n_rows * job->n_rows; /* a piece ends with its token block */
+            long piece = job->guided ? ((job->n_rows - g0) / job->guided) & ~3L : 0;
             if (piece < job->chunk) piece = job->chunk;
-        } while (!atomic_compare_exchange_weak_explicit(&job->next_row, &g0, g0 + piece, memory_order_relaxed,
+            g1 = g0 + piece < base + job->n_rows ? g0 + piece : base + job->n_rows;
+        } while (!atomic_compare_exchange_weak_explicit(&job->next_row, &g0, g1, memory_order_relaxed,
                                                         memory_order_relaxed));
-        long g1 = g0 + piece < job->n_rows ? g0 + piece : job->n_rows;
+        const int t0 = (int)(base / job->n_rows) * job->tok_block;
+        const int nt = job->n_tokens - t0 < job->tok_block ? job->n_tokens - t0 : job->tok_block;
+        g0 -= base, g1 -= base;
         /* The hand-out may span parts: each piece goes to its own matrix. */
         for (int i = 0; i < job->n_parts; i++) {
             const matmul_part *part = &job->parts[i];
@@ -1008,8 +1081,9 @@ static void matmul_worker(void *arg, int ith, int nth) {
                 continue;
             }
             if (part->amx) {
-                part->amx(part->w, r0, r1, job->act, job->act_stride, job->n_tokens, part->out, (size_t)part->w->n_rows,
-                          (uint8_t *)job->pool->workers[ith].scratch);
+                const uint8_t *act = nt < job->n_tokens ? amx_token_view(job, t0, nt) : job->act;
+                part->amx(part->w, r0, r1, act, job->act_stride, nt, part->out + (size_t)t0 * (size_t)part->w->n_rows,
+                          (size_t)part->w->n_rows, (uint8_t *)job->pool->workers[ith].scratch);
                 continue;
             }
             part->rows(part->weights + (size_t)r0 * part->row_bytes, part->row_bytes, (int)(r1 - r0), job->n_cols,
@@ -1082,6 +1156,24 @@ static void zero_group_padding(const matmul_job *job) {
            0, last);
 }
 
+/* Tokens of one block of an AMX call's hand-out: whole groups whose
+ * activation form takes at most AMX_BLOCK_BYTES (a 16-row tile reads all
+ * of them, so they should stay in L2, 2 MiB, from one tile to the next),
+ * at least AMX_BLOCK_MIN_TOKENS (each block unpacks every 16 rows' weights
+ * again). bench_matmul q4_0, 512 tokens, 1 thread, 16-bit, GMAC/s, one
+ * block -> blocks of 1.5 MiB: 2048 x 5632 104 -> 126 (a 6.5 MiB form),
+ * 5632 x 2048 127 -> 134, 2048 x 2048 124 -> 128; blocks of 0.25-0.75 MiB
+ * lost up to 20% at 8 bits, where the unpacking weighs more. */
+#define AMX_BLOCK_BYTES ((size_t)1536 << 10)
+#define AMX_BLOCK_MIN_TOKENS 64
+static int amx_token_block(const matmul_job *job) {
+    size_t group = is_qa_kind(job->act_kind) ? (size_t)KQA_GROUP * job->act_stride
+                                             : kern_amx_group_bytes(job->n_cols, job->act_kind == KERN_ACT_AMX_X16);
+    int tb = 16 * (int)(AMX_BLOCK_BYTES / group);
+    if (tb < AMX_BLOCK_MIN_TOKENS) tb = AMX_BLOCK_MIN_TOKENS;
+    return tb < job->n_tokens ? tb : job->n_tokens;
+}
+
 void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float *x, int n_tokens, float *const *outs) {
     const kern_impl *impl = kern_impl_active();
     matmul_job job = {.pool = p, .x = x, .n_tokens = n_tokens, .impl = impl};
@@ -1144,6 +1236,8 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
     chunk = chunk < 4 ? 4 : chunk & ~3L;
     if (job.parts[0].amx) chunk = (chunk + 15) & ~15L; /* whole 16-row tiles */
     job.chunk = (int)chunk;
+    job.tok_block = n_tokens;
+    if (job.parts[0].amx) job.tok_block = amx_token_block(&job);
     atomic_init(&job.next_row, 0);
     kern_pool_run(p, matmul_worker, &job);
 }

@@ -204,7 +204,10 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
  *    tails) and, from kern_amx_region(act, n_tok, act_stride) on, a copy of
  *    the activations in groups of 16 tokens laid out as AMX B tiles, zero
  *    for tokens past n_tok; act_row_bytes / amx_region_bytes /
- *    amx_fill_token (kernels.c) say its sizes and fill it per token;
+ *    amx_fill_token (kernels.c) say its sizes and fill it per token.
+ *    When the AMX rows run, only the region is written (kern_quantize_amx,
+ *    straight from the floats): they must read nothing else; the per-token
+ *    rows are written instead when the call falls back to VNNI;
  * 2. a kern_amx_rows_fn in kern_impl.amx_rows / amx_rows_x8 (16- and 8-bit
  *    activations) for the weight type, filled in kern_impl_amx();
  * 3. plan_part (kernels.c) picks it for packed weights when the pool's
@@ -281,6 +284,9 @@ typedef struct kern_impl {
     void (*quantize_k16)(const float *x, kq16_k *y);
     void (*quantize_x8)(const float *x, kq8_chunk *y);  /* the same for kern_quantize_x8 and _k8 */
     void (*quantize_k8)(const float *x, kq8_k *y);
+    /* kern_quantize_amx's blocks (not a short tail) of a group straight from the floats, the
+     * same bits; NULL = through the per-token rows */
+    void (*quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na, uint8_t *group, bool x16);
     kern_rows_fn rows[GL_TYPE_COUNT];                  /* by gl_type; NULL = scalar path */
     kern_rows_fn rows_x8[GL_TYPE_COUNT];               /* the same against the *_COARSE kinds; NULL = none */
     kern_rows_fn packed_rows[GL_TYPE_COUNT];           /* by gl_type, for kern_pack'ed weights; NULL = none */
@@ -359,6 +365,13 @@ void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t
  * blocks zero past the row), then a short tail as a kq8_tail. */
 void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t n);
 void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n); /* n % 256 == 0 */
+/* Tokens 0..nt-1 (nt <= 16; rows n floats apart) into one group of the
+ * AMX form (KERN_ACT_AMX_X16 with x16, else KERN_ACT_AMX_X8), the bits the
+ * per-token rows and their fill give; group's slots of tokens nt..15 hold
+ * zeros before (their blocks are written zero). rows: nt per-token rows
+ * row_stride apart, written only where impl has no quantize_amx. */
+void kern_quantize_amx(const kern_impl *impl, const float *x, int64_t n, int nt, uint8_t *group, uint8_t *rows,
+                       size_t row_stride, bool x16);
 /* The activation form packed weights of this type take, at 16 and at 8 bits. */
 kern_act_kind kern_packed_act_kind(uint32_t type);
 kern_act_kind kern_packed_x8_act_kind(uint32_t type);

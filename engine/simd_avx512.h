@@ -953,21 +953,26 @@ DEFINE_PACKED_K_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_
 
 /* One 32-element block: its 16 pairs (elements 2p, 2p + 1 in dword p), its
  * unit, and the sums of 256 q + q2 over its two halves. */
-INLINE __m512i quant_pairs(const float *x, float *unit, int *sum_lo, int *sum_hi) {
+/* Its coarse parts q[h] and residuals q2[h] by half, and its unit. */
+INLINE void quant_parts(const float *x, float *unit, __m512i q[2], __m512i q2[2]) {
     __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
     float d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1))) / 127.0f;
     float idf = d != 0.0f ? 1.0f / d : 0.0f;
     __m512 dv = _mm512_set1_ps(d), id = _mm512_set1_ps(idf), id2 = _mm512_set1_ps(idf * 256.0f);
-    __m512i v[2];
     for (int h = 0; h < 2; h++) {
         __m512 xv = h ? x1 : x0;
-        __m512i q = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(xv, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        __m512 r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(q), dv, xv);
-        __m512i q2 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(r, id2), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        q2 = _mm512_max_epi32(_mm512_min_epi32(q2, _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
-        v[h] = _mm512_add_epi32(_mm512_slli_epi32(q, 8), q2);
+        q[h] = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(xv, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        __m512 r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(q[h]), dv, xv);
+        q2[h] = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(r, id2), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        q2[h] = _mm512_max_epi32(_mm512_min_epi32(q2[h], _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
     }
     *unit = d * (1.0f / 256.0f);
+}
+
+INLINE __m512i quant_pairs(const float *x, float *unit, int *sum_lo, int *sum_hi) {
+    __m512i q[2], q2[2], v[2];
+    quant_parts(x, unit, q, q2);
+    for (int h = 0; h < 2; h++) v[h] = _mm512_add_epi32(_mm512_slli_epi32(q[h], 8), q2[h]);
     *sum_lo = _mm512_reduce_add_epi32(v[0]);
     *sum_hi = _mm512_reduce_add_epi32(v[1]);
     return _mm512_inserti64x4(_mm512_castsi256_si512(_mm512_cvtepi32_epi16(v[0])), _mm512_cvtepi32_epi16(v[1]), 1);
@@ -1009,16 +1014,26 @@ static void FN(quantize_k16)(const float *x, kq16_k *y) {
 
 /* One 32-element block's coarse part alone (the q of quant_pairs): its 32
  * codes, its unit (that of kq8_32) and the sums of q over its two halves. */
-INLINE __m256i quant_coarse(const float *x, float *unit, int *sum_lo, int *sum_hi) {
+INLINE void quant_coarse_parts(const float *x, float *unit, __m512i q[2]) {
     __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
     float d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1))) / 127.0f;
     __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-    __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    q[0] = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    q[1] = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     *unit = d * (1.0f / 256.0f);
-    *sum_lo = _mm512_reduce_add_epi32(q0);
-    *sum_hi = _mm512_reduce_add_epi32(q1);
-    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(q0)), _mm512_cvtepi32_epi8(q1), 1);
+}
+
+/* The 32 codes of two halves of 16 dwords as bytes, in order. */
+INLINE __m256i codes_epi8(const __m512i q[2]) {
+    return _mm256_inserti128_si256(_mm256_castsi128_si256(_mm512_cvtepi32_epi8(q[0])), _mm512_cvtepi32_epi8(q[1]), 1);
+}
+
+INLINE __m256i quant_coarse(const float *x, float *unit, int *sum_lo, int *sum_hi) {
+    __m512i q[2];
+    quant_coarse_parts(x, unit, q);
+    *sum_lo = _mm512_reduce_add_epi32(q[0]);
+    *sum_hi = _mm512_reduce_add_epi32(q[1]);
+    return codes_epi8(q);
 }
 
 /* quantize_x8_avx512: one whole kq8_chunk: dword lane j of vector v is
@@ -1055,6 +1070,77 @@ static void FN(quantize_k8)(const float *x, kq8_k *y) {
     const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60);
     for (int u = 0; u < 4; u++)
         _mm512_storeu_si512(y->q[u], _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(u)), quads, 4));
+}
+
+/* ---- the AMX form (simd.h) straight from the floats ------------------------------
+ * Up to 16 tokens' block b at a time, each token's codes as 8 dwords of
+ * quads (quant_pairs' and quant_coarse's bits, their units and sums), turned
+ * by a 16 x 8 dword transpose into the record's 64-byte lines, so each
+ * line of the region is written once and whole. */
+
+/* m[t][v] (16 x 8 dwords, 8 vectors of two tokens) into out[v] = m[0..15][v]:
+ * three rounds of even/odd splits, each trading one bit of the token for one of v. */
+INLINE void transpose_16x8(const int32_t *m, __m512i out[8]) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    for (int i = 0; i < 8; i++) out[i] = _mm512_load_si512(m + 16 * i);
+#pragma GCC unroll 3
+    for (int bit = 1; bit < 8; bit <<= 1)
+#pragma GCC unroll 8
+        for (int i = 0; i < 8; i++) {
+            if (i & bit) continue;
+            __m512i a = out[i], b = out[i | bit];
+            out[i] = _mm512_permutex2var_epi32(a, even, b);
+            out[i | bit] = _mm512_permutex2var_epi32(a, odd, b);
+        }
+}
+
+/* quantize_amx_avx512: tokens 0..nt-1 (x rows x_stride floats apart) into
+ * blocks 0..na-1 (whole chunks) of one group: kamx16_blk (x16) or
+ * kamx8_blk; tokens nt..15 zero. */
+static void FN(quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na, uint8_t *group, bool x16) {
+    _Alignas(64) int32_t qt[16][8], q2t[16][8];
+    _Alignas(64) float dt[16], st[16];
+    memset(qt, 0, sizeof qt), memset(q2t, 0, sizeof q2t), memset(dt, 0, sizeof dt), memset(st, 0, sizeof st);
+    for (int64_t b = 0; b < na; b++) {
+        for (int t = 0; t < nt; t++) {
+            const float *xb = x + (size_t)t * x_stride + 32 * b;
+            float unit;
+            if (x16) {
+                __m512i q[2], q2[2];
+                quant_parts(xb, &unit, q, q2);
+                /* the sum of 256 q + q2 in 32 bits, as quant_pairs' halves */
+                __m512i v = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q[0], 8), q2[0]),
+                                             _mm512_add_epi32(_mm512_slli_epi32(q[1], 8), q2[1]));
+                _mm256_store_si256((__m256i *)qt[t], codes_epi8(q));
+                _mm256_store_si256((__m256i *)q2t[t], codes_epi8(q2));
+                dt[t] = unit;
+                st[t] = unit * (float)_mm512_reduce_add_epi32(v);
+            } else {
+                __m512i q[2];
+                quant_coarse_parts(xb, &unit, q);
+                _mm256_store_si256((__m256i *)qt[t], codes_epi8(q));
+                dt[t] = unit * 256.0f;
+                st[t] = dt[t] * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+            }
+        }
+        __m512i q[8];
+        transpose_16x8(&qt[0][0], q);
+        float *d, *s;
+        if (x16) {
+            kamx16_blk *rec = (kamx16_blk *)group + b;
+            __m512i q2[8];
+            transpose_16x8(&q2t[0][0], q2);
+            for (int v = 0; v < 8; v++) _mm512_storeu_si512(rec->q[v], q[v]), _mm512_storeu_si512(rec->q2[v], q2[v]);
+            d = rec->d, s = rec->s;
+        } else {
+            kamx8_blk *rec = (kamx8_blk *)group + b;
+            for (int v = 0; v < 8; v++) _mm512_storeu_si512(rec->q[v], q[v]);
+            d = rec->d, s = rec->s;
+        }
+        _mm512_storeu_ps(d, _mm512_load_ps(dt));
+        _mm512_storeu_ps(s, _mm512_load_ps(st));
+    }
 }
 
 /* A block of up to 16 positions is one vector: each head's scores build up

@@ -221,6 +221,48 @@ START_TEST(quantizers_match_reference) {
 }
 END_TEST
 
+/* The AMX form straight from the floats (quantize_amx) gives what the
+ * per-token rows and their fill give, byte for byte: rows of whole chunks,
+ * of a last chunk of m < 16 blocks, of a short tail, a group of 1..16
+ * tokens; zeros, exact ties, tiny (subnormal units) and huge values. */
+START_TEST(amx_form_matches_per_token_rows) {
+    find_impls();
+    static const int64_t cols[] = {32, 160, 512, 576, 640, 768, 896, 1056, 2048, 2080};
+    static const int nts[] = {1, 5, 15, 16};
+    const int64_t max_n = 2080;
+    float *x = malloc((size_t)16 * (size_t)max_n * sizeof *x);
+    const size_t max_group = kern_amx_group_bytes(max_n, true);
+    uint8_t *g1 = aligned_alloc(64, max_group), *g2 = aligned_alloc(64, max_group);
+    uint8_t *rows = malloc((size_t)16 * (size_t)kq16_chunks(max_n) * sizeof(kq16_chunk));
+    for (int k = 0; k < n_impls; k++) {
+        if (!impls[k]->quantize_amx) continue;
+        kern_impl plain = *impls[k];
+        plain.quantize_amx = NULL;
+        for (int round = 0; round < 5; round++) {
+            fill_acts(x, 16 * max_n);
+            for (int64_t i = 0; i < 16 * max_n; i++) {
+                if (round == 1 && i % 97 < 40) x[i] = 0.0f;
+                if (round == 2) x[i] = (float)(i % 255 - 127) * 0.5f;
+                if (round == 3) x[i] *= 1e-39f;
+                if (round == 4) x[i] *= 1e30f;
+            }
+            for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++)
+                for (size_t ni = 0; ni < sizeof nts / sizeof nts[0]; ni++)
+                    for (int x16 = 0; x16 < 2; x16++) {
+                        const int64_t n = cols[ci];
+                        const size_t bytes = kern_amx_group_bytes(n, x16), stride = (size_t)kq16_chunks(n) * sizeof(kq16_chunk);
+                        memset(g1, 0, bytes), memset(g2, 0, bytes);
+                        kern_quantize_amx(impls[k], x, n, nts[ni], g1, rows, stride, x16);
+                        kern_quantize_amx(&plain, x, n, nts[ni], g2, rows, stride, x16);
+                        ck_assert_msg(!memcmp(g1, g2, bytes), "%s quantize_amx of %d x %d (%d-bit) differs (round %d)",
+                                      impls[k]->name, nts[ni], (int)n, x16 ? 16 : 8, round);
+                    }
+        }
+    }
+    free(x), free(g1), free(g2), free(rows);
+}
+END_TEST
+
 /* ---- matmul kernels ------------------------------------------------------------ */
 
 /* Packed forms go through kern_pack and the implementation's packed rows. */
@@ -526,8 +568,8 @@ START_TEST(matmul_k_prompt_is_batch_invariant) {
     static const uint32_t types[] = {GL_TYPE_Q4_K, GL_TYPE_Q5_K, GL_TYPE_Q6_K};
     for (size_t ti = 0; ti < 3; ti++)
         for (int bits = 8; bits <= 16; bits += 8) {
-            int64_t n_rows = 150, n_cols = 1280;
-            int n_tok = 37;
+            int64_t n_rows = 150, n_cols = bits == 16 ? 5120 : 1280; /* 16-bit 5120: token blocks of 112 */
+            int n_tok = bits == 16 ? 150 : 37;
             uint8_t *data;
             gl_tensor w = random_tensor(types[ti], n_rows, n_cols, &data);
             ck_assert_int_eq(kern_pack(&w), 0);
@@ -560,8 +602,9 @@ START_TEST(amx_matches_avx512_bit_for_bit) {
     }
     static const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q5_0, GL_TYPE_Q5_1, GL_TYPE_Q8_0};
     static const int64_t cols[] = {576, 640, 896, 768, 2048, 4864, 5632, 1056, 608};
-    static const int toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 18, 20, 23, 24, 25, 31, 32, 33, 35, 40, 64, 100};
-    const int max_tok = 100;
+    /* 300 tokens of 4864 and 5632 columns go in token blocks (kernels.c amx_token_block) */
+    static const int toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 18, 20, 23, 24, 25, 31, 32, 33, 35, 40, 64, 100, 300};
+    const int max_tok = 300;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++) {
             const uint32_t type = types[ti];
@@ -988,6 +1031,7 @@ static Suite *kernels_suite(void) {
     TCase *tc = tcase_create("core");
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, quantizers_match_reference);
+    tcase_add_test(tc, amx_form_matches_per_token_rows);
     tcase_add_test(tc, quant_kernels_match_reference);
     tcase_add_test(tc, float_kernels_match_reference);
     tcase_add_test(tc, matmul_is_batch_and_thread_invariant);
