@@ -164,12 +164,34 @@ INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, c
     }
 }
 
+/* Item k + AMX_PREFETCH's A and B lines (past the group's last item, the
+ * next group's first ones): the items stride 16 records through the
+ * group, which no hardware prefetcher follows, and the AMX unit stalls on
+ * every tile load that misses L1. */
+#ifndef AMX_PREFETCH
+#define AMX_PREFETCH 4
+#endif
+INLINE void amx_prefetch(const int8_t *a, const uint8_t *grp, const uint8_t *next, size_t rec, const int16_t *items,
+                         int n_items, int k) {
+    k += AMX_PREFETCH;
+    if (k >= n_items) {
+        if (!next || k - n_items >= n_items) return;
+        grp = next, k -= n_items;
+    }
+    const int8_t *ak = a + 512 * (size_t)items[k];
+    const char *bk = (const char *)(grp + (size_t)items[k] * rec);
+    for (size_t o = 0; o < rec; o += 64) _mm_prefetch(bk + o, _MM_HINT_T0);
+    if (grp != next)
+        for (int o = 0; o < 512; o += 64) _mm_prefetch((const char *)ak + o, _MM_HINT_T0);
+}
+
 /* The accumulators of all 16 lanes of 16 rows over a group of 16 tokens,
  * to acct[r][j][t]: lane j's blocks j, j + 16, ... in chunk order, the
  * blocks of all lanes one after another (items), each one's tile work
  * issued an item ahead of its float work. */
 INLINE void amx_group(const int type, const bool x16, const int8_t *a, const float *dwv, const float *mwv,
-                      const uint8_t *grp, const int16_t *items, int n_items, int32_t *c, float *acct) {
+                      const uint8_t *grp, const uint8_t *next, const int16_t *items, int n_items, int32_t *c,
+                      float *acct) {
     const bool q8 = type == GL_TYPE_Q8_0;
     const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
     __m512 acc[16];
@@ -193,6 +215,7 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
                 const int kk = k + i;
                 if (kk >= n_items) break;
                 const int b = items[kk];
+                amx_prefetch(a, grp, next, rec, items, n_items, kk);
                 amx_block_floats(type, false, dwv, mwv, grp + (size_t)b * rec, b, c + 256 * i, acc);
                 if (kk + 3 < n_items) {
                     if (i == 0) AMX_ISSUE8(3, 5, 7, kk + 3);
@@ -221,6 +244,7 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
             if (k + i >= n_items) break;
             const int b = items[k + i];
             int32_t *ck = c + 512 * ((k + i) % 3);
+            amx_prefetch(a, grp, next, rec, items, n_items, k + i);
             amx_block_floats(type, x16, dwv, mwv, grp + (size_t)b * rec, b, ck, acc);
             if (k + i + 2 < n_items) {
                 int32_t *cn = c + 512 * ((k + i + 2) % 3);
@@ -265,7 +289,8 @@ INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0
             const int nt = n_tok - t0 < 16 ? n_tok - t0 : 16;
             const uint8_t *grp = region + (size_t)(t0 / 16) * group_bytes;
             if (na < 16) memset(acct, 0, 4096 * sizeof *acct); /* lanes no block reaches (a short tail may) */
-            if (n_items) amx_group(type, x16, a, dwv, mwv, grp, items, n_items, c, acct);
+            const uint8_t *next = t0 + 16 < n_tok ? grp + group_bytes : NULL;
+            if (n_items) amx_group(type, x16, a, dwv, mwv, grp, next, items, n_items, c, acct);
             if (st) amx_short_tail(x16, a, dwv, mwv, na, st, (const kamx_tail *)(grp + (size_t)na * rec), acct);
             /* sum4_ps's tree, vertically: lanes i + (i + 8), then + 4, then (0 + 2) + (1 + 3) */
             _Alignas(64) float sums[16][16];
