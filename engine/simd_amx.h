@@ -165,8 +165,8 @@ INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, c
 }
 
 /* Item k + AMX_PREFETCH's B lines (past the group's last item, the next
- * group's first ones), when a call's B tiles outgrow L2 (next: non-NULL):
- * the items stride 16 records through the group, which no hardware
+ * group's first ones), when a call's B tiles outgrow L2 (2 MiB here; next
+ * non-NULL): the items stride 16 records through the group, which no hardware
  * prefetcher follows, and the AMX unit stalls on every tile load that
  * misses. (The A tiles of 16 rows stay in L1/L2; prefetching them, or
  * B tiles that L2 holds, costs more load slots than it saves.) */
@@ -174,7 +174,7 @@ INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, c
 #define AMX_PREFETCH 4
 #endif
 #ifndef AMX_PREFETCH_BYTES
-#define AMX_PREFETCH_BYTES (1u << 20)
+#define AMX_PREFETCH_BYTES (2u << 20)
 #endif
 INLINE void amx_prefetch(const uint8_t *grp, const uint8_t *next, size_t rec, const int16_t *items, int n_items, int k) {
     if (AMX_PREFETCH == 0 || !next) return;
