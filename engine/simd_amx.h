@@ -125,12 +125,36 @@ INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, c
     }
 }
 
+/* Item k + AMX_PREFETCH's B lines (past the group's last item, the next
+ * group's first ones), when a call's B tiles outgrow L2 (2 MiB here; next
+ * non-NULL): the items stride 16 records through the group, which no hardware
+ * prefetcher follows, and the AMX unit stalls on every tile load that
+ * misses. (The A tiles of 16 rows stay in L1/L2; prefetching them, or
+ * B tiles that L2 holds, costs more load slots than it saves.) */
+#ifndef AMX_PREFETCH
+#define AMX_PREFETCH 4
+#endif
+#ifndef AMX_PREFETCH_BYTES
+#define AMX_PREFETCH_BYTES (2u << 20)
+#endif
+INLINE void amx_prefetch(const uint8_t *grp, const uint8_t *next, size_t rec, const int16_t *items, int n_items, int k) {
+    if (AMX_PREFETCH == 0 || !next) return;
+    k += AMX_PREFETCH;
+    if (k >= n_items) {
+        if (k - n_items >= n_items) return;
+        grp = next, k -= n_items;
+    }
+    const char *bk = (const char *)(grp + (size_t)items[k] * rec);
+    for (size_t o = 0; o < rec; o += 64) _mm_prefetch(bk + o, _MM_HINT_T0);
+}
+
 /* The accumulators of all 16 lanes of 16 rows over a group of 16 tokens,
  * to acct[r][j][t]: lane j's blocks j, j + 16, ... in chunk order, the
  * blocks of all lanes one after another (items), each one's tile work
  * issued an item ahead of its float work. */
 INLINE void amx_group(const int type, const bool x16, const int8_t *a, const float *dwv, const float *mwv,
-                      const uint8_t *grp, const int16_t *items, int n_items, int32_t *c, float *acct) {
+                      const uint8_t *grp, const uint8_t *next, const int16_t *items, int n_items, int32_t *c,
+                      float *acct) {
     const bool q8 = type == GL_TYPE_Q8_0;
     const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
     __m512 acc[16];
@@ -154,6 +178,7 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
                 const int kk = k + i;
                 if (kk >= n_items) break;
                 const int b = items[kk];
+                amx_prefetch(grp, next, rec, items, n_items, kk);
                 amx_block_floats(type, false, dwv, mwv, grp + (size_t)b * rec, b, c + 256 * i, acc);
                 if (kk + 3 < n_items) {
                     if (i == 0) AMX_ISSUE8(3, 5, 7, kk + 3);
@@ -182,6 +207,7 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
             if (k + i >= n_items) break;
             const int b = items[k + i];
             int32_t *ck = c + 512 * ((k + i) % 3);
+            amx_prefetch(grp, next, rec, items, n_items, k + i);
             amx_block_floats(type, x16, dwv, mwv, grp + (size_t)b * rec, b, ck, acc);
             if (k + i + 2 < n_items) {
                 int32_t *cn = c + 512 * ((k + i + 2) % 3);
@@ -196,6 +222,29 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
                     acc[r] = _mm512_setzero_ps();
                 }
             }
+        }
+    }
+}
+
+/* v[r][t] to v[t][r], 16 x 16, by swapping one bit of r with the same bit
+ * of t per stage (vpermt2ps): a token's 16 outputs then go out in one store,
+ * not 16 scalar ones. */
+INLINE void amx_transpose16(__m512 v[16]) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        const int bit = 1 << k;
+        _Alignas(64) int32_t lo[16], hi[16];
+        for (int t = 0; t < 16; t++) {
+            lo[t] = t & bit ? 16 + (t & ~bit) : t;
+            hi[t] = t & bit ? 16 + t : t | bit;
+        }
+        const __m512i il = _mm512_load_si512(lo), ih = _mm512_load_si512(hi);
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) {
+            if (r & bit) continue;
+            const __m512 a = v[r], b = v[r | bit];
+            v[r] = _mm512_permutex2var_ps(a, il, b);
+            v[r | bit] = _mm512_permutex2var_ps(a, ih, b);
         }
     }
 }
@@ -217,6 +266,7 @@ INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0
     int n_items = 0;
     for (int j = 0; j < 16; j++)
         for (int64_t b = j; b < nb; b += 16) items[n_items++] = (int16_t)b;
+    const bool big = (size_t)((n_tok + 15) / 16) * group_bytes > AMX_PREFETCH_BYTES;
     amx_config();
     for (long rt = r0; rt < r1; rt += 16) {
         const int nr = r1 - rt < 16 ? (int)(r1 - rt) : 16;
@@ -225,20 +275,23 @@ INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0
             const int nt = n_tok - t0 < 16 ? n_tok - t0 : 16;
             const uint8_t *grp = region + (size_t)(t0 / 16) * group_bytes;
             if (nb < 16) memset(acct, 0, 4096 * sizeof *acct); /* lanes no block reaches */
-            amx_group(type, x16, a, dwv, mwv, grp, items, n_items, c, acct);
+            const uint8_t *next = !big ? NULL : t0 + 16 < n_tok ? grp + group_bytes : region;
+            amx_group(type, x16, a, dwv, mwv, grp, next, items, n_items, c, acct);
             /* sum4_ps's tree, vertically: lanes i + (i + 8), then + 4, then (0 + 2) + (1 + 3) */
-            _Alignas(64) float sums[16][16];
-            for (int r = 0; r < nr; r++) {
+            __m512 sums[16];
+#pragma GCC unroll 16
+            for (int r = 0; r < 16; r++) {
                 const float *v = acct + 256 * r;
                 __m512 h[8];
 #pragma GCC unroll 8
                 for (int i = 0; i < 8; i++) h[i] = _mm512_add_ps(_mm512_load_ps(v + 16 * i), _mm512_load_ps(v + 16 * (i + 8)));
 #pragma GCC unroll 4
                 for (int i = 0; i < 4; i++) h[i] = _mm512_add_ps(h[i], h[i + 4]);
-                _mm512_store_ps(sums[r], _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3])));
+                sums[r] = _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3]));
             }
-            for (int t = 0; t < nt; t++)
-                for (int r = 0; r < nr; r++) out[(size_t)(t0 + t) * out_stride + (size_t)(rt + r)] = sums[r][t];
+            amx_transpose16(sums);
+            const __mmask16 rows = (__mmask16)((1u << nr) - 1);
+            for (int t = 0; t < nt; t++) _mm512_mask_storeu_ps(out + (size_t)(t0 + t) * out_stride + (size_t)rt, rows, sums[t]);
         }
     }
     _tile_release();
