@@ -17,21 +17,17 @@
  * and the residual's added: exactly the 16-bit products vpdpwssd sums.
  * Included only by kernels_avx512.c, after simd_amx.h (amx_tilecfg). */
 
-/* Super-blocks of a row group unpacked at once: 16 rows x 16 x 256 bytes
- * of quants and 16 KiB of scales on the stack. Longer rows unpack each
- * panel again for every group of tokens. */
-#define AMX_PANEL 16
-
 /* Tiles, for dots over k elements (16: Q6_K's sub-blocks; 32: Q4_K's and
- * Q5_K's blocks): 0 the weights (16 rows x k bytes), 1 and 2 the coarse and
- * residual activations (k / 4 x 64 bytes: 16 tokens x 4 bytes), 3 and 4
- * their dots (16 rows x 16 tokens) for even super-blocks, 5 and 6 for odd
- * ones. */
+ * Q5_K's blocks): 0 and 7 the weights (16 rows x k bytes) of even and odd
+ * super-blocks, 1 and 2 the coarse and residual activations (k / 4 x 64
+ * bytes: 16 tokens x 4 bytes; at 8 bits those of even and odd super-blocks),
+ * 3 and 4 their dots (16 rows x 16 tokens) for even super-blocks, 5 and 6
+ * for odd ones. */
 static void amx_k_config(int k) {
     _Alignas(64) amx_tilecfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    c.rows[0] = 16, c.colsb[0] = (uint16_t)k;
+    c.rows[0] = c.rows[7] = 16, c.colsb[0] = c.colsb[7] = (uint16_t)k;
     c.rows[1] = c.rows[2] = (uint8_t)(k / 4), c.colsb[1] = c.colsb[2] = 64;
     for (int i = 3; i < 7; i++) c.rows[i] = 16, c.colsb[i] = 64;
     _tile_loadconfig(&c);
@@ -123,84 +119,117 @@ INLINE __m512 lanes_tree(const __m512 x[16]) {
     return _mm512_add_ps(_mm512_add_ps(s4[0], s4[2]), _mm512_add_ps(s4[1], s4[3]));
 }
 
+/* Super-blocks whose dots one step takes before its float steps: their
+ * tile results (2 KiB each at 16 bits) stay in L1 for the float steps. */
+#define AMX_CHUNK 8
+
+/* One step's dots: lane i (the VNNI tiles' lane j) of super-blocks b0..b0+n-1
+ * of a token group (ga) into cb[b - b0][coarse, residual][row][token].
+ * Even and odd super-blocks take their own A and C tiles, so one's loads
+ * need not wait for the other's multiplies. */
+INLINE void amx_k_dots(const bool x8, const int k, const int i, const int j, const int8_t *wq, const uint8_t *ga,
+                       size_t a_bytes, int b0, int n, int32_t (*cb)[2][16][16]) {
+#define AMX_DOTS(b, A, B, B2, C, C2)                                                                           \
+    do {                                                                                                    \
+        const uint8_t *a_ = ga + (size_t)(b0 + (b)) * a_bytes;                                                \
+        _tile_loadd(A, wq + (size_t)(b0 + (b)) * 4096 + 16 * k * i, k);                                       \
+        _tile_loadd(B, a_ + 256 * j, 64);                                                                   \
+        _tile_zero(C);                                                                                      \
+        _tile_dpbssd(C, A, B);                                                                              \
+        if (!x8) {                                                                                          \
+            _tile_loadd(B2, a_ + 4096 + 256 * j, 64);                                                       \
+            _tile_zero(C2);                                                                                 \
+            _tile_dpbssd(C2, A, B2);                                                                        \
+        }                                                                                                   \
+        _tile_stored(C, cb[b][0], 64);                                                                      \
+        if (!x8) _tile_stored(C2, cb[b][1], 64);                                                            \
+    } while (0)
+    for (int b = 0; b < n; b += 2) {
+        if (x8) AMX_DOTS(b, 0, 1, 1, 3, 3);
+        else AMX_DOTS(b, 0, 1, 2, 3, 4);
+        if (b + 1 < n) {
+            if (x8) AMX_DOTS(b + 1, 7, 2, 2, 5, 5);
+            else AMX_DOTS(b + 1, 7, 1, 2, 5, 6);
+        }
+    }
+#undef AMX_DOTS
+}
+
+/* One step's float steps: lane i (lane j, scales' lane i) of super-blocks
+ * b0..b0+n-1 from their dots in cb into acc (a vector over tokens per row),
+ * in the VNNI tiles' order. */
+INLINE void amx_k_floats(const bool six, const bool x8, const int i, const int j, const float (*ws)[16][16],
+                         const uint8_t *ga, size_t a_bytes, size_t a_d, size_t a_s, int b0, int n,
+                         const int32_t (*cb)[2][16][16], __m512 acc[16]) {
+    for (int b = 0; b < n; b++) {
+        const uint8_t *a = ga + (size_t)(b0 + b) * a_bytes;
+        const __m512 unit = _mm512_loadu_ps((const float *)(a + a_d) + 16 * j);
+        const __m512 s = _mm512_loadu_ps((const float *)(a + a_s) + 16 * j);
+        const float(*w)[16] = ws[b0 + b];
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) {
+            __m512i idot = _mm512_load_si512(cb[b][0][r]);
+            if (!x8) idot = _mm512_add_epi32(_mm512_slli_epi32(idot, 8), _mm512_load_si512(cb[b][1][r]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(_mm512_set1_ps(w[r][i]), unit), acc[r]);
+            if (!six) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(w[r][8 + i]), s, acc[r]);
+        }
+    }
+}
+
+/* scratch: KERN_AMX_SCRATCH(n_cols) bytes, where a row group's super-blocks
+ * are unpacked once (20 bytes a column) for all groups of tokens. */
 INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
-                     const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
+                     const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride, uint8_t *scratch) {
     const bool six = type == GL_TYPE_Q6_K;
     const int bb = six ? 210 : type == GL_TYPE_Q5_K ? 176 : 144;
     const int nb = (int)(n_cols / 256);
     const size_t g_bytes = KQA_GROUP * act_stride, a_bytes = x8 ? sizeof(kqa8_k) : sizeof(kqa16_k);
     const size_t a_d = x8 ? offsetof(kqa8_k, d) : offsetof(kqa16_k, d);
     const size_t a_s = x8 ? offsetof(kqa8_k, s) : offsetof(kqa16_k, s);
-    const int panel = nb < AMX_PANEL ? nb : AMX_PANEL;
-    _Alignas(64) int8_t wq[AMX_PANEL][4096]; /* by super-block: the A tiles, as unpack_super_block leaves them */
-    _Alignas(64) float ws[AMX_PANEL][16][16];
-    _Alignas(64) int32_t cb[AMX_PANEL][2][16][16]; /* [super-block][coarse, residual][row][token] */
-    _Alignas(64) float res[16][16][16];    /* [sub-block][row][token] */
+    int8_t *wq = (int8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); /* by super-block: the A tiles */
+    float(*ws)[16][16] = (float(*)[16][16])(wq + (size_t)nb * 4096);     /* [super-block][row][lane] */
+    _Alignas(64) int32_t cb[2][AMX_CHUNK][2][16][16]; /* two steps' dots: [super-block][coarse, residual][row][token] */
+    _Alignas(64) float res[16][16][16];               /* [sub-block][row][token] */
     const int k = six ? 16 : 32, n_lanes = 256 / k; /* elements per dot; dots per super-block */
+    const int n_chunks = (nb + AMX_CHUNK - 1) / AMX_CHUNK, n_steps = n_lanes * n_chunks;
     amx_k_config(k);
     for (int r0 = 0; r0 < n_rows; r0 += 16) {
         const int nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
-        for (int g = 0; g * KQA_GROUP < n_tok; g++) {
-            const uint8_t *ga = act + (size_t)g * g_bytes;
-            for (int p0 = 0; p0 < nb; p0 += panel) {
-                const int np = nb - p0 < panel ? nb - p0 : panel;
-                if (g == 0 || nb > panel)
-                    for (int b = 0; b < np; b++)
-                        for (int r = 0; r < 16; r++) {
-                            if (r < nr) {
-                                unpack_super_block(type, w + (size_t)(r0 + r) * row_bytes + (size_t)(p0 + b) * bb,
-                                                   wq[b] + k * r, ws[b][r]);
-                            } else {
-                                for (int i = 0; i < n_lanes; i++) memset(wq[b] + 16 * k * i + k * r, 0, (size_t)k);
-                                memset(ws[b][r], 0, sizeof ws[b][r]);
-                            }
-                        }
-                for (int i = 0; i < n_lanes; i++) {
-                    const int j = six ? i : 2 * i; /* the VNNI tiles' lane */
-                    __m512 acc[16];
-#pragma GCC unroll 16
-                    for (int r = 0; r < 16; r++) acc[r] = p0 ? _mm512_load_ps(res[j][r]) : _mm512_setzero_ps();
-                    const int lane = i; /* of the scales */
-                    /* all the panel's dots first (tiles 3, 4 and 5, 6 in turn), so the tile unit runs ahead
-                     * of the float steps, which wait only for their own super-block's */
-#define AMX_DOTS(b, C, C2)                                                                                        \
-    do {                                                                                                        \
-        const uint8_t *a_ = ga + (size_t)(p0 + (b)) * a_bytes;                                                    \
-        _tile_loadd(0, wq[b] + 16 * k * i, k);                                                                  \
-        _tile_loadd(1, a_ + 256 * j, 64);                                                                       \
-        _tile_zero(C);                                                                                          \
-        _tile_dpbssd(C, 0, 1);                                                                                  \
-        _tile_stored(C, cb[b][0], 64);                                                                          \
-        if (!x8) {                                                                                              \
-            _tile_loadd(2, a_ + 4096 + 256 * j, 64);                                                            \
-            _tile_zero(C2);                                                                                     \
-            _tile_dpbssd(C2, 0, 2);                                                                             \
-            _tile_stored(C2, cb[b][1], 64);                                                                     \
-        }                                                                                                       \
-    } while (0)
-                    for (int b = 0; b < np; b += 2) {
-                        AMX_DOTS(b, 3, 4);
-                        if (b + 1 < np) AMX_DOTS(b + 1, 5, 6);
-                    }
-                    for (int b = 0; b < np; b++) {
-                        const uint8_t *a = ga + (size_t)(p0 + b) * a_bytes;
-                        const __m512 unit = _mm512_loadu_ps((const float *)(a + a_d) + 16 * j);
-                        const __m512 s = _mm512_loadu_ps((const float *)(a + a_s) + 16 * j);
-                        const int32_t(*c)[16][16] = cb[b];
-#pragma GCC unroll 16
-                        for (int r = 0; r < 16; r++) {
-                            __m512i idot = _mm512_load_si512(c[0][r]);
-                            if (!x8) idot = _mm512_add_epi32(_mm512_slli_epi32(idot, 8), _mm512_load_si512(c[1][r]));
-                            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(_mm512_set1_ps(ws[b][r][lane]), unit),
-                                                     acc[r]);
-                            if (!six) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(ws[b][r][8 + lane]), s, acc[r]);
-                        }
-                    }
-#undef AMX_DOTS
-#pragma GCC unroll 16
-                    for (int r = 0; r < 16; r++) _mm512_store_ps(res[j][r], acc[r]);
+        for (int b = 0; b < nb; b++)
+            for (int r = 0; r < 16; r++) {
+                if (r < nr) {
+                    unpack_super_block(type, w + (size_t)(r0 + r) * row_bytes + (size_t)b * bb, wq + (size_t)b * 4096 + k * r,
+                                       ws[b][r]);
+                } else {
+                    for (int i = 0; i < n_lanes; i++) memset(wq + (size_t)b * 4096 + 16 * k * i + k * r, 0, (size_t)k);
+                    memset(ws[b][r], 0, sizeof ws[b][r]);
                 }
             }
+        for (int g = 0; g * KQA_GROUP < n_tok; g++) {
+            const uint8_t *ga = act + (size_t)g * g_bytes;
+            /* steps (lane, chunk of super-blocks) in order, each one's dots issued before the float steps
+             * of the one before, so the tile unit works while the vector units do */
+            __m512 acc[16] = {0};
+#define STEP_DOTS(u)                                                                                            \
+    do {                                                                                                    \
+        const int i_ = (u) / n_chunks, c_ = (u) % n_chunks, b0_ = c_ * AMX_CHUNK;                            \
+        amx_k_dots(x8, k, i_, six ? i_ : 2 * i_, wq, ga, a_bytes, b0_, nb - b0_ < AMX_CHUNK ? nb - b0_ : AMX_CHUNK, \
+                   cb[(u) & 1]);                                                                            \
+    } while (0)
+            STEP_DOTS(0);
+            for (int u = 0; u < n_steps; u++) {
+                if (u + 1 < n_steps) STEP_DOTS(u + 1);
+                const int i = u / n_chunks, c = u % n_chunks, b0 = c * AMX_CHUNK, j = six ? i : 2 * i;
+                if (c == 0)
+#pragma GCC unroll 16
+                    for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+                amx_k_floats(six, x8, i, j, ws, ga, a_bytes, a_d, a_s, b0, nb - b0 < AMX_CHUNK ? nb - b0 : AMX_CHUNK,
+                             (const int32_t(*)[2][16][16])cb[u & 1], acc);
+                if (c == n_chunks - 1)
+#pragma GCC unroll 16
+                    for (int r = 0; r < 16; r++) _mm512_store_ps(res[j][r], acc[r]);
+            }
+#undef STEP_DOTS
             /* each row's 16 lanes by the reduce tree, then rows x tokens into the outputs */
             _Alignas(64) float sums[16][16]; /* [row][token] */
             for (int r = 0; r < nr; r++) {
@@ -221,15 +250,13 @@ INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t r
     _tile_release();
 }
 
-/* kern_amx_rows_fn: rows r0..r1-1 of w's packed copy. The stack holds the
- * unpacked panel, so the pool's scratch goes unused. */
+/* kern_amx_rows_fn: rows r0..r1-1 of w's packed copy. */
 #define DEFINE_AMX_K_ROWS(name, TYPE, X8)                                                                                  \
     static void FN(name)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride, int n_tok,    \
                      float *out, size_t out_stride, uint8_t *scratch) {                                         \
-        (void)scratch;                                                                                          \
-        const size_t row_bytes = gl_type_row_bytes(TYPE, w->n_cols);                                            \
+            const size_t row_bytes = gl_type_row_bytes(TYPE, w->n_cols);                                            \
         amx_k_rows(TYPE, X8, (const uint8_t *)w->packed + (size_t)r0 * row_bytes, row_bytes, (int)(r1 - r0),      \
-                 w->n_cols, act, act_stride, n_tok, out + r0, out_stride);                                      \
+                 w->n_cols, act, act_stride, n_tok, out + r0, out_stride, scratch);                                    \
     }
 DEFINE_AMX_K_ROWS(amx_rows_q4_k, GL_TYPE_Q4_K, false)
 DEFINE_AMX_K_ROWS(amx_rows_q5_k, GL_TYPE_Q5_K, false)
