@@ -208,7 +208,8 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
 typedef void (*kern_amx_rows_fn)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride,
                                  int n_tok, float *out, size_t out_stride, uint8_t *scratch);
 
-#define KERN_AMX_SCRATCH(n_cols) ((size_t)(n_cols) * 21 + 65536)
+/* (the K-quants' rows take 40 bytes a column: two row tiles unpacked) */
+#define KERN_AMX_SCRATCH(n_cols) ((size_t)(n_cols) * 41 + 65536)
 
 /* One block position (block j of chunk c) of 16 tokens as AMX B tiles:
  * q[v][4 t + e] = element 4 v + e of token t's block (kq8_chunk's q[v][4j + e]). */

@@ -120,37 +120,54 @@ INLINE __m512 lanes_tree(const __m512 x[16]) {
 }
 
 /* Super-blocks whose dots one step takes before its float steps: their
- * tile results (2 KiB each at 16 bits) stay in L1 for the float steps. */
-#define AMX_CHUNK 8
+ * tile results (2 KiB a row tile at 16 bits) stay in L1 for the float steps. */
+#define AMX_CHUNK 4
 
 /* One step's dots: lane i (the VNNI tiles' lane j) of super-blocks b0..b0+n-1
- * of a token group (ga) into cb[b - b0][coarse, residual][row][token].
- * Even and odd super-blocks take their own A and C tiles, so one's loads
- * need not wait for the other's multiplies. */
-INLINE void amx_k_dots(const bool x8, const int k, const int i, const int j, const int8_t *wq, const uint8_t *ga,
-                       size_t a_bytes, int b0, int n, int32_t (*cb)[2][16][16]) {
-#define AMX_DOTS(b, A, B, B2, C, C2)                                                                           \
+ * of a token group (ga), for nt (1 or 2) row tiles whose unpacked weights
+ * are wq_bytes apart, into cb[tile][b - b0][coarse, residual][row][token].
+ * Each activation tile serves both row tiles: the group's activations are
+ * read once for 32 rows. */
+INLINE void amx_k_dots(const bool x8, const int k, const int i, const int j, const int8_t *wq, size_t wq_bytes,
+                       const int nt, const uint8_t *ga, size_t a_bytes, int b0, int n, int32_t (*cb)[AMX_CHUNK][2][16][16]) {
+    /* tiles: A0, A1 the row tiles' weights, B, B2 the coarse and residual activations, C0, C0r and C1, C1r
+     * the row tiles' dots with them. Consecutive super-blocks take different tiles where 8 allow it, so
+     * one's loads need not wait for the other's multiplies. */
+#define AMX_DOTS(b, A0, A1, B, B2, C0, C0r, C1, C1r)                                                            \
     do {                                                                                                    \
-        const uint8_t *a_ = ga + (size_t)(b0 + (b)) * a_bytes;                                                \
-        _tile_loadd(A, wq + (size_t)(b0 + (b)) * 4096 + 16 * k * i, k);                                       \
-        _tile_loadd(B, a_ + 256 * j, 64);                                                                   \
-        _tile_zero(C);                                                                                      \
-        _tile_dpbssd(C, A, B);                                                                              \
+        const uint8_t *a = ga + (size_t)(b0 + (b)) * a_bytes;                                               \
+        const int8_t *wa = wq + (size_t)(b0 + (b)) * 4096 + 16 * k * i;                                     \
+        _tile_loadd(A0, wa, k);                                                                             \
+        _tile_loadd(B, a + 256 * j, 64);                                                                    \
+        if (!x8) _tile_loadd(B2, a + 4096 + 256 * j, 64);                                                   \
+        _tile_zero(C0);                                                                                     \
+        _tile_dpbssd(C0, A0, B);                                                                            \
         if (!x8) {                                                                                          \
-            _tile_loadd(B2, a_ + 4096 + 256 * j, 64);                                                       \
-            _tile_zero(C2);                                                                                 \
-            _tile_dpbssd(C2, A, B2);                                                                        \
+            _tile_zero(C0r);                                                                                \
+            _tile_dpbssd(C0r, A0, B2);                                                                      \
         }                                                                                                   \
-        _tile_stored(C, cb[b][0], 64);                                                                      \
-        if (!x8) _tile_stored(C2, cb[b][1], 64);                                                            \
+        if (nt > 1) {                                                                                       \
+            _tile_loadd(A1, wa + wq_bytes, k);                                                              \
+            _tile_zero(C1);                                                                                 \
+            _tile_dpbssd(C1, A1, B);                                                                        \
+            if (!x8) {                                                                                      \
+                _tile_zero(C1r);                                                                            \
+                _tile_dpbssd(C1r, A1, B2);                                                                  \
+            }                                                                                               \
+        }                                                                                                   \
+        _tile_stored(C0, cb[0][b][0], 64);                                                                  \
+        if (!x8) _tile_stored(C0r, cb[0][b][1], 64);                                                        \
+        if (nt > 1) {                                                                                       \
+            _tile_stored(C1, cb[1][b][0], 64);                                                              \
+            if (!x8) _tile_stored(C1r, cb[1][b][1], 64);                                                    \
+        }                                                                                                   \
     } while (0)
-    for (int b = 0; b < n; b += 2) {
-        if (x8) AMX_DOTS(b, 0, 1, 1, 3, 3);
-        else AMX_DOTS(b, 0, 1, 2, 3, 4);
-        if (b + 1 < n) {
-            if (x8) AMX_DOTS(b + 1, 7, 2, 2, 5, 5);
-            else AMX_DOTS(b + 1, 7, 1, 2, 5, 6);
-        }
+    for (int b = 0; b < n; b++) {
+        if (nt > 1 && (!x8 || b % 2 == 0)) AMX_DOTS(b, 0, 7, 1, 2, 3, 4, 5, 6);
+        else if (nt > 1) AMX_DOTS(b, 0, 7, 2, 2, 4, 4, 6, 6);
+        else if (b % 2 == 0) AMX_DOTS(b, 0, 0, 1, 2, 3, 4, 3, 4);
+        else if (!x8) AMX_DOTS(b, 7, 7, 1, 2, 5, 6, 5, 6);
+        else AMX_DOTS(b, 7, 7, 2, 2, 5, 5, 5, 5);
     }
 #undef AMX_DOTS
 }
@@ -176,8 +193,8 @@ INLINE void amx_k_floats(const bool six, const bool x8, const int i, const int j
     }
 }
 
-/* scratch: KERN_AMX_SCRATCH(n_cols) bytes, where a row group's super-blocks
- * are unpacked once (20 bytes a column) for all groups of tokens. */
+/* scratch: KERN_AMX_SCRATCH(n_cols) bytes, where two row tiles' super-blocks
+ * are unpacked once (20 bytes a column each) for all groups of tokens. */
 INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
                      const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride, uint8_t *scratch) {
     const bool six = type == GL_TYPE_Q6_K;
@@ -186,22 +203,27 @@ INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t r
     const size_t g_bytes = KQA_GROUP * act_stride, a_bytes = x8 ? sizeof(kqa8_k) : sizeof(kqa16_k);
     const size_t a_d = x8 ? offsetof(kqa8_k, d) : offsetof(kqa16_k, d);
     const size_t a_s = x8 ? offsetof(kqa8_k, s) : offsetof(kqa16_k, s);
-    int8_t *wq = (int8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); /* by super-block: the A tiles */
-    float(*ws)[16][16] = (float(*)[16][16])(wq + (size_t)nb * 4096);     /* [super-block][row][lane] */
-    _Alignas(64) int32_t cb[2][AMX_CHUNK][2][16][16]; /* two steps' dots: [super-block][coarse, residual][row][token] */
-    _Alignas(64) float res[16][16][16];               /* [sub-block][row][token] */
+    const size_t wq_bytes = (size_t)nb * 4096;
+    int8_t *wq = (int8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);  /* [tile][super-block]: the A tiles */
+    float(*ws)[16][16] = (float(*)[16][16])(wq + 2 * wq_bytes);           /* [tile][super-block][row][lane] */
+    _Alignas(64) int32_t cb[2][2][AMX_CHUNK][2][16][16]; /* two steps' dots: [tile][super-block][coarse, residual][row][token] */
+    _Alignas(64) float res[2][16][16][16];               /* [tile][sub-block][row][token] */
     const int k = six ? 16 : 32, n_lanes = 256 / k; /* elements per dot; dots per super-block */
     const int n_chunks = (nb + AMX_CHUNK - 1) / AMX_CHUNK, n_steps = n_lanes * n_chunks;
     amx_k_config(k);
-    for (int r0 = 0; r0 < n_rows; r0 += 16) {
-        const int nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
-        for (int b = 0; b < nb; b++)
+    /* two row tiles share each activation tile when a group's activations outgrow L1 (the 768 columns
+     * of small models' 8-bit activations do not: there the tiles of one row tile alternate instead) */
+    const int span = nb * a_bytes > 32768 ? 32 : 16;
+    for (int r0 = 0; r0 < n_rows; r0 += span) {
+        const int nr = n_rows - r0 < span ? n_rows - r0 : span, nt = nr > 16 ? 2 : 1;
+        for (int b = 0; b < nb * nt; b++)
             for (int r = 0; r < 16; r++) {
-                if (r < nr) {
-                    unpack_super_block(type, w + (size_t)(r0 + r) * row_bytes + (size_t)b * bb, wq + (size_t)b * 4096 + k * r,
-                                       ws[b][r]);
+                const int row = 16 * (b / nb) + r; /* of the 32 */
+                int8_t *dst = wq + (size_t)b * 4096;
+                if (row < nr) {
+                    unpack_super_block(type, w + (size_t)(r0 + row) * row_bytes + (size_t)(b % nb) * bb, dst + k * r, ws[b][r]);
                 } else {
-                    for (int i = 0; i < n_lanes; i++) memset(wq + (size_t)b * 4096 + 16 * k * i + k * r, 0, (size_t)k);
+                    for (int i = 0; i < n_lanes; i++) memset(dst + 16 * k * i + k * r, 0, (size_t)k);
                     memset(ws[b][r], 0, sizeof ws[b][r]);
                 }
             }
@@ -209,42 +231,45 @@ INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t r
             const uint8_t *ga = act + (size_t)g * g_bytes;
             /* steps (lane, chunk of super-blocks) in order, each one's dots issued before the float steps
              * of the one before, so the tile unit works while the vector units do */
-            __m512 acc[16] = {0};
 #define STEP_DOTS(u)                                                                                            \
     do {                                                                                                    \
-        const int i_ = (u) / n_chunks, c_ = (u) % n_chunks, b0_ = c_ * AMX_CHUNK;                            \
-        amx_k_dots(x8, k, i_, six ? i_ : 2 * i_, wq, ga, a_bytes, b0_, nb - b0_ < AMX_CHUNK ? nb - b0_ : AMX_CHUNK, \
-                   cb[(u) & 1]);                                                                            \
+        const int i_ = (u) / n_chunks, b0_ = (u) % n_chunks * AMX_CHUNK;                                      \
+        amx_k_dots(x8, k, i_, six ? i_ : 2 * i_, wq, wq_bytes, nt, ga, a_bytes, b0_,                         \
+                   nb - b0_ < AMX_CHUNK ? nb - b0_ : AMX_CHUNK, cb[(u) & 1]);                               \
     } while (0)
             STEP_DOTS(0);
             for (int u = 0; u < n_steps; u++) {
                 if (u + 1 < n_steps) STEP_DOTS(u + 1);
                 const int i = u / n_chunks, c = u % n_chunks, b0 = c * AMX_CHUNK, j = six ? i : 2 * i;
-                if (c == 0)
+                for (int t = 0; t < nt; t++) {
+                    __m512 acc[16];
 #pragma GCC unroll 16
-                    for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
-                amx_k_floats(six, x8, i, j, ws, ga, a_bytes, a_d, a_s, b0, nb - b0 < AMX_CHUNK ? nb - b0 : AMX_CHUNK,
-                             (const int32_t(*)[2][16][16])cb[u & 1], acc);
-                if (c == n_chunks - 1)
+                    for (int r = 0; r < 16; r++) acc[r] = c ? _mm512_load_ps(res[t][j][r]) : _mm512_setzero_ps();
+                    amx_k_floats(six, x8, i, j, ws + (size_t)t * nb, ga, a_bytes, a_d, a_s, b0,
+                                 nb - b0 < AMX_CHUNK ? nb - b0 : AMX_CHUNK, (const int32_t(*)[2][16][16])cb[u & 1][t], acc);
 #pragma GCC unroll 16
-                    for (int r = 0; r < 16; r++) _mm512_store_ps(res[j][r], acc[r]);
+                    for (int r = 0; r < 16; r++) _mm512_store_ps(res[t][j][r], acc[r]);
+                }
             }
 #undef STEP_DOTS
             /* each row's 16 lanes by the reduce tree, then rows x tokens into the outputs */
-            _Alignas(64) float sums[16][16]; /* [row][token] */
-            for (int r = 0; r < nr; r++) {
-                __m512 x[16];
-                for (int j = 0; j < 16; j++) x[j] = six || j % 2 == 0 ? _mm512_load_ps(res[j][r]) : _mm512_setzero_ps();
-                _mm512_store_ps(sums[r], lanes_tree(x));
-            }
-            const int nt = n_tok - g * KQA_GROUP < KQA_GROUP ? n_tok - g * KQA_GROUP : KQA_GROUP;
+            const int ntok = n_tok - g * KQA_GROUP < KQA_GROUP ? n_tok - g * KQA_GROUP : KQA_GROUP;
             const __m512i rows16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                                       _mm512_set1_epi32(16));
-            const __mmask16 km = (__mmask16)((1u << nr) - 1);
-            for (int t = 0; t < nt; t++)
-                _mm512_mask_storeu_ps(out + (size_t)(g * KQA_GROUP + t) * out_stride + r0, km,
-                                      _mm512_mask_i32gather_ps(_mm512_setzero_ps(), km, _mm512_add_epi32(rows16, _mm512_set1_epi32(t)),
-                                                               &sums[0][0], 4));
+            for (int t = 0; t < nt; t++) {
+                const int rn = nr - 16 * t < 16 ? nr - 16 * t : 16;
+                _Alignas(64) float sums[16][16]; /* [row][token] */
+                for (int r = 0; r < rn; r++) {
+                    __m512 x[16];
+                    for (int j = 0; j < 16; j++) x[j] = six || j % 2 == 0 ? _mm512_load_ps(res[t][j][r]) : _mm512_setzero_ps();
+                    _mm512_store_ps(sums[r], lanes_tree(x));
+                }
+                const __mmask16 km = (__mmask16)((1u << rn) - 1);
+                for (int q = 0; q < ntok; q++)
+                    _mm512_mask_storeu_ps(out + (size_t)(g * KQA_GROUP + q) * out_stride + r0 + 16 * t, km,
+                                          _mm512_mask_i32gather_ps(_mm512_setzero_ps(), km, _mm512_add_epi32(rows16, _mm512_set1_epi32(q)),
+                                                                   &sums[0][0], 4));
+            }
         }
     }
     _tile_release();
