@@ -310,10 +310,12 @@ typedef struct kern_impl {
  * zero. */
 #define KQA_GROUP 16
 /* Q6_K's 16-element scales leave AMX little to save against 8-bit
- * activations' vpdpbusd: it breaks even at about 64 tokens (bench_matmul
- * 768 x 2048, 1 thread: 32 tokens 118 -> 98 GMAC/s, 64 117 -> 118, 128
- * 109 -> 119), so smaller calls keep VNNI. */
-#define KQA_Q6_K_X8_MIN_TOKENS 64
+ * activations' vpdpbusd at the fewest tokens: it breaks even at about 40
+ * (bench_matmul, 1 thread, VNNI -> AMX GMAC/s: 768 x 2048 at 32 tokens
+ * 127 -> 119, 48 130 -> 137, 64 129 -> 140; 4096 x 768 at 32 126 -> 122,
+ * 48 128 -> 138; long rows win from 32: 896 x 4864 95 -> 131), so smaller
+ * calls keep VNNI. */
+#define KQA_Q6_K_X8_MIN_TOKENS 48
 typedef struct kqa16_k {
     int8_t q[16][4][16][4];   /* [j][k][t][e]: coarse part */
     int8_t q2[16][4][16][4];  /* residual */
