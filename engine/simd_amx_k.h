@@ -162,13 +162,47 @@ INLINE void amx_k_dots(const bool x8, const int k, const int i, const int j, con
             if (!x8) _tile_stored(C1r, cb[1][b][1], 64);                                                    \
         }                                                                                                   \
     } while (0)
-    for (int b = 0; b < n; b++) {
-        if (nt > 1 && (!x8 || b % 2 == 0)) AMX_DOTS(b, 0, 7, 1, 2, 3, 4, 5, 6);
-        else if (nt > 1) AMX_DOTS(b, 0, 7, 2, 2, 4, 4, 6, 6);
-        else if (b % 2 == 0) AMX_DOTS(b, 0, 0, 1, 2, 3, 4, 3, 4);
-        else if (!x8) AMX_DOTS(b, 7, 7, 1, 2, 5, 6, 5, 6);
-        else AMX_DOTS(b, 7, 7, 2, 2, 5, 5, 5, 5);
+    if (nt > 1) {
+        for (int b = 0; b < n; b++) {
+            if (!x8 || b % 2 == 0) AMX_DOTS(b, 0, 7, 1, 2, 3, 4, 5, 6);
+            else AMX_DOTS(b, 0, 7, 2, 2, 4, 4, 6, 6);
+        }
+        return;
     }
+    /* one row tile: super-block b + 1's loads and multiplies go before b's stores, which would otherwise
+     * wait for b's multiply with nothing behind them (the tile unit keeps program order) */
+#define AMX_ISSUE(b, A, B, B2, C, C2)                                                                           \
+    do {                                                                                                    \
+        const uint8_t *a = ga + (size_t)(b0 + (b)) * a_bytes;                                               \
+        _tile_loadd(A, wq + (size_t)(b0 + (b)) * 4096 + 16 * k * i, k);                                     \
+        _tile_loadd(B, a + 256 * j, 64);                                                                    \
+        if (!x8) _tile_loadd(B2, a + 4096 + 256 * j, 64);                                                   \
+        _tile_zero(C);                                                                                      \
+        _tile_dpbssd(C, A, B);                                                                              \
+        if (!x8) {                                                                                          \
+            _tile_zero(C2);                                                                                 \
+            _tile_dpbssd(C2, A, B2);                                                                        \
+        }                                                                                                   \
+    } while (0)
+#define AMX_STORE(b, C, C2)                                                                                     \
+    do {                                                                                                    \
+        _tile_stored(C, cb[0][b][0], 64);                                                                   \
+        if (!x8) _tile_stored(C2, cb[0][b][1], 64);                                                         \
+    } while (0)
+    AMX_ISSUE(0, 0, 1, 2, 3, 4);
+    for (int b = 0; b < n; b += 2) {
+        if (b + 1 < n) {
+            if (x8) AMX_ISSUE(b + 1, 7, 2, 2, 5, 5);
+            else AMX_ISSUE(b + 1, 7, 1, 2, 5, 6);
+        }
+        AMX_STORE(b, 3, 4);
+        if (b + 1 < n) {
+            if (b + 2 < n) AMX_ISSUE(b + 2, 0, 1, 2, 3, 4);
+            AMX_STORE(b + 1, 5, 6);
+        }
+    }
+#undef AMX_ISSUE
+#undef AMX_STORE
 #undef AMX_DOTS
 }
 
