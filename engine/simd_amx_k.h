@@ -119,6 +119,110 @@ INLINE __m512 lanes_tree(const __m512 x[16]) {
     return _mm512_add_ps(_mm512_add_ps(s4[0], s4[2]), _mm512_add_ps(s4[1], s4[3]));
 }
 
+/* Rows of at most AMX_SHORT super-blocks whose token group's activations
+ * fit L1 (768 columns: small models' q, k, v, o, gate and up): one row tile
+ * at a time, all its dots of a lane before their float steps, the panel on
+ * the stack. (The steps of amx_k_rows below ran 5-10% slower here, 8-bit
+ * Q4_K / Q5_K 2048 x 768 most, for reasons not found.) */
+#define AMX_SHORT 5
+INLINE void amx_k_rows_short(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
+                     const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
+    const bool six = type == GL_TYPE_Q6_K;
+    const int bb = six ? 210 : type == GL_TYPE_Q5_K ? 176 : 144;
+    const int nb = (int)(n_cols / 256);
+    const size_t g_bytes = KQA_GROUP * act_stride, a_bytes = x8 ? sizeof(kqa8_k) : sizeof(kqa16_k);
+    const size_t a_d = x8 ? offsetof(kqa8_k, d) : offsetof(kqa16_k, d);
+    const size_t a_s = x8 ? offsetof(kqa8_k, s) : offsetof(kqa16_k, s);
+    const int panel = nb;
+    _Alignas(64) int8_t wq[AMX_SHORT][4096]; /* by super-block: the A tiles, as unpack_super_block leaves them */
+    _Alignas(64) float ws[AMX_SHORT][16][16];
+    _Alignas(64) int32_t cb[AMX_SHORT][2][16][16]; /* [super-block][coarse, residual][row][token] */
+    _Alignas(64) float res[16][16][16];    /* [sub-block][row][token] */
+    const int k = six ? 16 : 32, n_lanes = 256 / k; /* elements per dot; dots per super-block */
+    amx_k_config(k);
+    for (int r0 = 0; r0 < n_rows; r0 += 16) {
+        const int nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
+        for (int g = 0; g * KQA_GROUP < n_tok; g++) {
+            const uint8_t *ga = act + (size_t)g * g_bytes;
+            for (int p0 = 0; p0 < nb; p0 += panel) {
+                const int np = nb - p0 < panel ? nb - p0 : panel;
+                if (g == 0 || nb > panel)
+                    for (int b = 0; b < np; b++)
+                        for (int r = 0; r < 16; r++) {
+                            if (r < nr) {
+                                unpack_super_block(type, w + (size_t)(r0 + r) * row_bytes + (size_t)(p0 + b) * bb,
+                                                   wq[b] + k * r, ws[b][r]);
+                            } else {
+                                for (int i = 0; i < n_lanes; i++) memset(wq[b] + 16 * k * i + k * r, 0, (size_t)k);
+                                memset(ws[b][r], 0, sizeof ws[b][r]);
+                            }
+                        }
+                for (int i = 0; i < n_lanes; i++) {
+                    const int j = six ? i : 2 * i; /* the VNNI tiles' lane */
+                    __m512 acc[16];
+#pragma GCC unroll 16
+                    for (int r = 0; r < 16; r++) acc[r] = p0 ? _mm512_load_ps(res[j][r]) : _mm512_setzero_ps();
+                    const int lane = i; /* of the scales */
+                    /* all the panel's dots first (tiles 3, 4 and 5, 6 in turn), so the tile unit runs ahead
+                     * of the float steps, which wait only for their own super-block's */
+#define AMX_DOTS(b, C, C2)                                                                                        \
+    do {                                                                                                        \
+        const uint8_t *a_ = ga + (size_t)(p0 + (b)) * a_bytes;                                                    \
+        _tile_loadd(0, wq[b] + 16 * k * i, k);                                                                  \
+        _tile_loadd(1, a_ + 256 * j, 64);                                                                       \
+        _tile_zero(C);                                                                                          \
+        _tile_dpbssd(C, 0, 1);                                                                                  \
+        _tile_stored(C, cb[b][0], 64);                                                                          \
+        if (!x8) {                                                                                              \
+            _tile_loadd(2, a_ + 4096 + 256 * j, 64);                                                            \
+            _tile_zero(C2);                                                                                     \
+            _tile_dpbssd(C2, 0, 2);                                                                             \
+            _tile_stored(C2, cb[b][1], 64);                                                                     \
+        }                                                                                                       \
+    } while (0)
+                    for (int b = 0; b < np; b += 2) {
+                        AMX_DOTS(b, 3, 4);
+                        if (b + 1 < np) AMX_DOTS(b + 1, 5, 6);
+                    }
+                    for (int b = 0; b < np; b++) {
+                        const uint8_t *a = ga + (size_t)(p0 + b) * a_bytes;
+                        const __m512 unit = _mm512_loadu_ps((const float *)(a + a_d) + 16 * j);
+                        const __m512 s = _mm512_loadu_ps((const float *)(a + a_s) + 16 * j);
+                        const int32_t(*c)[16][16] = cb[b];
+#pragma GCC unroll 16
+                        for (int r = 0; r < 16; r++) {
+                            __m512i idot = _mm512_load_si512(c[0][r]);
+                            if (!x8) idot = _mm512_add_epi32(_mm512_slli_epi32(idot, 8), _mm512_load_si512(c[1][r]));
+                            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(_mm512_set1_ps(ws[b][r][lane]), unit),
+                                                     acc[r]);
+                            if (!six) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(ws[b][r][8 + lane]), s, acc[r]);
+                        }
+                    }
+#undef AMX_DOTS
+#pragma GCC unroll 16
+                    for (int r = 0; r < 16; r++) _mm512_store_ps(res[j][r], acc[r]);
+                }
+            }
+            /* each row's 16 lanes by the reduce tree, then rows x tokens into the outputs */
+            _Alignas(64) float sums[16][16]; /* [row][token] */
+            for (int r = 0; r < nr; r++) {
+                __m512 x[16];
+                for (int j = 0; j < 16; j++) x[j] = six || j % 2 == 0 ? _mm512_load_ps(res[j][r]) : _mm512_setzero_ps();
+                _mm512_store_ps(sums[r], lanes_tree(x));
+            }
+            const int nt = n_tok - g * KQA_GROUP < KQA_GROUP ? n_tok - g * KQA_GROUP : KQA_GROUP;
+            const __m512i rows16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                      _mm512_set1_epi32(16));
+            const __mmask16 km = (__mmask16)((1u << nr) - 1);
+            for (int t = 0; t < nt; t++)
+                _mm512_mask_storeu_ps(out + (size_t)(g * KQA_GROUP + t) * out_stride + r0, km,
+                                      _mm512_mask_i32gather_ps(_mm512_setzero_ps(), km, _mm512_add_epi32(rows16, _mm512_set1_epi32(t)),
+                                                               &sums[0][0], 4));
+        }
+    }
+    _tile_release();
+}
+
 /* Super-blocks whose dots one step takes before its float steps: their
  * tile results (2 KiB a row tile at 16 bits) stay in L1 for the float steps. */
 #define AMX_CHUNK 4
@@ -240,16 +344,18 @@ INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t r
     const size_t wq_bytes = (size_t)nb * 4096;
     int8_t *wq = (int8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);  /* [tile][super-block]: the A tiles */
     float(*ws)[16][16] = (float(*)[16][16])(wq + 2 * wq_bytes);           /* [tile][super-block][row][lane] */
-    _Alignas(64) int32_t cb[2][2][AMX_CHUNK][2][16][16]; /* two steps' dots: [tile][super-block][coarse, residual][row][token] */
+    _Alignas(64) int32_t cb[2][AMX_CHUNK][2][16][16]; /* a step's dots: [tile][super-block][coarse, residual][row][token] */
     _Alignas(64) float res[2][16][16][16];               /* [tile][sub-block][row][token] */
+    if (nb * a_bytes <= 32768) {
+        amx_k_rows_short(type, x8, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride);
+        return;
+    }
     const int k = six ? 16 : 32, n_lanes = 256 / k; /* elements per dot; dots per super-block */
     const int n_chunks = (nb + AMX_CHUNK - 1) / AMX_CHUNK, n_steps = n_lanes * n_chunks;
     amx_k_config(k);
-    /* two row tiles share each activation tile when a group's activations outgrow L1 (the 768 columns
-     * of small models' 8-bit activations do not: there the tiles of one row tile alternate instead) */
-    const int span = nb * a_bytes > 32768 ? 32 : 16;
-    for (int r0 = 0; r0 < n_rows; r0 += span) {
-        const int nr = n_rows - r0 < span ? n_rows - r0 : span, nt = nr > 16 ? 2 : 1;
+    /* two row tiles share each activation tile: a group's activations outgrow L1 here */
+    for (int r0 = 0; r0 < n_rows; r0 += 32) {
+        const int nr = n_rows - r0 < 32 ? n_rows - r0 : 32, nt = nr > 16 ? 2 : 1;
         for (int b = 0; b < nb * nt; b++)
             for (int r = 0; r < 16; r++) {
                 const int row = 16 * (b / nb) + r; /* of the 32 */
@@ -269,18 +375,17 @@ INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t r
     do {                                                                                                    \
         const int i_ = (u) / n_chunks, b0_ = (u) % n_chunks * AMX_CHUNK;                                      \
         amx_k_dots(x8, k, i_, six ? i_ : 2 * i_, wq, wq_bytes, nt, ga, a_bytes, b0_,                         \
-                   nb - b0_ < AMX_CHUNK ? nb - b0_ : AMX_CHUNK, cb[(u) & 1]);                               \
+                   nb - b0_ < AMX_CHUNK ? nb - b0_ : AMX_CHUNK, cb);                               \
     } while (0)
-            STEP_DOTS(0);
             for (int u = 0; u < n_steps; u++) {
-                if (u + 1 < n_steps) STEP_DOTS(u + 1);
+                STEP_DOTS(u);
                 const int i = u / n_chunks, c = u % n_chunks, b0 = c * AMX_CHUNK, j = six ? i : 2 * i;
                 for (int t = 0; t < nt; t++) {
                     __m512 acc[16];
 #pragma GCC unroll 16
                     for (int r = 0; r < 16; r++) acc[r] = c ? _mm512_load_ps(res[t][j][r]) : _mm512_setzero_ps();
                     amx_k_floats(six, x8, i, j, ws + (size_t)t * nb, ga, a_bytes, a_d, a_s, b0,
-                                 nb - b0 < AMX_CHUNK ? nb - b0 : AMX_CHUNK, (const int32_t(*)[2][16][16])cb[u & 1][t], acc);
+                                 nb - b0 < AMX_CHUNK ? nb - b0 : AMX_CHUNK, (const int32_t(*)[2][16][16])cb[t], acc);
 #pragma GCC unroll 16
                     for (int r = 0; r < 16; r++) _mm512_store_ps(res[t][j][r], acc[r]);
                 }
