@@ -332,7 +332,8 @@ INLINE void amx_k_floats(const bool six, const bool x8, const int i, const int j
 }
 
 /* scratch: KERN_AMX_SCRATCH(n_cols) bytes, where two row tiles' super-blocks
- * are unpacked once (20 bytes a column each) for all groups of tokens. */
+ * are unpacked once (20 bytes a column each) for all groups of tokens, so
+ * long rows (past 16 super-blocks) are no longer unpacked per group. */
 INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
                      const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride, uint8_t *scratch) {
     const bool six = type == GL_TYPE_Q6_K;
@@ -369,8 +370,8 @@ INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t r
             }
         for (int g = 0; g * KQA_GROUP < n_tok; g++) {
             const uint8_t *ga = act + (size_t)g * g_bytes;
-            /* steps (lane, chunk of super-blocks) in order, each one's dots issued before the float steps
-             * of the one before, so the tile unit works while the vector units do */
+            /* steps (lane, chunk of super-blocks) in order: a step's dots, then their float steps (the next
+             * step's dots issued first gained nothing measurable) */
 #define STEP_DOTS(u)                                                                                            \
     do {                                                                                                    \
         const int i_ = (u) / n_chunks, b0_ = (u) % n_chunks * AMX_CHUNK;                                      \
