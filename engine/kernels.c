@@ -1201,11 +1201,13 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
             job.act = (const uint8_t *)x;
         } else if (act_reserve(p, act_bytes(job.act_kind, job.n_cols, n_tokens)) == 0) {
             job.act = p->act;
-            /* No scratch for the block-32 AMX tiles: the VNNI rows read the same per-token rows, to the
-             * same bits. (The K-quants' AMX rows keep their panel on the stack; their form has no such rows.) */
-            if (job.parts[0].amx && !is_qa_kind(job.act_kind) &&
-                kern_pool_reserve(p, KERN_AMX_SCRATCH(job.n_cols) / sizeof(float) + 1))
-                for (int i = 0; i < job.n_parts; i++) job.parts[i].amx = NULL;
+            /* No scratch for the AMX tiles: the block-32 forms' VNNI rows read the same per-token rows,
+             * to the same bits; the K-quants' form has no such rows, so the scalar path (no scratch) runs. */
+            if (job.parts[0].amx && kern_pool_reserve(p, KERN_AMX_SCRATCH(job.n_cols) / sizeof(float) + 1))
+                for (int i = 0; i < job.n_parts; i++) {
+                    job.parts[i].amx = NULL;
+                    if (is_qa_kind(job.act_kind)) job.parts[i].rows = NULL;
+                }
             if (is_amx_kind(job.act_kind)) zero_group_padding(&job);
             /* One row is quicker to quantize here than to hand out. */
             atomic_init(&job.next_tok, 0);

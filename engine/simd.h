@@ -224,7 +224,8 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
 typedef void (*kern_amx_rows_fn)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride,
                                  int n_tok, float *out, size_t out_stride, uint8_t *scratch);
 
-#define KERN_AMX_SCRATCH(n_cols) ((size_t)(n_cols) * 21 + 65536)
+/* (the K-quants' rows take 40 bytes a column: two row tiles unpacked) */
+#define KERN_AMX_SCRATCH(n_cols) ((size_t)(n_cols) * 41 + 65536)
 
 /* One block position (block j of chunk c) of 16 tokens as AMX B tiles:
  * q[v][4 t + e] = element 4 v + e of token t's block (kq8_chunk's q[v][4j + e]). */
@@ -313,10 +314,12 @@ typedef struct kern_impl {
  * zero. */
 #define KQA_GROUP 16
 /* Q6_K's 16-element scales leave AMX little to save against 8-bit
- * activations' vpdpbusd: it breaks even at about 64 tokens (bench_matmul
- * 768 x 2048, 1 thread: 32 tokens 118 -> 98 GMAC/s, 64 117 -> 118, 128
- * 109 -> 119), so smaller calls keep VNNI. */
-#define KQA_Q6_K_X8_MIN_TOKENS 64
+ * activations' vpdpbusd at the fewest tokens: it breaks even at about 40
+ * (bench_matmul, 1 thread, VNNI -> AMX GMAC/s: 768 x 2048 at 32 tokens
+ * 127 -> 119, 48 130 -> 137, 64 129 -> 140; 4096 x 768 at 32 126 -> 122,
+ * 48 128 -> 138; long rows win from 32: 896 x 4864 95 -> 131), so smaller
+ * calls keep VNNI. */
+#define KQA_Q6_K_X8_MIN_TOKENS 48
 typedef struct kqa16_k {
     int8_t q[16][4][16][4];   /* [j][k][t][e]: coarse part */
     int8_t q2[16][4][16][4];  /* residual */

@@ -17,21 +17,17 @@
  * and the residual's added: exactly the 16-bit products vpdpwssd sums.
  * Included only by kernels_avx512.c, after simd_amx.h (amx_tilecfg). */
 
-/* Super-blocks of a row group unpacked at once: 16 rows x 16 x 256 bytes
- * of quants and 16 KiB of scales on the stack. Longer rows unpack each
- * panel again for every group of tokens. */
-#define AMX_PANEL 16
-
 /* Tiles, for dots over k elements (16: Q6_K's sub-blocks; 32: Q4_K's and
- * Q5_K's blocks): 0 the weights (16 rows x k bytes), 1 and 2 the coarse and
- * residual activations (k / 4 x 64 bytes: 16 tokens x 4 bytes), 3 and 4
- * their dots (16 rows x 16 tokens) for even super-blocks, 5 and 6 for odd
- * ones. */
+ * Q5_K's blocks): 0 and 7 the weights (16 rows x k bytes) of even and odd
+ * super-blocks, 1 and 2 the coarse and residual activations (k / 4 x 64
+ * bytes: 16 tokens x 4 bytes; at 8 bits those of even and odd super-blocks),
+ * 3 and 4 their dots (16 rows x 16 tokens) for even super-blocks, 5 and 6
+ * for odd ones. */
 static void amx_k_config(int k) {
     _Alignas(64) amx_tilecfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
-    c.rows[0] = 16, c.colsb[0] = (uint16_t)k;
+    c.rows[0] = c.rows[7] = 16, c.colsb[0] = c.colsb[7] = (uint16_t)k;
     c.rows[1] = c.rows[2] = (uint8_t)(k / 4), c.colsb[1] = c.colsb[2] = 64;
     for (int i = 3; i < 7; i++) c.rows[i] = 16, c.colsb[i] = 64;
     _tile_loadconfig(&c);
@@ -123,7 +119,13 @@ INLINE __m512 lanes_tree(const __m512 x[16]) {
     return _mm512_add_ps(_mm512_add_ps(s4[0], s4[2]), _mm512_add_ps(s4[1], s4[3]));
 }
 
-INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
+/* Rows of at most AMX_SHORT super-blocks whose token group's activations
+ * fit L1 (768 columns: small models' q, k, v, o, gate and up): one row tile
+ * at a time, all its dots of a lane before their float steps, the panel on
+ * the stack. (The steps of amx_k_rows below ran 5-10% slower here, 8-bit
+ * Q4_K / Q5_K 2048 x 768 most, for reasons not found.) */
+#define AMX_SHORT 5
+INLINE void amx_k_rows_short(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
                      const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
     const bool six = type == GL_TYPE_Q6_K;
     const int bb = six ? 210 : type == GL_TYPE_Q5_K ? 176 : 144;
@@ -131,10 +133,10 @@ INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t r
     const size_t g_bytes = KQA_GROUP * act_stride, a_bytes = x8 ? sizeof(kqa8_k) : sizeof(kqa16_k);
     const size_t a_d = x8 ? offsetof(kqa8_k, d) : offsetof(kqa16_k, d);
     const size_t a_s = x8 ? offsetof(kqa8_k, s) : offsetof(kqa16_k, s);
-    const int panel = nb < AMX_PANEL ? nb : AMX_PANEL;
-    _Alignas(64) int8_t wq[AMX_PANEL][4096]; /* by super-block: the A tiles, as unpack_super_block leaves them */
-    _Alignas(64) float ws[AMX_PANEL][16][16];
-    _Alignas(64) int32_t cb[AMX_PANEL][2][16][16]; /* [super-block][coarse, residual][row][token] */
+    const int panel = nb;
+    _Alignas(64) int8_t wq[AMX_SHORT][4096]; /* by super-block: the A tiles, as unpack_super_block leaves them */
+    _Alignas(64) float ws[AMX_SHORT][16][16];
+    _Alignas(64) int32_t cb[AMX_SHORT][2][16][16]; /* [super-block][coarse, residual][row][token] */
     _Alignas(64) float res[16][16][16];    /* [sub-block][row][token] */
     const int k = six ? 16 : 32, n_lanes = 256 / k; /* elements per dot; dots per super-block */
     amx_k_config(k);
@@ -221,15 +223,205 @@ INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t r
     _tile_release();
 }
 
-/* kern_amx_rows_fn: rows r0..r1-1 of w's packed copy. The stack holds the
- * unpacked panel, so the pool's scratch goes unused. */
+/* Super-blocks whose dots one step takes before its float steps: their
+ * tile results (2 KiB a row tile at 16 bits) stay in L1 for the float steps. */
+#define AMX_CHUNK 4
+
+/* One step's dots: lane i (the VNNI tiles' lane j) of super-blocks b0..b0+n-1
+ * of a token group (ga), for nt (1 or 2) row tiles whose unpacked weights
+ * are wq_bytes apart, into cb[tile][b - b0][coarse, residual][row][token].
+ * Each activation tile serves both row tiles: the group's activations are
+ * read once for 32 rows. */
+INLINE void amx_k_dots(const bool x8, const int k, const int i, const int j, const int8_t *wq, size_t wq_bytes,
+                       const int nt, const uint8_t *ga, size_t a_bytes, int b0, int n, int32_t (*cb)[AMX_CHUNK][2][16][16]) {
+    /* tiles: A0, A1 the row tiles' weights, B, B2 the coarse and residual activations, C0, C0r and C1, C1r
+     * the row tiles' dots with them. Consecutive super-blocks take different tiles where 8 allow it, so
+     * one's loads need not wait for the other's multiplies. */
+#define AMX_DOTS(b, A0, A1, B, B2, C0, C0r, C1, C1r)                                                            \
+    do {                                                                                                    \
+        const uint8_t *a = ga + (size_t)(b0 + (b)) * a_bytes;                                               \
+        const int8_t *wa = wq + (size_t)(b0 + (b)) * 4096 + 16 * k * i;                                     \
+        _tile_loadd(A0, wa, k);                                                                             \
+        _tile_loadd(B, a + 256 * j, 64);                                                                    \
+        if (!x8) _tile_loadd(B2, a + 4096 + 256 * j, 64);                                                   \
+        _tile_zero(C0);                                                                                     \
+        _tile_dpbssd(C0, A0, B);                                                                            \
+        if (!x8) {                                                                                          \
+            _tile_zero(C0r);                                                                                \
+            _tile_dpbssd(C0r, A0, B2);                                                                      \
+        }                                                                                                   \
+        if (nt > 1) {                                                                                       \
+            _tile_loadd(A1, wa + wq_bytes, k);                                                              \
+            _tile_zero(C1);                                                                                 \
+            _tile_dpbssd(C1, A1, B);                                                                        \
+            if (!x8) {                                                                                      \
+                _tile_zero(C1r);                                                                            \
+                _tile_dpbssd(C1r, A1, B2);                                                                  \
+            }                                                                                               \
+        }                                                                                                   \
+        _tile_stored(C0, cb[0][b][0], 64);                                                                  \
+        if (!x8) _tile_stored(C0r, cb[0][b][1], 64);                                                        \
+        if (nt > 1) {                                                                                       \
+            _tile_stored(C1, cb[1][b][0], 64);                                                              \
+            if (!x8) _tile_stored(C1r, cb[1][b][1], 64);                                                    \
+        }                                                                                                   \
+    } while (0)
+    if (nt > 1) {
+        for (int b = 0; b < n; b++) {
+            if (!x8 || b % 2 == 0) AMX_DOTS(b, 0, 7, 1, 2, 3, 4, 5, 6);
+            else AMX_DOTS(b, 0, 7, 2, 2, 4, 4, 6, 6);
+        }
+        return;
+    }
+    /* one row tile: super-block b + 1's loads and multiplies go before b's stores, which would otherwise
+     * wait for b's multiply with nothing behind them (the tile unit keeps program order) */
+#define AMX_ISSUE(b, A, B, B2, C, C2)                                                                           \
+    do {                                                                                                    \
+        const uint8_t *a = ga + (size_t)(b0 + (b)) * a_bytes;                                               \
+        _tile_loadd(A, wq + (size_t)(b0 + (b)) * 4096 + 16 * k * i, k);                                     \
+        _tile_loadd(B, a + 256 * j, 64);                                                                    \
+        if (!x8) _tile_loadd(B2, a + 4096 + 256 * j, 64);                                                   \
+        _tile_zero(C);                                                                                      \
+        _tile_dpbssd(C, A, B);                                                                              \
+        if (!x8) {                                                                                          \
+            _tile_zero(C2);                                                                                 \
+            _tile_dpbssd(C2, A, B2);                                                                        \
+        }                                                                                                   \
+    } while (0)
+#define AMX_STORE(b, C, C2)                                                                                     \
+    do {                                                                                                    \
+        _tile_stored(C, cb[0][b][0], 64);                                                                   \
+        if (!x8) _tile_stored(C2, cb[0][b][1], 64);                                                         \
+    } while (0)
+    AMX_ISSUE(0, 0, 1, 2, 3, 4);
+    for (int b = 0; b < n; b += 2) {
+        if (b + 1 < n) {
+            if (x8) AMX_ISSUE(b + 1, 7, 2, 2, 5, 5);
+            else AMX_ISSUE(b + 1, 7, 1, 2, 5, 6);
+        }
+        AMX_STORE(b, 3, 4);
+        if (b + 1 < n) {
+            if (b + 2 < n) AMX_ISSUE(b + 2, 0, 1, 2, 3, 4);
+            AMX_STORE(b + 1, 5, 6);
+        }
+    }
+#undef AMX_ISSUE
+#undef AMX_STORE
+#undef AMX_DOTS
+}
+
+/* One step's float steps: lane i (lane j, scales' lane i) of super-blocks
+ * b0..b0+n-1 from their dots in cb into acc (a vector over tokens per row),
+ * in the VNNI tiles' order. */
+INLINE void amx_k_floats(const bool six, const bool x8, const int i, const int j, const float (*ws)[16][16],
+                         const uint8_t *ga, size_t a_bytes, size_t a_d, size_t a_s, int b0, int n,
+                         const int32_t (*cb)[2][16][16], __m512 acc[16]) {
+    for (int b = 0; b < n; b++) {
+        const uint8_t *a = ga + (size_t)(b0 + b) * a_bytes;
+        const __m512 unit = _mm512_loadu_ps((const float *)(a + a_d) + 16 * j);
+        const __m512 s = _mm512_loadu_ps((const float *)(a + a_s) + 16 * j);
+        const float(*w)[16] = ws[b0 + b];
+#pragma GCC unroll 16
+        for (int r = 0; r < 16; r++) {
+            __m512i idot = _mm512_load_si512(cb[b][0][r]);
+            if (!x8) idot = _mm512_add_epi32(_mm512_slli_epi32(idot, 8), _mm512_load_si512(cb[b][1][r]));
+            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(_mm512_set1_ps(w[r][i]), unit), acc[r]);
+            if (!six) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(w[r][8 + i]), s, acc[r]);
+        }
+    }
+}
+
+/* scratch: KERN_AMX_SCRATCH(n_cols) bytes, where two row tiles' super-blocks
+ * are unpacked once (20 bytes a column each) for all groups of tokens, so
+ * long rows (past 16 super-blocks) are no longer unpacked per group. */
+INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
+                     const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride, uint8_t *scratch) {
+    const bool six = type == GL_TYPE_Q6_K;
+    const int bb = six ? 210 : type == GL_TYPE_Q5_K ? 176 : 144;
+    const int nb = (int)(n_cols / 256);
+    const size_t g_bytes = KQA_GROUP * act_stride, a_bytes = x8 ? sizeof(kqa8_k) : sizeof(kqa16_k);
+    const size_t a_d = x8 ? offsetof(kqa8_k, d) : offsetof(kqa16_k, d);
+    const size_t a_s = x8 ? offsetof(kqa8_k, s) : offsetof(kqa16_k, s);
+    const size_t wq_bytes = (size_t)nb * 4096;
+    int8_t *wq = (int8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);  /* [tile][super-block]: the A tiles */
+    float(*ws)[16][16] = (float(*)[16][16])(wq + 2 * wq_bytes);           /* [tile][super-block][row][lane] */
+    _Alignas(64) int32_t cb[2][AMX_CHUNK][2][16][16]; /* a step's dots: [tile][super-block][coarse, residual][row][token] */
+    _Alignas(64) float res[2][16][16][16];               /* [tile][sub-block][row][token] */
+    if (nb * a_bytes <= 32768) {
+        amx_k_rows_short(type, x8, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride);
+        return;
+    }
+    const int k = six ? 16 : 32, n_lanes = 256 / k; /* elements per dot; dots per super-block */
+    const int n_chunks = (nb + AMX_CHUNK - 1) / AMX_CHUNK, n_steps = n_lanes * n_chunks;
+    amx_k_config(k);
+    /* two row tiles share each activation tile: a group's activations outgrow L1 here */
+    for (int r0 = 0; r0 < n_rows; r0 += 32) {
+        const int nr = n_rows - r0 < 32 ? n_rows - r0 : 32, nt = nr > 16 ? 2 : 1;
+        for (int b = 0; b < nb * nt; b++)
+            for (int r = 0; r < 16; r++) {
+                const int row = 16 * (b / nb) + r; /* of the 32 */
+                int8_t *dst = wq + (size_t)b * 4096;
+                if (row < nr) {
+                    unpack_super_block(type, w + (size_t)(r0 + row) * row_bytes + (size_t)(b % nb) * bb, dst + k * r, ws[b][r]);
+                } else {
+                    for (int i = 0; i < n_lanes; i++) memset(dst + 16 * k * i + k * r, 0, (size_t)k);
+                    memset(ws[b][r], 0, sizeof ws[b][r]);
+                }
+            }
+        for (int g = 0; g * KQA_GROUP < n_tok; g++) {
+            const uint8_t *ga = act + (size_t)g * g_bytes;
+            /* steps (lane, chunk of super-blocks) in order: a step's dots, then their float steps (the next
+             * step's dots issued first gained nothing measurable) */
+#define STEP_DOTS(u)                                                                                            \
+    do {                                                                                                    \
+        const int i_ = (u) / n_chunks, b0_ = (u) % n_chunks * AMX_CHUNK;                                      \
+        amx_k_dots(x8, k, i_, six ? i_ : 2 * i_, wq, wq_bytes, nt, ga, a_bytes, b0_,                         \
+                   nb - b0_ < AMX_CHUNK ? nb - b0_ : AMX_CHUNK, cb);                               \
+    } while (0)
+            for (int u = 0; u < n_steps; u++) {
+                STEP_DOTS(u);
+                const int i = u / n_chunks, c = u % n_chunks, b0 = c * AMX_CHUNK, j = six ? i : 2 * i;
+                for (int t = 0; t < nt; t++) {
+                    __m512 acc[16];
+#pragma GCC unroll 16
+                    for (int r = 0; r < 16; r++) acc[r] = c ? _mm512_load_ps(res[t][j][r]) : _mm512_setzero_ps();
+                    amx_k_floats(six, x8, i, j, ws + (size_t)t * nb, ga, a_bytes, a_d, a_s, b0,
+                                 nb - b0 < AMX_CHUNK ? nb - b0 : AMX_CHUNK, (const int32_t(*)[2][16][16])cb[t], acc);
+#pragma GCC unroll 16
+                    for (int r = 0; r < 16; r++) _mm512_store_ps(res[t][j][r], acc[r]);
+                }
+            }
+#undef STEP_DOTS
+            /* each row's 16 lanes by the reduce tree, then rows x tokens into the outputs */
+            const int ntok = n_tok - g * KQA_GROUP < KQA_GROUP ? n_tok - g * KQA_GROUP : KQA_GROUP;
+            const __m512i rows16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                                      _mm512_set1_epi32(16));
+            for (int t = 0; t < nt; t++) {
+                const int rn = nr - 16 * t < 16 ? nr - 16 * t : 16;
+                _Alignas(64) float sums[16][16]; /* [row][token] */
+                for (int r = 0; r < rn; r++) {
+                    __m512 x[16];
+                    for (int j = 0; j < 16; j++) x[j] = six || j % 2 == 0 ? _mm512_load_ps(res[t][j][r]) : _mm512_setzero_ps();
+                    _mm512_store_ps(sums[r], lanes_tree(x));
+                }
+                const __mmask16 km = (__mmask16)((1u << rn) - 1);
+                for (int q = 0; q < ntok; q++)
+                    _mm512_mask_storeu_ps(out + (size_t)(g * KQA_GROUP + q) * out_stride + r0 + 16 * t, km,
+                                          _mm512_mask_i32gather_ps(_mm512_setzero_ps(), km, _mm512_add_epi32(rows16, _mm512_set1_epi32(q)),
+                                                                   &sums[0][0], 4));
+            }
+        }
+    }
+    _tile_release();
+}
+
+/* kern_amx_rows_fn: rows r0..r1-1 of w's packed copy. */
 #define DEFINE_AMX_K_ROWS(name, TYPE, X8)                                                                                  \
     static void FN(name)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride, int n_tok,    \
                      float *out, size_t out_stride, uint8_t *scratch) {                                         \
-        (void)scratch;                                                                                          \
-        const size_t row_bytes = gl_type_row_bytes(TYPE, w->n_cols);                                            \
+            const size_t row_bytes = gl_type_row_bytes(TYPE, w->n_cols);                                            \
         amx_k_rows(TYPE, X8, (const uint8_t *)w->packed + (size_t)r0 * row_bytes, row_bytes, (int)(r1 - r0),      \
-                 w->n_cols, act, act_stride, n_tok, out + r0, out_stride);                                      \
+                 w->n_cols, act, act_stride, n_tok, out + r0, out_stride, scratch);                                    \
     }
 DEFINE_AMX_K_ROWS(amx_rows_q4_k, GL_TYPE_Q4_K, false)
 DEFINE_AMX_K_ROWS(amx_rows_q5_k, GL_TYPE_Q5_K, false)

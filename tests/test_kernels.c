@@ -527,20 +527,21 @@ static void amx_case(uint32_t type, bool x8, int64_t n_rows, int64_t n_cols, int
     memset(oa, 0xee, n_out * sizeof *oa);
     kern_rows_fn fv = x8 ? vnni->packed_rows_x8[type] : vnni->packed_rows[type];
     fv(wt.packed, row_bytes, (int)n_rows, n_cols, av, vs, n_tok, ov, (size_t)n_rows);
-    amx(&wt, 0, n_rows, aa, as, n_tok, oa, (size_t)n_rows, NULL);
+    uint8_t *scratch = malloc(KERN_AMX_SCRATCH(n_cols));
+    amx(&wt, 0, n_rows, aa, as, n_tok, oa, (size_t)n_rows, scratch);
     for (size_t i = 0; i < n_out; i++)
         ck_assert_msg(!memcmp(&ov[i], &oa[i], sizeof *ov), "%s%s %lld x %lld, %d tokens: token %zu row %zu: amx %.9g, vnni %.9g",
                       gl_type_get(type)->name, x8 ? " x8" : "", (long long)n_rows, (long long)n_cols, n_tok,
                       i / (size_t)n_rows, i % (size_t)n_rows, oa[i], ov[i]);
     if (n_rows > 3) { /* rows 3.. alone */
         memset(oa, 0xee, n_out * sizeof *oa);
-        amx(&wt, 3, n_rows, aa, as, n_tok, oa, (size_t)n_rows, NULL);
+        amx(&wt, 3, n_rows, aa, as, n_tok, oa, (size_t)n_rows, scratch);
         for (int t = 0; t < n_tok; t++)
             ck_assert_msg(!memcmp(ov + (size_t)t * n_rows + 3, oa + (size_t)t * n_rows + 3, (size_t)(n_rows - 3) * sizeof *ov),
                           "%s%s: rows from 3 differ (token %d)", gl_type_get(type)->name, x8 ? " x8" : "", t);
     }
     kern_unpack(&wt);
-    free(w), free(x), free(av), free(aa), free(ov), free(oa);
+    free(w), free(x), free(av), free(aa), free(ov), free(oa), free(scratch);
 }
 
 START_TEST(amx_k_rows_match_vnni) {
@@ -552,7 +553,7 @@ START_TEST(amx_k_rows_match_vnni) {
     for (size_t ti = 0; ti < 3; ti++)
         for (int x8 = 0; x8 < 2; x8++) {
             for (int n_tok = 1; n_tok <= 40; n_tok++) amx_case(types[ti], x8, 37, n_tok % 2 ? 768 : 256, n_tok);
-            /* 22 super-blocks: more than a panel, unpacked again for each group of tokens */
+            /* up to 22 super-blocks: more than a step's chunk (AMX_CHUNK) */
             static const int64_t cols[] = {2048, 4352, 5632};
             static const int toks[] = {15, 16, 17, 64, 100};
             for (size_t c = 0; c < 3; c++)
