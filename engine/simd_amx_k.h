@@ -119,110 +119,6 @@ INLINE __m512 lanes_tree(const __m512 x[16]) {
     return _mm512_add_ps(_mm512_add_ps(s4[0], s4[2]), _mm512_add_ps(s4[1], s4[3]));
 }
 
-/* Rows of at most AMX_SHORT super-blocks whose token group's activations
- * fit L1 (768 columns: small models' q, k, v, o, gate and up): one row tile
- * at a time, all its dots of a lane before their float steps, the panel on
- * the stack. (The steps of amx_k_rows below ran 5-10% slower here, 8-bit
- * Q4_K / Q5_K 2048 x 768 most, for reasons not found.) */
-#define AMX_SHORT 5
-INLINE void amx_k_rows_short(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
-                     const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
-    const bool six = type == GL_TYPE_Q6_K;
-    const int bb = six ? 210 : type == GL_TYPE_Q5_K ? 176 : 144;
-    const int nb = (int)(n_cols / 256);
-    const size_t g_bytes = KQA_GROUP * act_stride, a_bytes = x8 ? sizeof(kqa8_k) : sizeof(kqa16_k);
-    const size_t a_d = x8 ? offsetof(kqa8_k, d) : offsetof(kqa16_k, d);
-    const size_t a_s = x8 ? offsetof(kqa8_k, s) : offsetof(kqa16_k, s);
-    const int panel = nb;
-    _Alignas(64) int8_t wq[AMX_SHORT][4096]; /* by super-block: the A tiles, as unpack_super_block leaves them */
-    _Alignas(64) float ws[AMX_SHORT][16][16];
-    _Alignas(64) int32_t cb[AMX_SHORT][2][16][16]; /* [super-block][coarse, residual][row][token] */
-    _Alignas(64) float res[16][16][16];    /* [sub-block][row][token] */
-    const int k = six ? 16 : 32, n_lanes = 256 / k; /* elements per dot; dots per super-block */
-    amx_k_config(k);
-    for (int r0 = 0; r0 < n_rows; r0 += 16) {
-        const int nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
-        for (int g = 0; g * KQA_GROUP < n_tok; g++) {
-            const uint8_t *ga = act + (size_t)g * g_bytes;
-            for (int p0 = 0; p0 < nb; p0 += panel) {
-                const int np = nb - p0 < panel ? nb - p0 : panel;
-                if (g == 0 || nb > panel)
-                    for (int b = 0; b < np; b++)
-                        for (int r = 0; r < 16; r++) {
-                            if (r < nr) {
-                                unpack_super_block(type, w + (size_t)(r0 + r) * row_bytes + (size_t)(p0 + b) * bb,
-                                                   wq[b] + k * r, ws[b][r]);
-                            } else {
-                                for (int i = 0; i < n_lanes; i++) memset(wq[b] + 16 * k * i + k * r, 0, (size_t)k);
-                                memset(ws[b][r], 0, sizeof ws[b][r]);
-                            }
-                        }
-                for (int i = 0; i < n_lanes; i++) {
-                    const int j = six ? i : 2 * i; /* the VNNI tiles' lane */
-                    __m512 acc[16];
-#pragma GCC unroll 16
-                    for (int r = 0; r < 16; r++) acc[r] = p0 ? _mm512_load_ps(res[j][r]) : _mm512_setzero_ps();
-                    const int lane = i; /* of the scales */
-                    /* all the panel's dots first (tiles 3, 4 and 5, 6 in turn), so the tile unit runs ahead
-                     * of the float steps, which wait only for their own super-block's */
-#define AMX_DOTS(b, C, C2)                                                                                        \
-    do {                                                                                                        \
-        const uint8_t *a_ = ga + (size_t)(p0 + (b)) * a_bytes;                                                    \
-        _tile_loadd(0, wq[b] + 16 * k * i, k);                                                                  \
-        _tile_loadd(1, a_ + 256 * j, 64);                                                                       \
-        _tile_zero(C);                                                                                          \
-        _tile_dpbssd(C, 0, 1);                                                                                  \
-        _tile_stored(C, cb[b][0], 64);                                                                          \
-        if (!x8) {                                                                                              \
-            _tile_loadd(2, a_ + 4096 + 256 * j, 64);                                                            \
-            _tile_zero(C2);                                                                                     \
-            _tile_dpbssd(C2, 0, 2);                                                                             \
-            _tile_stored(C2, cb[b][1], 64);                                                                     \
-        }                                                                                                       \
-    } while (0)
-                    for (int b = 0; b < np; b += 2) {
-                        AMX_DOTS(b, 3, 4);
-                        if (b + 1 < np) AMX_DOTS(b + 1, 5, 6);
-                    }
-                    for (int b = 0; b < np; b++) {
-                        const uint8_t *a = ga + (size_t)(p0 + b) * a_bytes;
-                        const __m512 unit = _mm512_loadu_ps((const float *)(a + a_d) + 16 * j);
-                        const __m512 s = _mm512_loadu_ps((const float *)(a + a_s) + 16 * j);
-                        const int32_t(*c)[16][16] = cb[b];
-#pragma GCC unroll 16
-                        for (int r = 0; r < 16; r++) {
-                            __m512i idot = _mm512_load_si512(c[0][r]);
-                            if (!x8) idot = _mm512_add_epi32(_mm512_slli_epi32(idot, 8), _mm512_load_si512(c[1][r]));
-                            acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(_mm512_set1_ps(ws[b][r][lane]), unit),
-                                                     acc[r]);
-                            if (!six) acc[r] = _mm512_fnmadd_ps(_mm512_set1_ps(ws[b][r][8 + lane]), s, acc[r]);
-                        }
-                    }
-#undef AMX_DOTS
-#pragma GCC unroll 16
-                    for (int r = 0; r < 16; r++) _mm512_store_ps(res[j][r], acc[r]);
-                }
-            }
-            /* each row's 16 lanes by the reduce tree, then rows x tokens into the outputs */
-            _Alignas(64) float sums[16][16]; /* [row][token] */
-            for (int r = 0; r < nr; r++) {
-                __m512 x[16];
-                for (int j = 0; j < 16; j++) x[j] = six || j % 2 == 0 ? _mm512_load_ps(res[j][r]) : _mm512_setzero_ps();
-                _mm512_store_ps(sums[r], lanes_tree(x));
-            }
-            const int nt = n_tok - g * KQA_GROUP < KQA_GROUP ? n_tok - g * KQA_GROUP : KQA_GROUP;
-            const __m512i rows16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                      _mm512_set1_epi32(16));
-            const __mmask16 km = (__mmask16)((1u << nr) - 1);
-            for (int t = 0; t < nt; t++)
-                _mm512_mask_storeu_ps(out + (size_t)(g * KQA_GROUP + t) * out_stride + r0, km,
-                                      _mm512_mask_i32gather_ps(_mm512_setzero_ps(), km, _mm512_add_epi32(rows16, _mm512_set1_epi32(t)),
-                                                               &sums[0][0], 4));
-        }
-    }
-    _tile_release();
-}
-
 /* Super-blocks whose dots one step takes before its float steps: their
  * tile results (2 KiB a row tile at 16 bits) stay in L1 for the float steps. */
 #define AMX_CHUNK 4
@@ -237,34 +133,37 @@ INLINE void amx_k_dots(const bool x8, const int k, const int i, const int j, con
     /* tiles: A0, A1 the row tiles' weights, B, B2 the coarse and residual activations, C0, C0r and C1, C1r
      * the row tiles' dots with them. Consecutive super-blocks take different tiles where 8 allow it, so
      * one's loads need not wait for the other's multiplies. */
-#define AMX_DOTS(b, A0, A1, B, B2, C0, C0r, C1, C1r)                                                            \
+#define AMX_MUL(A, B, B2, C, C2)                                                                                \
+    do {                                                                                                    \
+        _tile_zero(C);                                                                                      \
+        _tile_dpbssd(C, A, B);                                                                              \
+        if (!x8) {                                                                                          \
+            _tile_zero(C2);                                                                                 \
+            _tile_dpbssd(C2, A, B2);                                                                        \
+        }                                                                                                   \
+    } while (0)
+#define AMX_ISSUE(b, A, B, B2, C, C2)                                                                           \
     do {                                                                                                    \
         const uint8_t *a = ga + (size_t)(b0 + (b)) * a_bytes;                                               \
-        const int8_t *wa = wq + (size_t)(b0 + (b)) * 4096 + 16 * k * i;                                     \
-        _tile_loadd(A0, wa, k);                                                                             \
+        _tile_loadd(A, wq + (size_t)(b0 + (b)) * 4096 + 16 * k * i, k);                                     \
         _tile_loadd(B, a + 256 * j, 64);                                                                    \
         if (!x8) _tile_loadd(B2, a + 4096 + 256 * j, 64);                                                   \
-        _tile_zero(C0);                                                                                     \
-        _tile_dpbssd(C0, A0, B);                                                                            \
-        if (!x8) {                                                                                          \
-            _tile_zero(C0r);                                                                                \
-            _tile_dpbssd(C0r, A0, B2);                                                                      \
-        }                                                                                                   \
+        AMX_MUL(A, B, B2, C, C2);                                                                           \
+    } while (0)
+#define AMX_STORE(t, b, C, C2)                                                                                  \
+    do {                                                                                                    \
+        _tile_stored(C, cb[t][b][0], 64);                                                                   \
+        if (!x8) _tile_stored(C2, cb[t][b][1], 64);                                                         \
+    } while (0)
+#define AMX_DOTS(b, A0, A1, B, B2, C0, C0r, C1, C1r)                                                            \
+    do {                                                                                                    \
+        AMX_ISSUE(b, A0, B, B2, C0, C0r);                                                                   \
         if (nt > 1) {                                                                                       \
-            _tile_loadd(A1, wa + wq_bytes, k);                                                              \
-            _tile_zero(C1);                                                                                 \
-            _tile_dpbssd(C1, A1, B);                                                                        \
-            if (!x8) {                                                                                      \
-                _tile_zero(C1r);                                                                            \
-                _tile_dpbssd(C1r, A1, B2);                                                                  \
-            }                                                                                               \
+            _tile_loadd(A1, wq + wq_bytes + (size_t)(b0 + (b)) * 4096 + 16 * k * i, k);                     \
+            AMX_MUL(A1, B, B2, C1, C1r);                                                                    \
         }                                                                                                   \
-        _tile_stored(C0, cb[0][b][0], 64);                                                                  \
-        if (!x8) _tile_stored(C0r, cb[0][b][1], 64);                                                        \
-        if (nt > 1) {                                                                                       \
-            _tile_stored(C1, cb[1][b][0], 64);                                                              \
-            if (!x8) _tile_stored(C1r, cb[1][b][1], 64);                                                    \
-        }                                                                                                   \
+        AMX_STORE(0, b, C0, C0r);                                                                           \
+        if (nt > 1) AMX_STORE(1, b, C1, C1r);                                                               \
     } while (0)
     if (nt > 1) {
         for (int b = 0; b < n; b++) {
@@ -275,36 +174,19 @@ INLINE void amx_k_dots(const bool x8, const int k, const int i, const int j, con
     }
     /* one row tile: super-block b + 1's loads and multiplies go before b's stores, which would otherwise
      * wait for b's multiply with nothing behind them (the tile unit keeps program order) */
-#define AMX_ISSUE(b, A, B, B2, C, C2)                                                                           \
-    do {                                                                                                    \
-        const uint8_t *a = ga + (size_t)(b0 + (b)) * a_bytes;                                               \
-        _tile_loadd(A, wq + (size_t)(b0 + (b)) * 4096 + 16 * k * i, k);                                     \
-        _tile_loadd(B, a + 256 * j, 64);                                                                    \
-        if (!x8) _tile_loadd(B2, a + 4096 + 256 * j, 64);                                                   \
-        _tile_zero(C);                                                                                      \
-        _tile_dpbssd(C, A, B);                                                                              \
-        if (!x8) {                                                                                          \
-            _tile_zero(C2);                                                                                 \
-            _tile_dpbssd(C2, A, B2);                                                                        \
-        }                                                                                                   \
-    } while (0)
-#define AMX_STORE(b, C, C2)                                                                                     \
-    do {                                                                                                    \
-        _tile_stored(C, cb[0][b][0], 64);                                                                   \
-        if (!x8) _tile_stored(C2, cb[0][b][1], 64);                                                         \
-    } while (0)
     AMX_ISSUE(0, 0, 1, 2, 3, 4);
     for (int b = 0; b < n; b += 2) {
         if (b + 1 < n) {
             if (x8) AMX_ISSUE(b + 1, 7, 2, 2, 5, 5);
             else AMX_ISSUE(b + 1, 7, 1, 2, 5, 6);
         }
-        AMX_STORE(b, 3, 4);
+        AMX_STORE(0, b, 3, 4);
         if (b + 1 < n) {
             if (b + 2 < n) AMX_ISSUE(b + 2, 0, 1, 2, 3, 4);
-            AMX_STORE(b + 1, 5, 6);
+            AMX_STORE(0, b + 1, 5, 6);
         }
     }
+#undef AMX_MUL
 #undef AMX_ISSUE
 #undef AMX_STORE
 #undef AMX_DOTS
@@ -331,23 +213,129 @@ INLINE void amx_k_floats(const bool six, const bool x8, const int i, const int j
     }
 }
 
+/* One row tile's outputs for a token group: each of its nr rows' 16 lanes
+ * (res[sub-block][row][token]; Q4_K's and Q5_K's in the even lanes) by the
+ * reduce tree, then the rows x tokens transposed into out (token t's at
+ * out + t out_stride). */
+INLINE void amx_k_store(const bool six, const float (*res)[16][16], int nr, int n_tok, float *out, size_t out_stride) {
+    __m512 sums[16];
+    for (int r = 0; r < 16; r++) {
+        __m512 x[16];
+        for (int j = 0; j < 16; j++) x[j] = r < nr && (six || j % 2 == 0) ? _mm512_load_ps(res[j][r]) : _mm512_setzero_ps();
+        sums[r] = lanes_tree(x);
+    }
+    amx_transpose16(sums);
+    const __mmask16 km = (__mmask16)((1u << nr) - 1);
+    for (int t = 0; t < n_tok && t < KQA_GROUP; t++) _mm512_mask_storeu_ps(out + (size_t)t * out_stride, km, sums[t]);
+}
+
+/* What both row kernels need of a call's type and rows. */
+typedef struct amx_k_geom {
+    bool six;                 /* Q6_K: 16-element sub-blocks, no minimums */
+    int bb;                   /* bytes of a super-block */
+    int nb;                   /* super-blocks of a row */
+    size_t g_bytes;           /* bytes of a token group's activations */
+    size_t a_bytes;           /* of one super-block's in a group (kqa8_k or kqa16_k) */
+    size_t a_d, a_s;          /* where its units and sums start in it */
+} amx_k_geom;
+
+static inline amx_k_geom amx_k_geom_of(int type, bool x8, int64_t n_cols, size_t act_stride) {
+    const bool six = type == GL_TYPE_Q6_K;
+    return (amx_k_geom){.six = six,
+                        .bb = six ? 210 : type == GL_TYPE_Q5_K ? 176 : 144,
+                        .nb = (int)(n_cols / 256),
+                        .g_bytes = KQA_GROUP * act_stride,
+                        .a_bytes = x8 ? sizeof(kqa8_k) : sizeof(kqa16_k),
+                        .a_d = x8 ? offsetof(kqa8_k, d) : offsetof(kqa16_k, d),
+                        .a_s = x8 ? offsetof(kqa8_k, s) : offsetof(kqa16_k, s)};
+}
+
+/* Rows of at most AMX_SHORT super-blocks whose token group's activations
+ * fit L1 (768 columns: small models' q, k, v, o, gate and up): one row tile
+ * at a time, all its dots of a lane before their float steps, the panel on
+ * the stack. (The steps of amx_k_rows below ran 5-10% slower here, 8-bit
+ * Q4_K / Q5_K 2048 x 768 most, for reasons not found.) */
+#define AMX_SHORT_BYTES 32768
+#define AMX_SHORT (AMX_SHORT_BYTES / (int)sizeof(kqa8_k))
+INLINE void amx_k_rows_short(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
+                     const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
+    const amx_k_geom sh = amx_k_geom_of(type, x8, n_cols, act_stride);
+    const bool six = sh.six;
+    const int bb = sh.bb, nb = sh.nb;
+    const size_t g_bytes = sh.g_bytes, a_bytes = sh.a_bytes, a_d = sh.a_d, a_s = sh.a_s;
+    _Alignas(64) int8_t wq[AMX_SHORT][4096]; /* by super-block: the A tiles, as unpack_super_block leaves them */
+    _Alignas(64) float ws[AMX_SHORT][16][16];
+    _Alignas(64) int32_t cb[AMX_SHORT][2][16][16]; /* [super-block][coarse, residual][row][token] */
+    _Alignas(64) float res[16][16][16];    /* [sub-block][row][token] */
+    const int k = six ? 16 : 32, n_lanes = 256 / k; /* elements per dot; dots per super-block */
+    amx_k_config(k);
+    for (int r0 = 0; r0 < n_rows; r0 += 16) {
+        const int nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
+        for (int b = 0; b < nb; b++)
+            for (int r = 0; r < 16; r++) {
+                if (r < nr) {
+                    unpack_super_block(type, w + (size_t)(r0 + r) * row_bytes + (size_t)b * bb, wq[b] + k * r, ws[b][r]);
+                } else {
+                    for (int i = 0; i < n_lanes; i++) memset(wq[b] + 16 * k * i + k * r, 0, (size_t)k);
+                    memset(ws[b][r], 0, sizeof ws[b][r]);
+                }
+            }
+        for (int g = 0; g * KQA_GROUP < n_tok; g++) {
+            const uint8_t *ga = act + (size_t)g * g_bytes;
+            for (int i = 0; i < n_lanes; i++) {
+                const int j = six ? i : 2 * i; /* the VNNI tiles' lane */
+                /* all the panel's dots first (tiles 3, 4 and 5, 6 in turn), so the tile unit runs ahead
+                 * of the float steps, which wait only for their own super-block's */
+#define AMX_DOTS(b, C, C2)                                                                                        \
+    do {                                                                                                        \
+        const uint8_t *a_ = ga + (size_t)(b) * a_bytes;                                                           \
+        _tile_loadd(0, wq[b] + 16 * k * i, k);                                                                  \
+        _tile_loadd(1, a_ + 256 * j, 64);                                                                       \
+        _tile_zero(C);                                                                                          \
+        _tile_dpbssd(C, 0, 1);                                                                                  \
+        _tile_stored(C, cb[b][0], 64);                                                                          \
+        if (!x8) {                                                                                              \
+            _tile_loadd(2, a_ + 4096 + 256 * j, 64);                                                            \
+            _tile_zero(C2);                                                                                     \
+            _tile_dpbssd(C2, 0, 2);                                                                             \
+            _tile_stored(C2, cb[b][1], 64);                                                                     \
+        }                                                                                                       \
+    } while (0)
+                for (int b = 0; b < nb; b += 2) {
+                    AMX_DOTS(b, 3, 4);
+                    if (b + 1 < nb) AMX_DOTS(b + 1, 5, 6);
+                }
+#undef AMX_DOTS
+                __m512 acc[16];
+#pragma GCC unroll 16
+                for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+                amx_k_floats(six, x8, i, j, (const float(*)[16][16])ws, ga, a_bytes, a_d, a_s, 0, nb,
+                             (const int32_t(*)[2][16][16])cb, acc);
+#pragma GCC unroll 16
+                for (int r = 0; r < 16; r++) _mm512_store_ps(res[j][r], acc[r]);
+            }
+            amx_k_store(six, (const float(*)[16][16])res, nr, n_tok - g * KQA_GROUP, out + (size_t)g * KQA_GROUP * out_stride + r0,
+                        out_stride);
+        }
+    }
+    _tile_release();
+}
+
 /* scratch: KERN_AMX_SCRATCH(n_cols) bytes, where two row tiles' super-blocks
  * are unpacked once (20 bytes a column each) for all groups of tokens, so
  * long rows (past 16 super-blocks) are no longer unpacked per group. */
 INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
                      const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride, uint8_t *scratch) {
-    const bool six = type == GL_TYPE_Q6_K;
-    const int bb = six ? 210 : type == GL_TYPE_Q5_K ? 176 : 144;
-    const int nb = (int)(n_cols / 256);
-    const size_t g_bytes = KQA_GROUP * act_stride, a_bytes = x8 ? sizeof(kqa8_k) : sizeof(kqa16_k);
-    const size_t a_d = x8 ? offsetof(kqa8_k, d) : offsetof(kqa16_k, d);
-    const size_t a_s = x8 ? offsetof(kqa8_k, s) : offsetof(kqa16_k, s);
+    const amx_k_geom sh = amx_k_geom_of(type, x8, n_cols, act_stride);
+    const bool six = sh.six;
+    const int bb = sh.bb, nb = sh.nb;
+    const size_t g_bytes = sh.g_bytes, a_bytes = sh.a_bytes, a_d = sh.a_d, a_s = sh.a_s;
     const size_t wq_bytes = (size_t)nb * 4096;
     int8_t *wq = (int8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);  /* [tile][super-block]: the A tiles */
     float(*ws)[16][16] = (float(*)[16][16])(wq + 2 * wq_bytes);           /* [tile][super-block][row][lane] */
     _Alignas(64) int32_t cb[2][AMX_CHUNK][2][16][16]; /* a step's dots: [tile][super-block][coarse, residual][row][token] */
     _Alignas(64) float res[2][16][16][16];               /* [tile][sub-block][row][token] */
-    if (nb * a_bytes <= 32768) {
+    if (nb <= AMX_SHORT && nb * a_bytes <= AMX_SHORT_BYTES) {
         amx_k_rows_short(type, x8, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride);
         return;
     }
@@ -392,24 +380,9 @@ INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t r
                 }
             }
 #undef STEP_DOTS
-            /* each row's 16 lanes by the reduce tree, then rows x tokens into the outputs */
-            const int ntok = n_tok - g * KQA_GROUP < KQA_GROUP ? n_tok - g * KQA_GROUP : KQA_GROUP;
-            const __m512i rows16 = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                                      _mm512_set1_epi32(16));
-            for (int t = 0; t < nt; t++) {
-                const int rn = nr - 16 * t < 16 ? nr - 16 * t : 16;
-                _Alignas(64) float sums[16][16]; /* [row][token] */
-                for (int r = 0; r < rn; r++) {
-                    __m512 x[16];
-                    for (int j = 0; j < 16; j++) x[j] = six || j % 2 == 0 ? _mm512_load_ps(res[t][j][r]) : _mm512_setzero_ps();
-                    _mm512_store_ps(sums[r], lanes_tree(x));
-                }
-                const __mmask16 km = (__mmask16)((1u << rn) - 1);
-                for (int q = 0; q < ntok; q++)
-                    _mm512_mask_storeu_ps(out + (size_t)(g * KQA_GROUP + q) * out_stride + r0 + 16 * t, km,
-                                          _mm512_mask_i32gather_ps(_mm512_setzero_ps(), km, _mm512_add_epi32(rows16, _mm512_set1_epi32(q)),
-                                                                   &sums[0][0], 4));
-            }
+            for (int t = 0; t < nt; t++)
+                amx_k_store(six, (const float(*)[16][16])res[t], nr - 16 * t < 16 ? nr - 16 * t : 16, n_tok - g * KQA_GROUP,
+                            out + (size_t)g * KQA_GROUP * out_stride + r0 + 16 * t, out_stride);
         }
     }
     _tile_release();
