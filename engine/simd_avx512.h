@@ -345,9 +345,90 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
     }
 }
 
+INLINE __m512i quad_bytes(const uint8_t *p) {
+    static const uint16_t lanes[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    return _mm512_permutexvar_epi16(_mm512_loadu_si512(lanes), _mm512_loadu_si512(p));
+}
+
+/* The same for a chunk of m < 16 blocks, whose groups are 2m bytes apart:
+ * lanes from quad_lanes(m). Lanes past m take whatever words, against zero
+ * activations. */
+INLINE __m512i quad_lanes(int m) {
+    static const uint16_t lanes[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
+                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+    return _mm512_mask_sub_epi16(_mm512_loadu_si512(lanes), (__mmask32)0xaaaaaaaau, _mm512_loadu_si512(lanes),
+                                 _mm512_set1_epi16((short)(16 - m)));
+}
+
+INLINE __m512i quad_bytes_m(const uint8_t *p, int m, __m512i lanes) {
+    if (m == 16) return quad_bytes(p);
+    return _mm512_permutexvar_epi16(lanes, _mm512_maskz_loadu_epi8(first_bytes(4 * m), p));
+}
+
+/* One token's kq16_chunk split (decode, packed_rows_one_token): 256 q + q2
+ * as its coarse and residual bytes in kq8_chunk's lanes, q[v][4j + e] and
+ * q2[v][4j + e] element 4v + e of block j, so vpdpbusd (64 products)
+ * against the x8 tiles' unsigned weight bytes gives dot(w, q) and
+ * dot(w, q2), and 256 dot(w, q) + dot(w, q2) is vpdpwssd's dot exactly:
+ * the same int32 for the same float steps, from a cheaper byte unpack. */
+typedef struct kq16_split {
+    int8_t q[8][64];
+    int8_t q2[8][64];
+} kq16_split;
+
+/* Dword j: the low bytes of words 2j, 2j + 1 of x, then those of y. */
+INLINE __m512i low_bytes_pairs(__m512i x, __m512i y) {
+    const __m512i lx = _mm512_mask_blend_epi8((__mmask64)0x2222222222222222ull, x, _mm512_srli_epi32(x, 8));
+    const __m512i ly = _mm512_mask_blend_epi8((__mmask64)0x2222222222222222ull, y, _mm512_srli_epi32(y, 8));
+    return _mm512_mask_blend_epi16((__mmask32)0xaaaaaaaau, lx, _mm512_slli_epi32(ly, 16));
+}
+
+/* Any 256 q + q2 with |q2| <= 127: q2 is the word's low byte read signed,
+ * q = (word - q2) / 256. */
+INLINE void split_x16_chunk(const kq16_chunk *a, kq16_split *s) {
+    for (int u = 0; u < 8; u++) {
+        const __m512i A = _mm512_loadu_si512(a->q[2 * u]), B = _mm512_loadu_si512(a->q[2 * u + 1]);
+        const __m512i hA = _mm512_srai_epi16(_mm512_sub_epi16(A, _mm512_srai_epi16(_mm512_slli_epi16(A, 8), 8)), 8);
+        const __m512i hB = _mm512_srai_epi16(_mm512_sub_epi16(B, _mm512_srai_epi16(_mm512_slli_epi16(B, 8), 8)), 8);
+        _mm512_storeu_si512(s->q2[u], low_bytes_pairs(A, B));
+        _mm512_storeu_si512(s->q[u], low_bytes_pairs(hA, hB));
+    }
+}
+
+/* One row's dots of a chunk of m blocks (not Q8_0) against a kq16_split:
+ * x8_chunk's weight bytes, each vector twice. */
+INLINE __m512i split_chunk_dot(const int type, const uint8_t *chunk, const int m, const kq16_split *s) {
+    const bool five = is_q5(type);
+    const int hdr = chunk_hdr(type) * m;
+    const __m512i m4 = _mm512_set1_epi8(0x0f);
+    const __m512i lanes = m == 16 ? _mm512_setzero_si512() : quad_lanes(m);
+    __m512i dq[4], dr[4], flo = m4, fhi = m4;
+    for (int i = 0; i < 4; i++) dq[i] = dr[i] = _mm512_setzero_si512();
+    if (five)
+        fifth_nibbles(m == 16 ? _mm512_loadu_si512(chunk + hdr - 64)
+                              : _mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), chunk + hdr - 4 * m),
+                      &flo, &fhi);
+#pragma GCC unroll 4
+    for (int g = 0; g < 8; g += 2) {
+        const int i = g / 2, k = 2 * (i & 1);
+        __m512i v = quad_bytes_m(chunk + hdr + 2 * m * g, m, lanes);
+        __m512i lo = five ? with_fifth(v, flo, g / 2, m4) : _mm512_and_si512(v, m4);
+        __m512i hi = five ? with_fifth(_mm512_srli_epi16(v, 4), fhi, g / 2, m4)
+                          : _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+        dq[k] = _mm512_dpbusd_epi32(dq[k], lo, _mm512_loadu_si512(s->q[i]));
+        dq[k + 1] = _mm512_dpbusd_epi32(dq[k + 1], hi, _mm512_loadu_si512(s->q[i + 4]));
+        dr[k] = _mm512_dpbusd_epi32(dr[k], lo, _mm512_loadu_si512(s->q2[i]));
+        dr[k + 1] = _mm512_dpbusd_epi32(dr[k + 1], hi, _mm512_loadu_si512(s->q2[i + 4]));
+    }
+    __m512i q = _mm512_add_epi32(_mm512_add_epi32(dq[0], dq[1]), _mm512_add_epi32(dq[2], dq[3]));
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(dr[0], dr[1]), _mm512_add_epi32(dr[2], dr[3]));
+    return _mm512_add_epi32(_mm512_slli_epi32(q, 8), r);
+}
+
 INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                            size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
-                           float *state, int mode) {
+                           float *state, int mode, const kq16_split *split) {
     const size_t ahead = prefetch_distance(NR, row_bytes);
     const int bb = block32_bytes(type);
     const int hdr = chunk_hdr(type);
@@ -378,7 +459,9 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
         }
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb, ahead, NT);
-        if (q8) {
+        if (split) {
+            dot[0][0] = split_chunk_dot(type, chunk[0], m, split + c0 / 16);
+        } else if (q8) {
             for (int g = 0; g < 16; g += 2) {
                 __m512i u0[4], u1[4];
 #pragma GCC unroll 4
@@ -415,7 +498,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                 dot_pairs(NR, NT, dot, dot2, lo, hi, x, g, g + 8, false, g);
             }
         }
-        dot_pairs_join(NR, NT, dot, dot2);
+        if (!split) dot_pairs_join(NR, NT, dot, dot2);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             __m512 dw = chunk_f16(chunk[r], m), mw = chunk_offsets(type, chunk[r], m, dw);
@@ -507,7 +590,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
 
 INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                      size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
-    tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, NULL, 0);
+    tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, NULL, 0, NULL);
 }
 
 /* ---- packed Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 against kq8_chunk (simd.h) ---------
@@ -519,27 +602,6 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
  * bytes apart, its lanes past m against zero activations), but a short
  * tail (m <= KQ_SHORT_TAIL), which add_short_tail adds into the same
  * accumulators: every output's operations stay fixed by its row and token. */
-INLINE __m512i quad_bytes(const uint8_t *p) {
-    static const uint16_t lanes[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    return _mm512_permutexvar_epi16(_mm512_loadu_si512(lanes), _mm512_loadu_si512(p));
-}
-
-/* The same for a chunk of m < 16 blocks, whose groups are 2m bytes apart:
- * lanes from quad_lanes(m). Lanes past m take whatever words, against zero
- * activations. */
-INLINE __m512i quad_lanes(int m) {
-    static const uint16_t lanes[32] = {0, 16, 1, 17, 2, 18, 3, 19, 4, 20, 5, 21, 6, 22, 7, 23,
-                                       8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
-    return _mm512_mask_sub_epi16(_mm512_loadu_si512(lanes), (__mmask32)0xaaaaaaaau, _mm512_loadu_si512(lanes),
-                                 _mm512_set1_epi16((short)(16 - m)));
-}
-
-INLINE __m512i quad_bytes_m(const uint8_t *p, int m, __m512i lanes) {
-    if (m == 16) return quad_bytes(p);
-    return _mm512_permutexvar_epi16(lanes, _mm512_maskz_loadu_epi8(first_bytes(4 * m), p));
-}
-
 /* One chunk of m blocks (m == 16 but for a row's last) into acc. */
 INLINE void x8_chunk(const int type, const int NR, const int NT, const uint8_t *const chunk[4],
                      const kq8_chunk *const a[4], const int m, __m512 acc[4][4]) {
@@ -854,7 +916,7 @@ INLINE void chunk_tile(const int type, const bool x8, const uint8_t *w, size_t r
                        const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
                        float *state, int mode) {
     if (x8) tile_x8_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, state, mode);
-    else tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, state, mode);
+    else tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, state, mode, NULL);
 }
 
 INLINE int packed_chunk_panels(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
@@ -891,20 +953,35 @@ INLINE int packed_chunk_panels(const int type, const bool x8, const uint8_t *w, 
  * bit for bit what each row's own reduce gives, for a third of the shuffles
  * (SmolLM2, whose 576-column rows are one chunk and a tail, spends about a
  * tenth of a row's instructions on its reduce). */
+#define SPLIT_MAX_CHUNKS 64
 INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows,
                                   int64_t n_cols, const uint8_t *act, float *out) {
     _Alignas(64) float state[4 * 64];
+    /* 16-bit activations against Q4/Q5 weights: the chunks split once (split_x16_chunk) */
+    _Alignas(64) kq16_split split[SPLIT_MAX_CHUNKS];
+    const int nb = (int)(n_cols / 32), n_split = nb % 16 > KQ16_HALF_TAIL ? (nb + 15) / 16 : nb / 16;
+    const bool use_split = !x8 && type != GL_TYPE_Q8_0 && n_split <= SPLIT_MAX_CHUNKS && n_split > 0;
+    if (use_split)
+        for (int c = 0; c < n_split; c++) split_x16_chunk((const kq16_chunk *)act + c, &split[c]);
     int r = 0;
     for (; r + 4 <= n_rows; r += 4) {
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
-            chunk_tile(type, x8, w + (size_t)(r + i) * row_bytes, row_bytes, n_cols, act, 0, 1, 1, NULL, 0,
-                       state + 64 * i, X16_STORE);
+            if (use_split)
+                tile_x16_panel(type, w + (size_t)(r + i) * row_bytes, row_bytes, n_cols, act, 0, 1, 1, NULL, 0,
+                               state + 64 * i, X16_STORE, split);
+            else
+                chunk_tile(type, x8, w + (size_t)(r + i) * row_bytes, row_bytes, n_cols, act, 0, 1, 1, NULL, 0,
+                           state + 64 * i, X16_STORE);
         __m512 sums = sum4_ps(_mm512_load_ps(state), _mm512_load_ps(state + 64), _mm512_load_ps(state + 128),
                               _mm512_load_ps(state + 192));
         _mm_storeu_ps(out + r, _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, sums)));
     }
-    for (; r < n_rows; r++) chunk_tile(type, x8, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 1, 1, out + r, 0, NULL, 0);
+    for (; r < n_rows; r++)
+        if (use_split)
+            tile_x16_panel(type, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 1, 1, out + r, 0, NULL, 0, split);
+        else
+            chunk_tile(type, x8, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 1, 1, out + r, 0, NULL, 0);
 }
 
 #define DEFINE_PACKED_CHUNK_ROWS(name, TILE, TYPE, X8)                                                          \

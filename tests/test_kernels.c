@@ -455,6 +455,35 @@ END_TEST
  * the batch's bits on one or two threads, and the result stays within the
  * coarse rounding of the scalar path's. Row lengths of 20 and 28 blocks are
  * Gemma 3's and Qwen2.5's. */
+/* A decode token's 16-bit dots against Q4/Q5 weights take split bytes
+ * (split_x16_chunk in simd_avx512.h): still the batch's bits, over full
+ * chunks, a last chunk of 12 blocks, a half tail (8) and a short tail (2). */
+START_TEST(matmul_decode_split_is_batch_invariant) {
+    const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q5_0, GL_TYPE_Q5_1};
+    const int64_t cols[] = {896, 4864, 576, 1024};
+    for (size_t ti = 0; ti < 4; ti++)
+        for (size_t ci = 0; ci < 4; ci++) {
+            int64_t n_rows = 37, n_cols = cols[ci];
+            int n_tok = 5;
+            uint8_t *data;
+            gl_tensor w = random_tensor(types[ti], n_rows, n_cols, &data);
+            ck_assert_int_eq(kern_pack(&w), 0);
+            float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
+            fill_acts(x, (int64_t)n_tok * n_cols);
+            float *all = malloc((size_t)n_tok * (size_t)n_rows * sizeof *all), *one = malloc((size_t)n_rows * sizeof *one);
+            matmul_with("auto", 2, &w, x, n_tok, all);
+            for (int t = 0; t < n_tok; t++) {
+                matmul_with("auto", 1 + t % 2, &w, x + (size_t)t * (size_t)n_cols, 1, one);
+                ck_assert_msg(!memcmp(one, all + (size_t)t * (size_t)n_rows, (size_t)n_rows * sizeof *one),
+                              "%s %lld columns: token %d alone differs from the batch", gl_type_get(types[ti])->name,
+                              (long long)n_cols, t);
+            }
+            kern_unpack(&w);
+            free(data), free(x), free(all), free(one);
+        }
+}
+END_TEST
+
 START_TEST(matmul_x8_is_batch_and_thread_invariant) {
     static const uint32_t types[] = {GL_TYPE_Q5_0, GL_TYPE_Q5_1, GL_TYPE_Q4_0, GL_TYPE_Q8_0, GL_TYPE_Q4_K, GL_TYPE_Q6_K,
                                      GL_TYPE_Q5_K};
@@ -1037,6 +1066,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, quant_kernels_match_reference);
     tcase_add_test(tc, float_kernels_match_reference);
     tcase_add_test(tc, matmul_is_batch_and_thread_invariant);
+    tcase_add_test(tc, matmul_decode_split_is_batch_invariant);
     tcase_add_test(tc, matmul_x8_is_batch_and_thread_invariant);
     tcase_add_test(tc, matmul_n_matches_single_matmuls);
     tcase_add_test(tc, amx_k_rows_match_vnni);
