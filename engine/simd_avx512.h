@@ -396,7 +396,7 @@ INLINE void split_x16_chunk(const kq16_chunk *a, kq16_split *s) {
     }
 }
 
-/* One row's dots of a chunk of m blocks (not Q8_0) against a kq16_split:
+/* One row's dots of a chunk of m blocks (Q4 or Q5) against a kq16_split:
  * x8_chunk's weight bytes, each vector twice. */
 INLINE __m512i split_chunk_dot(const int type, const uint8_t *chunk, const int m, const kq16_split *s) {
     const bool five = is_q5(type);
@@ -957,10 +957,11 @@ INLINE int packed_chunk_panels(const int type, const bool x8, const uint8_t *w, 
 INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows,
                                   int64_t n_cols, const uint8_t *act, float *out) {
     _Alignas(64) float state[4 * 64];
-    /* 16-bit activations against Q4/Q5 weights: the chunks split once (split_x16_chunk) */
+    /* 16-bit activations against Q5 weights: the chunks split once (split_x16_chunk); Q4's
+     * word unpack is cheap enough that twice the byte dots lose (bench_matmul q4_0, q4_1: 3-8%) */
     _Alignas(64) kq16_split split[SPLIT_MAX_CHUNKS];
     const int nb = (int)(n_cols / 32), n_split = nb % 16 > KQ16_HALF_TAIL ? (nb + 15) / 16 : nb / 16;
-    const bool use_split = !x8 && type != GL_TYPE_Q8_0 && n_split <= SPLIT_MAX_CHUNKS && n_split > 0;
+    const bool use_split = !x8 && is_q5(type) && n_split <= SPLIT_MAX_CHUNKS && n_split > 0;
     if (use_split)
         for (int c = 0; c < n_split; c++) split_x16_chunk((const kq16_chunk *)act + c, &split[c]);
     int r = 0;

@@ -455,7 +455,7 @@ END_TEST
  * the batch's bits on one or two threads, and the result stays within the
  * coarse rounding of the scalar path's. Row lengths of 20 and 28 blocks are
  * Gemma 3's and Qwen2.5's. */
-/* A decode token's 16-bit dots against Q4/Q5 weights take split bytes
+/* A decode token's 16-bit dots against Q5 weights take split bytes
  * (split_x16_chunk in simd_avx512.h): still the batch's bits, over full
  * chunks, a last chunk of 12 blocks, a half tail (8) and a short tail (2). */
 START_TEST(matmul_decode_split_is_batch_invariant) {
