@@ -214,9 +214,7 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
  *    matmul has at least KERN_AMX_MIN_TOKENS tokens. The hand-out gives it
  *    rows in multiples of 16 where it can (any count works), and a
  *    per-thread scratch of KERN_AMX_SCRATCH(n_cols) bytes. */
-#ifndef KERN_AMX_MIN_TOKENS
 #define KERN_AMX_MIN_TOKENS 32
-#endif
 
 /* Rows r0..r1-1 of w (w->data and, when packed, w->packed) against act:
  * out[t * out_stride + r] for t < n_tok. The tile configuration is the

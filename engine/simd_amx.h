@@ -131,14 +131,10 @@ INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, c
  * prefetcher follows, and the AMX unit stalls on every tile load that
  * misses. (The A tiles of 16 rows stay in L1/L2; prefetching them, or
  * B tiles that L2 holds, costs more load slots than it saves.) */
-#ifndef AMX_PREFETCH
 #define AMX_PREFETCH 4
-#endif
-#ifndef AMX_PREFETCH_BYTES
 #define AMX_PREFETCH_BYTES (2u << 20)
-#endif
 INLINE void amx_prefetch(const uint8_t *grp, const uint8_t *next, size_t rec, const int16_t *items, int n_items, int k) {
-    if (AMX_PREFETCH == 0 || !next) return;
+    if (!next) return;
     k += AMX_PREFETCH;
     if (k >= n_items) {
         if (k - n_items >= n_items) return;
@@ -226,6 +222,18 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
     }
 }
 
+/* The sums of sub-blocks 0..15 by the tree of _mm512_reduce_add_ps (lane
+ * i + lane i + 8, then + 4, + 2, + 1), which sum4_ps replays: a
+ * row's lanes, one vector over the tokens each, summed as the VNNI tiles sum them. */
+INLINE __m512 lanes_tree(const __m512 x[16]) {
+    __m512 s8[8], s4[4];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) s8[i] = _mm512_add_ps(x[i], x[i + 8]);
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++) s4[i] = _mm512_add_ps(s8[i], s8[i + 4]);
+    return _mm512_add_ps(_mm512_add_ps(s4[0], s4[2]), _mm512_add_ps(s4[1], s4[3]));
+}
+
 /* v[r][t] to v[t][r], 16 x 16, by swapping one bit of r with the same bit
  * of t per stage (vpermt2ps): a token's 16 outputs then go out in one store,
  * not 16 scalar ones. */
@@ -277,17 +285,13 @@ INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0
             if (nb < 16) memset(acct, 0, 4096 * sizeof *acct); /* lanes no block reaches */
             const uint8_t *next = !big ? NULL : t0 + 16 < n_tok ? grp + group_bytes : region;
             amx_group(type, x16, a, dwv, mwv, grp, next, items, n_items, c, acct);
-            /* sum4_ps's tree, vertically: lanes i + (i + 8), then + 4, then (0 + 2) + (1 + 3) */
             __m512 sums[16];
 #pragma GCC unroll 16
             for (int r = 0; r < 16; r++) {
-                const float *v = acct + 256 * r;
-                __m512 h[8];
-#pragma GCC unroll 8
-                for (int i = 0; i < 8; i++) h[i] = _mm512_add_ps(_mm512_load_ps(v + 16 * i), _mm512_load_ps(v + 16 * (i + 8)));
-#pragma GCC unroll 4
-                for (int i = 0; i < 4; i++) h[i] = _mm512_add_ps(h[i], h[i + 4]);
-                sums[r] = _mm512_add_ps(_mm512_add_ps(h[0], h[2]), _mm512_add_ps(h[1], h[3]));
+                __m512 lanes[16];
+#pragma GCC unroll 16
+                for (int j = 0; j < 16; j++) lanes[j] = _mm512_load_ps(acct + 256 * r + 16 * j);
+                sums[r] = lanes_tree(lanes);
             }
             amx_transpose16(sums);
             const __mmask16 rows = (__mmask16)((1u << nr) - 1);

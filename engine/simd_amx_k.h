@@ -110,15 +110,6 @@ INLINE void unpack_super_block(const int type, const uint8_t *blk, int8_t *dst, 
     _mm512_store_ps(sc, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(scales)), d_dmin));
 }
 
-/* The sums of sub-blocks 0..15 by the tree of _mm512_reduce_add_ps (lane
- * i + lane i + 8, then + 4, + 2, + 1), which sum4_ps replays. */
-INLINE __m512 lanes_tree(const __m512 x[16]) {
-    __m512 s8[8], s4[4];
-    for (int i = 0; i < 8; i++) s8[i] = _mm512_add_ps(x[i], x[i + 8]);
-    for (int i = 0; i < 4; i++) s4[i] = _mm512_add_ps(s8[i], s8[i + 4]);
-    return _mm512_add_ps(_mm512_add_ps(s4[0], s4[2]), _mm512_add_ps(s4[1], s4[3]));
-}
-
 /* Super-blocks whose dots one step takes before its float steps: their
  * tile results (2 KiB a row tile at 16 bits) stay in L1 for the float steps. */
 #define AMX_CHUNK 4

@@ -414,6 +414,36 @@ static void matmul_with(const char *backend, int n_threads, const gl_tensor *w, 
     matmul_bits(backend, n_threads, 16, w, x, n_tok, out);
 }
 
+/* Each token of x alone (on 1 or 2 threads by turns) gives the bits of
+ * all, the batch's outputs. */
+static void assert_alone_is_batch(const char *backend, int act_bits, const gl_tensor *w, const float *x, int n_tok,
+                                  const float *all, const char *what) {
+    float *one = malloc((size_t)w->n_rows * sizeof *one);
+    for (int t = 0; t < n_tok; t++) {
+        matmul_bits(backend, 1 + t % 2, act_bits, w, x + (size_t)t * (size_t)w->n_cols, 1, one);
+        ck_assert_msg(!memcmp(one, all + (size_t)t * (size_t)w->n_rows, (size_t)w->n_rows * sizeof *one),
+                      "%s: token %d alone differs from the batch", what, t);
+    }
+    free(one);
+}
+
+/* A packed random n_rows x n_cols tensor of type through the pool at
+ * act_bits: each of n_tok tokens alone gives the batch's bits. */
+static void check_packed_batch_invariant(uint32_t type, int act_bits, int64_t n_rows, int64_t n_cols, int n_tok) {
+    uint8_t *data;
+    gl_tensor w = random_tensor(type, n_rows, n_cols, &data);
+    ck_assert_int_eq(kern_pack(&w), 0);
+    float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
+    fill_acts(x, (int64_t)n_tok * n_cols);
+    float *all = malloc((size_t)n_tok * (size_t)n_rows * sizeof *all);
+    matmul_bits("auto", 2, act_bits, &w, x, n_tok, all);
+    char what[64];
+    snprintf(what, sizeof what, "%s %lld columns %d-bit", gl_type_get(type)->name, (long long)n_cols, act_bits);
+    assert_alone_is_batch("auto", act_bits, &w, x, n_tok, all, what);
+    kern_unpack(&w);
+    free(data), free(x), free(all);
+}
+
 START_TEST(matmul_is_batch_and_thread_invariant) {
     for (size_t ti = 0; ti < 4; ti++) {
         uint32_t type = (uint32_t[]){GL_TYPE_Q4_1, GL_TYPE_Q8_0, GL_TYPE_Q6_K, GL_TYPE_F16}[ti];
@@ -451,10 +481,6 @@ START_TEST(matmul_is_batch_and_thread_invariant) {
 }
 END_TEST
 
-/* 8-bit activations through the pool, packed or not: a token alone gives
- * the batch's bits on one or two threads, and the result stays within the
- * coarse rounding of the scalar path's. Row lengths of 20 and 28 blocks are
- * Gemma 3's and Qwen2.5's. */
 /* A decode token's 16-bit dots against Q5 weights take split bytes
  * (split_x16_chunk in simd_avx512.h): still the batch's bits, over full
  * chunks, a last chunk of 12 blocks, a half tail (8) and a short tail (2). */
@@ -462,27 +488,14 @@ START_TEST(matmul_decode_split_is_batch_invariant) {
     const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q5_0, GL_TYPE_Q5_1};
     const int64_t cols[] = {896, 4864, 576, 1024};
     for (size_t ti = 0; ti < 4; ti++)
-        for (size_t ci = 0; ci < 4; ci++) {
-            int64_t n_rows = 37, n_cols = cols[ci];
-            int n_tok = 5;
-            uint8_t *data;
-            gl_tensor w = random_tensor(types[ti], n_rows, n_cols, &data);
-            ck_assert_int_eq(kern_pack(&w), 0);
-            float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
-            fill_acts(x, (int64_t)n_tok * n_cols);
-            float *all = malloc((size_t)n_tok * (size_t)n_rows * sizeof *all), *one = malloc((size_t)n_rows * sizeof *one);
-            matmul_with("auto", 2, &w, x, n_tok, all);
-            for (int t = 0; t < n_tok; t++) {
-                matmul_with("auto", 1 + t % 2, &w, x + (size_t)t * (size_t)n_cols, 1, one);
-                ck_assert_msg(!memcmp(one, all + (size_t)t * (size_t)n_rows, (size_t)n_rows * sizeof *one),
-                              "%s %lld columns: token %d alone differs from the batch", gl_type_get(types[ti])->name,
-                              (long long)n_cols, t);
-            }
-            kern_unpack(&w);
-            free(data), free(x), free(all), free(one);
-        }
+        for (size_t ci = 0; ci < 4; ci++) check_packed_batch_invariant(types[ti], 16, 37, cols[ci], 5);
 }
 END_TEST
+
+/* 8-bit activations through the pool, packed or not: a token alone gives
+ * the batch's bits on one or two threads, and the result stays within the
+ * coarse rounding of the scalar path's. Row lengths of 20 and 28 blocks are
+ * Gemma 3's and Qwen2.5's. */
 
 START_TEST(matmul_x8_is_batch_and_thread_invariant) {
     static const uint32_t types[] = {GL_TYPE_Q5_0, GL_TYPE_Q5_1, GL_TYPE_Q4_0, GL_TYPE_Q8_0, GL_TYPE_Q4_K, GL_TYPE_Q6_K,
@@ -597,25 +610,10 @@ END_TEST
  * token the bits it gets alone (VNNI), at both activation widths. */
 START_TEST(matmul_k_prompt_is_batch_invariant) {
     static const uint32_t types[] = {GL_TYPE_Q4_K, GL_TYPE_Q5_K, GL_TYPE_Q6_K};
-    for (size_t ti = 0; ti < 3; ti++)
-        for (int bits = 8; bits <= 16; bits += 8) {
-            int64_t n_rows = 150, n_cols = bits == 16 ? 5120 : 1280; /* 16-bit 5120: token blocks of 112 */
-            int n_tok = bits == 16 ? 150 : 37;
-            uint8_t *data;
-            gl_tensor w = random_tensor(types[ti], n_rows, n_cols, &data);
-            ck_assert_int_eq(kern_pack(&w), 0);
-            float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
-            fill_acts(x, (int64_t)n_tok * n_cols);
-            float *all = malloc((size_t)n_tok * (size_t)n_rows * sizeof *all), *one = malloc((size_t)n_rows * sizeof *one);
-            matmul_bits("auto", 2, bits, &w, x, n_tok, all);
-            for (int t = 0; t < n_tok; t++) {
-                matmul_bits("auto", 1 + t % 2, bits, &w, x + (size_t)t * (size_t)n_cols, 1, one);
-                ck_assert_msg(!memcmp(one, all + (size_t)t * (size_t)n_rows, (size_t)n_rows * sizeof *one),
-                              "%s %d-bit: token %d alone differs from the prompt", gl_type_get(types[ti])->name, bits, t);
-            }
-            kern_unpack(&w);
-            free(data), free(x), free(all), free(one);
-        }
+    for (size_t ti = 0; ti < 3; ti++) {
+        check_packed_batch_invariant(types[ti], 8, 150, 1280, 37);
+        check_packed_batch_invariant(types[ti], 16, 150, 5120, 150); /* 16-bit 5120: token blocks of 112 */
+    }
 }
 END_TEST
 
