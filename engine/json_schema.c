@@ -710,6 +710,117 @@ static void member(sbuf *b, const char *name, int value_rule) {
     cJSON_Delete(key);
 }
 
+/* Code points of a UTF-8 name (bytes that do not decode stand for themselves). */
+static int name_code_points(const char *name, int32_t *cp, int cap) {
+    const unsigned char *p = (const unsigned char *)name;
+    int n = 0;
+    while (*p && n < cap) {
+        int len = *p < 0x80 ? 1 : (*p >> 5) == 6 ? 2 : (*p >> 4) == 14 ? 3 : (*p >> 3) == 30 ? 4 : 1;
+        int32_t v = len == 1 ? *p : *p & (0x3F >> (len - 1));
+        int k = 1;
+        for (; k < len && (p[k] & 0xC0) == 0x80; k++) v = v << 6 | (p[k] & 0x3F);
+        if (k < len) len = 1, v = *p;
+        cp[n++] = v;
+        p += len;
+    }
+    return *p ? -1 : n;
+}
+
+#define JS_MAX_KEY 256        /* code points of a name an additional key must differ from */
+
+static void sb_code_point(sbuf *b, int32_t v) {
+    if (v <= 0xFFFF) sb_printf(b, "\\u%04X", (unsigned)v);
+    else sb_printf(b, "\\U%08X", (unsigned)v);
+}
+
+/* The rest of a JSON string key after a prefix that names idx[0..m-1]
+ * share (their first pos code points): it may end only where no name
+ * does, leave them by a character none of them has next (then anything),
+ * or follow one. Escapes that could spell a name's next character are left
+ * out while following, so a key cannot equal a name in another spelling. */
+static int key_rest(compiler *c, int32_t (*cps)[JS_MAX_KEY], const int *lens, const int *idx, int m, int pos) {
+    int r = new_rule(c);
+    if (r < 0) return -1;
+    bool terminal = false;
+    int32_t *next = malloc((size_t)m * sizeof *next); /* the names' distinct next characters */
+    int *sub = malloc((size_t)m * sizeof *sub);
+    int n_next = 0;
+    if (!next || !sub) {
+        free(next);
+        free(sub);
+        return fail(c, "out of memory");
+    }
+    for (int i = 0; i < m; i++) {
+        if (lens[idx[i]] == pos) {
+            terminal = true;
+            continue;
+        }
+        int32_t v = cps[idx[i]][pos];
+        int k = 0;
+        while (k < n_next && next[k] != v) k++;
+        if (k == n_next) next[n_next++] = v;
+    }
+    sbuf body = {0};
+    if (!terminal) sb_puts(&body, "\"\\\"\" | ");
+    sb_puts(&body, "([^\"\\\\\\x00-\\x1F");
+    for (int k = 0; k < n_next; k++) sb_code_point(&body, next[k]);
+    sb_puts(&body, "]");
+    static const char esc[] = "\"\\/bfnrt", dec[] = "\"\\/\b\f\n\r\t";
+    for (int e = 0; esc[e]; e++) {
+        int k = 0;
+        while (k < n_next && next[k] != dec[e]) k++;
+        if (k < n_next) continue;
+        sb_puts(&body, " | \"\\\\");
+        if (esc[e] == '"' || esc[e] == '\\') sb_puts(&body, "\\");
+        sb_put(&body, &esc[e], 1);
+        sb_puts(&body, "\"");
+    }
+    sb_puts(&body, ") json-char* \"\\\"\"");
+    for (int k = 0; k < n_next && !c->failed; k++) {
+        int ms = 0;
+        for (int i = 0; i < m; i++)
+            if (lens[idx[i]] > pos && cps[idx[i]][pos] == next[k]) sub[ms++] = idx[i];
+        int child = key_rest(c, cps, lens, sub, ms, pos + 1);
+        sb_puts(&body, " | \"");
+        sb_code_point(&body, next[k]);
+        sb_printf(&body, "\" r%d", child);
+    }
+    free(next);
+    free(sub);
+    if (!c->failed) define(c, r, &body);
+    free(body.s);
+    return c->failed ? -1 : r;
+}
+
+/* A JSON string that is none of names[0..n-1]: an additional property's
+ * key, which must not repeat a declared one (readers keep the last of
+ * duplicate keys, so the declared value would be lost). */
+static int key_not_in(compiler *c, const char *const *names, int n) {
+    int32_t (*cps)[JS_MAX_KEY] = malloc((size_t)n * sizeof *cps);
+    int *lens = malloc((size_t)n * sizeof *lens), *idx = malloc((size_t)n * sizeof *idx);
+    int r = -1;
+    if (!cps || !lens || !idx) {
+        r = fail(c, "out of memory");
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        lens[i] = name_code_points(names[i], cps[i], JS_MAX_KEY);
+        idx[i] = i;
+        if (lens[i] < 0) {
+            r = fail(c, "property name longer than %d characters beside additionalProperties", JS_MAX_KEY);
+            goto done;
+        }
+    }
+    int rest = key_rest(c, cps, lens, idx, n, 0);
+    r = new_rule(c);
+    if (rest >= 0 && r >= 0) sb_printf(&c->out, "r%d ::= \"\\\"\" r%d\n", r, rest);
+done:
+    free(cps);
+    free(lens);
+    free(idx);
+    return c->failed ? -1 : r;
+}
+
 static int gen_object(compiler *c, const cJSON *s, int depth, sbuf *b) {
     const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
     const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
@@ -768,8 +879,10 @@ static int gen_object(compiler *c, const cJSON *s, int depth, sbuf *b) {
         old = path_push(c, "additionalProperties");
         int v = gen(c, addl, depth + 1);
         path_pop(c, old);
+        int key = n ? key_not_in(c, names, n) : -1;
         extra = new_rule(c);
-        if (v >= 0 && extra >= 0) sb_printf(&c->out, "r%d ::= json-string ws \":\" ws r%d ws\n", extra, v);
+        if (v >= 0 && extra >= 0 && !n) sb_printf(&c->out, "r%d ::= json-string ws \":\" ws r%d ws\n", extra, v);
+        if (v >= 0 && extra >= 0 && n && key >= 0) sb_printf(&c->out, "r%d ::= r%d ws \":\" ws r%d ws\n", extra, key, v);
     }
     if (c->failed) {
         ret = -1;

@@ -279,6 +279,26 @@ START_TEST(test_schema_objects) {
     ck_assert(accepts(g, "{\"zz\":3}"));
     ck_assert(accepts(g, "{\"a\":null,\"q\":1,\"r\":2}"));
     ck_assert(!accepts(g, "{\"q\":\"s\"}"));
+    /* an additional key never repeats a declared one, in any spelling (a reader keeps the last) */
+    ck_assert(!accepts(g, "{\"a\":null,\"a\":1}"));
+    ck_assert(!accepts(g, "{\"a\":1}"));
+    ck_assert(!accepts(g, "{\"\\u0061\":1}"));
+    ck_assert(accepts(g, "{\"aa\":1,\"\":2,\"b\\n\":3}"));
+    gr_release(g);
+    g = schema("{\"type\":\"object\",\"properties\":{\"name\":{\"type\":\"string\"},\"nam\":{},\"n\\u00e9\":{}},"
+               "\"required\":[\"name\"],\"additionalProperties\":{\"type\":\"boolean\"}}");
+    ck_assert(accepts(g, "{\"name\":\"x\",\"names\":true,\"na\":false,\"n\":true,\"\\/\":true,\"ne\":true}"));
+    ck_assert(!accepts(g, "{\"name\":\"x\",\"name\":false}"));
+    ck_assert(accepts(g, "{\"name\":\"x\",\"nam\":false,\"n\u00e9\":1}"));  /* the declared ones */
+    ck_assert(!accepts(g, "{\"name\":\"x\",\"nam\":1,\"nam\":false}"));
+    ck_assert(!accepts(g, "{\"name\":\"x\",\"n\u00e9\":1,\"n\u00e9\":false}"));
+    ck_assert(!accepts(g, "{\"name\":\"x\",\"z\":true,\"n\u00e9\":false}"));
+    ck_assert(accepts(g, "{\"name\":\"x\",\"n\u00e9e\":false}"));
+    gr_release(g);
+    g = schema("{\"properties\":{\"a-]\":{},\"q\\\"\":{}},\"additionalProperties\":{}}"); /* class and escape characters */
+    ck_assert(accepts(g, "{\"a-]\":1,\"q\\\"\":2,\"b\":3,\"a\":4,\"q\\\\\":5,\"a-\":6}"));
+    ck_assert(!accepts(g, "{\"b\":3,\"a-]\":1}"));
+    ck_assert(!accepts(g, "{\"b\":3,\"q\\\"\":1}"));
     gr_release(g);
     g = schema("{\"type\":\"object\"}");
     ck_assert(accepts(g, "{\"x\":[1,{\"y\":null}],\"z\":\"\\u00e9\\n\"}"));
