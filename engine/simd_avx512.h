@@ -911,12 +911,13 @@ INLINE void tile_k8(const int type, const uint8_t *w, size_t row_bytes, int64_t 
  * results are the same. */
 #define X16_PANEL 4
 #define X16_ROW_BLOCK 32
-/* A tile of packed chunks, against 8-bit (x8) or 16-bit activations. */
+/* A tile of packed chunks, against 8-bit (x8) or 16-bit activations (a
+ * single token's may come split as well: tile_x16_panel). */
 INLINE void chunk_tile(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
                        const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
-                       float *state, int mode) {
+                       float *state, int mode, const kq16_split *split) {
     if (x8) tile_x8_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, state, mode);
-    else tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, state, mode, NULL);
+    else tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, state, mode, split);
 }
 
 INLINE int packed_chunk_panels(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
@@ -938,10 +939,10 @@ INLINE int packed_chunk_panels(const int type, const bool x8, const uint8_t *w, 
                 int r = 0;
                 for (; r + 2 <= nr; r += 2)
                     chunk_tile(type, x8, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 2, 4, o + r,
-                               out_stride, state + 64 * r, mode);
+                               out_stride, state + 64 * r, mode, NULL);
                 for (; r < nr; r++)
                     chunk_tile(type, x8, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 1, 4, o + r,
-                               out_stride, state + 64 * r, mode);
+                               out_stride, state + 64 * r, mode, NULL);
             }
         }
     }
@@ -968,21 +969,15 @@ INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *
     for (; r + 4 <= n_rows; r += 4) {
 #pragma GCC unroll 4
         for (int i = 0; i < 4; i++)
-            if (use_split)
-                tile_x16_panel(type, w + (size_t)(r + i) * row_bytes, row_bytes, n_cols, act, 0, 1, 1, NULL, 0,
-                               state + 64 * i, X16_STORE, split);
-            else
-                chunk_tile(type, x8, w + (size_t)(r + i) * row_bytes, row_bytes, n_cols, act, 0, 1, 1, NULL, 0,
-                           state + 64 * i, X16_STORE);
+            chunk_tile(type, x8, w + (size_t)(r + i) * row_bytes, row_bytes, n_cols, act, 0, 1, 1, NULL, 0,
+                       state + 64 * i, X16_STORE, use_split ? split : NULL);
         __m512 sums = sum4_ps(_mm512_load_ps(state), _mm512_load_ps(state + 64), _mm512_load_ps(state + 128),
                               _mm512_load_ps(state + 192));
         _mm_storeu_ps(out + r, _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, sums)));
     }
     for (; r < n_rows; r++)
-        if (use_split)
-            tile_x16_panel(type, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 1, 1, out + r, 0, NULL, 0, split);
-        else
-            chunk_tile(type, x8, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 1, 1, out + r, 0, NULL, 0);
+        chunk_tile(type, x8, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 1, 1, out + r, 0, NULL, 0,
+                   use_split ? split : NULL);
 }
 
 #define DEFINE_PACKED_CHUNK_ROWS(name, TILE, TYPE, X8)                                                          \
