@@ -259,7 +259,7 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
         chunk[r] = w + (size_t)r * row_bytes;
-        prefetch_ahead(chunk[r], m * block32_bytes(type), ahead, NT);
+        prefetch_ahead(chunk[r], m * block32_bytes(type), ahead, NR, NT);
     }
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) tail[t] = act + (size_t)t * act_stride;
@@ -429,7 +429,7 @@ INLINE __m512i split_chunk_dot(const int type, const uint8_t *chunk, const int m
 INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                            size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
                            float *state, int mode, const kq16_split *split) {
-    const size_t ahead = prefetch_distance(NR, row_bytes);
+    const size_t ahead = prefetch_distance(NR, NT, row_bytes);
     const int bb = block32_bytes(type);
     const int hdr = chunk_hdr(type);
     const bool q8 = type == GL_TYPE_Q8_0, five = is_q5(type);
@@ -458,7 +458,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
             x[t] = (const uint8_t *)&a[t]->q[0][0];
         }
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb, ahead, NT);
+        for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb, ahead, NR, NT);
         if (split) {
             dot[0][0] = split_chunk_dot(type, chunk[0], m, split + c0 / 16);
         } else if (q8) {
@@ -525,7 +525,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb + hdr * m;
-            prefetch_ahead(chunk[r] - hdr * m, m * bb, ahead, NT);
+            prefetch_ahead(chunk[r] - hdr * m, m * bb, ahead, NR, NT);
         }
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
@@ -668,7 +668,7 @@ INLINE void x8_chunk(const int type, const int NR, const int NT, const uint8_t *
 INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                           size_t act_stride, const int NR, const int NT, float *out, size_t out_stride, float *state,
                           int mode) {
-    const size_t ahead = prefetch_distance(NR, row_bytes);
+    const size_t ahead = prefetch_distance(NR, NT, row_bytes);
     const int bb = block32_bytes(type);
     const int nb = (int)(n_cols / 32), n_full = nb / 16, last = nb % 16 > KQ_SHORT_TAIL ? nb % 16 : 0;
     __m512 acc[4][4];
@@ -679,7 +679,7 @@ INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, in
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             chunk[r] = w + (size_t)r * row_bytes + (size_t)c * 16 * bb;
-            prefetch_ahead(chunk[r], 16 * bb, ahead, NT);
+            prefetch_ahead(chunk[r], 16 * bb, ahead, NR, NT);
         }
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) a[t] = (const kq8_chunk *)(act + (size_t)t * act_stride) + c;
@@ -742,7 +742,7 @@ DEFINE_DOT_PAIRS(k_dot_pairs, 2, K_TILE_NT)
 
 INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
                     const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
-    const size_t ahead = prefetch_distance(NR, row_bytes);
+    const size_t ahead = prefetch_distance(NR, NT, row_bytes);
     const bool six = type == GL_TYPE_Q6_K, five = type == GL_TYPE_Q5_K;
     const int bb = six ? 210 : five ? 176 : 144;
     const int quants = six ? 18 : 16; /* the low 4 bits of every quant, 4 pieces of 32 bytes */
@@ -769,7 +769,7 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
 #pragma GCC unroll 2
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * bb;
-            prefetch_ahead(blk[r], bb, ahead, NT);
+            prefetch_ahead(blk[r], bb, ahead, NR, NT);
             if (five && !x8) fifth[r] = _mm512_cvtepu8_epi16(load256(blk[r] + 144));
             if (five && x8) { /* lane j: bytes 2 j, 2 j + 1 twice, the second pair's bits one further down */
                 static const uint16_t twice[32] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7,

@@ -63,25 +63,42 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
 
 /* Weights stream through once per decode step; the hardware prefetchers
  * alone reach about half of one core's memory bandwidth on them. Asking
- * 6 KiB or more ahead (prefetch_distance) for the lines of what is being
- * read now keeps enough misses in flight.
- * Tiles of one or two tokens (decode) ask for L2 only: a prefetch into L1
- * holds one of its few miss buffers for the whole trip to memory, and with
- * them all taken the tile's own loads wait. Wider tiles, compute-bound,
- * keep L1 (their prefill was slower with L2).
+ * ahead (prefetch_distance) for the lines of what is being read now keeps
+ * enough misses in flight.
+ * A decode tile of one row (one or two tokens, the packed kernels') asks
+ * for each line twice: into L2 3 KiB ahead and into L1 1 KiB ahead, by
+ * when the L2 request has landed, so the L1 one is a short trip and the
+ * tile's own loads hit L1. Its compute per byte (Q5_0, the K-quants) then
+ * overlaps the stream better than with one request into L2 6 KiB ahead:
+ * streaming from memory, 1 thread, loaded host, q8_0 250000 x 896 14.3 ->
+ * 16.5 GB/s, q5_0 400000 x 896 13.3 -> 14.8, q6_k 60000 x 4864 12.3 ->
+ * 14.2 (the same place's probe read 21). Other tiles of one or two tokens
+ * (several rows side by side) ask for L2 only, 6 KiB or more ahead: an L1
+ * request that misses to memory holds one of L1's few miss buffers for the
+ * whole trip, and with them all taken the tile's own loads wait. Wider
+ * tiles, compute-bound, keep L1 (their prefill was slower with L2).
  * Prefetches never fault, so running past the end of the weights is harmless. */
-INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead, const int NT) {
+#define PF_DECODE_L1 1024
+INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead, const int NR, const int NT) {
     for (int off = 0; off < n_bytes; off += 64) {
-        if (NT <= 2) _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T1);
-        else _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T0);
+        if (NR == 1 && NT <= 2) {
+            _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T0);
+            _mm_prefetch((const char *)p + 3 * ahead + off, _MM_HINT_T1);
+        } else if (NT <= 2) {
+            _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T1);
+        } else {
+            _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T0);
+        }
     }
 }
 
 /* A tile reads its NR rows side by side, so "6 KiB ahead" of one of them
  * can land in another row the tile is reading now (TinyLlama's 5632-column
  * rows are 3 KiB): ask for the same place in a later tile instead, the
- * first at least 6 KiB on. */
-INLINE size_t prefetch_distance(int NR, size_t row_bytes) {
+ * first at least 6 KiB on. A single row's stream is contiguous (the rows
+ * follow each other), so a decode row's distance is exact. */
+INLINE size_t prefetch_distance(int NR, int NT, size_t row_bytes) {
+    if (NR == 1 && NT <= 2) return PF_DECODE_L1;
     size_t tile = (size_t)NR * row_bytes;
     return (6144 + tile - 1) / tile * tile;
 }
@@ -192,7 +209,7 @@ INLINE void tile_q32(const int kind, const uint8_t *w, size_t row_bytes, int64_t
                      size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     const int type = kind & ~TILE_X8;
     const bool x8 = kind & TILE_X8;
-    const size_t ahead = prefetch_distance(NR, row_bytes);
+    const size_t ahead = prefetch_distance(NR, NT, row_bytes);
     const int bb = block32_bytes(type);
     const bool has_min = type != GL_TYPE_Q8_0;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
@@ -212,7 +229,7 @@ INLINE void tile_q32(const int kind, const uint8_t *w, size_t row_bytes, int64_t
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * bb;
-            if (b % 2 == 0) prefetch_ahead(blk, 2 * bb, ahead, NT);
+            if (b % 2 == 0) prefetch_ahead(blk, 2 * bb, ahead, NR, NT);
             dw[r] = f16_at(blk);
             if (type == GL_TYPE_Q8_0) {
                 wq[r] = load256(blk + 2);
@@ -283,7 +300,7 @@ INLINE void tile_q45_k(const int kind, const uint8_t *w, size_t row_bytes, int64
                        size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     const int type = kind & ~TILE_X8;
     const bool x8 = kind & TILE_X8;
-    const size_t ahead = prefetch_distance(NR, row_bytes);
+    const size_t ahead = prefetch_distance(NR, NT, row_bytes);
     const bool five = type == GL_TYPE_Q5_K;
     const int bb = five ? 176 : 144;
     const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
@@ -304,7 +321,7 @@ INLINE void tile_q45_k(const int kind, const uint8_t *w, size_t row_bytes, int64
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * bb;
-            prefetch_ahead(blk[r], bb, ahead, NT);
+            prefetch_ahead(blk[r], bb, ahead, NR, NT);
             k4_scales(blk[r] + 4, sc[r], mn[r]);
 #pragma GCC unroll 8
             for (int t = 0; t < NT; t++) isum[r][t] = isum2[r][t] = _mm256_setzero_si256();
@@ -380,7 +397,7 @@ INLINE void tile_q45_k(const int kind, const uint8_t *w, size_t row_bytes, int64
 INLINE void tile_q6_k(const int kind, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                       size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     const bool x8 = kind & TILE_X8;
-    const size_t ahead = prefetch_distance(NR, row_bytes);
+    const size_t ahead = prefetch_distance(NR, NT, row_bytes);
     const __m256i m4 = _mm256_set1_epi8(0x0f), m30 = _mm256_set1_epi8(0x30);
     __m256 acc[4][TT];
     float accm[4][TT];
@@ -399,7 +416,7 @@ INLINE void tile_q6_k(const int kind, const uint8_t *w, size_t row_bytes, int64_
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             blk[r] = w + (size_t)r * row_bytes + (size_t)b * 210;
-            prefetch_ahead(blk[r], 210, ahead, NT);
+            prefetch_ahead(blk[r], 210, ahead, NR, NT);
             scales[r] = (const int8_t *)blk[r] + 192;
 #pragma GCC unroll 8
             for (int t = 0; t < NT; t++) isum[r][t] = isum2[r][t] = _mm256_setzero_si256();
