@@ -1324,9 +1324,10 @@ INLINE void attend_scores_tile8(const uint8_t *k, const uint16_t *ks, size_t k_s
     default: ATTEND_TILE_CASES(CALL, GL_KV_F32) break;                   \
     }
 
-/* attend_scores_avx512: tiles of up to 8 heads; with more rows than one
- * tile, the block's K is converted to floats once (the same values the
- * tiles would make), and every tile reads those. */
+/* attend_scores_avx512: tiles of up to 8 heads, each converting K's F16
+ * channels itself (cheaper than a float copy read by every tile, even for
+ * 8 tiles); Q8_0 past two tiles is converted to floats once (the same
+ * values the tiles would make), and every tile reads those. */
 static void FN(attend_scores)(const uint8_t *k, const uint16_t *ks, size_t k_stride, const float *const *q, int nr,
                               int hd, int n, gl_kv_type type, int qc, float *score, int ss, int bs, float *row) {
     if (bs > 16 || hd % 4 || (type == GL_KV_Q8_0 && qc % 4)) {
@@ -1334,7 +1335,7 @@ static void FN(attend_scores)(const uint8_t *k, const uint16_t *ks, size_t k_str
         return;
     }
     __mmask16 km = (__mmask16)((1u << n) - 1);
-    if (nr > 8 && type != GL_KV_F32) {
+    if (type == GL_KV_Q8_0 && nr > 16) {
         __m512 sv = _mm512_setzero_ps();
         for (int d = 0; d < hd; d++) {
             if (type == GL_KV_Q8_0) {
@@ -1432,16 +1433,16 @@ INLINE void attend_pv_tile(const uint8_t *v, const uint16_t *vs, size_t v_stride
 }
 
 /* attend_pv_avx512: up to 4 heads take 64 channels a tile, up to 8 take
- * 32; with more rows than one tile, the block's V rows are converted to
- * floats once (the values the tiles would make), and every tile reads
- * those. */
+ * 32, each tile converting its F16 V rows itself; Q8_0 past two tiles is
+ * converted to floats once (the values the tiles would make), and every
+ * tile reads those. */
 static void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss, int nr,
                           const int *n, int hd, gl_kv_type type, int qc, float *const *out, float *row) {
     if (hd % 16 || hd > 256 || (type == GL_KV_Q8_0 && qc % 16)) {
         CAT(FN(attend), generic_pv)(v, vs, v_stride, score, ss, nr, n, hd, type, qc, out, row);
         return;
     }
-    if (nr > 8 && type != GL_KV_F32) {
+    if (type == GL_KV_Q8_0 && nr > 16) {
         for (int j = 0; j < n[nr - 1]; j++) {
             const uint8_t *vj = v + (size_t)j * v_stride;
             for (int c = 0; c < hd; c += 16) {
