@@ -1432,6 +1432,9 @@ INLINE void attend_pv_tile(const uint8_t *v, const uint16_t *vs, size_t v_stride
         for (int c = 0; c < NC; c++) _mm512_storeu_ps(out[g] + c0 + 16 * c, o[g][c]);
 }
 
+#define SCORE_SS16 256 /* kern_attend_score_stride(16) */
+_Static_assert(SCORE_SS16 == (256 / 16 * 16 + 15) / 16 * 16, "kern_attend_score_stride(16)");
+
 /* attend_pv_avx512: up to 4 heads take 64 channels a tile, up to 8 take
  * 32, each tile converting its F16 V rows itself; Q8_0 past two tiles is
  * converted to floats once (the values the tiles would make), and every
@@ -1460,9 +1463,13 @@ static void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride,
         for (int g0 = 0; g0 < nr; g0 += rows) {
             int ng = nr - g0 < rows ? nr - g0 : rows;
             const float *sg = score + (size_t)g0 * ss;
-#define PV_CALL4(NG, KT) attend_pv_tile(v, vs, v_stride, sg, ss, NG <= 4 ? NG : 4, n + g0, hd, qc, c0, 4, KT, out + g0)
-#define PV_CALL2(NG, KT) attend_pv_tile(v, vs, v_stride, sg, ss, NG, n + g0, hd, qc, c0, 2, KT, out + g0)
-            if (nc < chunks) attend_pv_tile(v, vs, v_stride, sg, ss, ng, n + g0, hd, qc, c0, nc, type, out + g0); /* the channels' tail */
+            /* the score stride a constant (that of blocks of 16), so each
+             * head's scores are one displacement from a shared pointer
+             * rather than an offset the loop reloads from the stack */
+#define PV_CALL4(NG, KT) attend_pv_tile(v, vs, v_stride, sg, SCORE_SS16, NG <= 4 ? NG : 4, n + g0, hd, qc, c0, 4, KT, out + g0)
+#define PV_CALL2(NG, KT) attend_pv_tile(v, vs, v_stride, sg, SCORE_SS16, NG, n + g0, hd, qc, c0, 2, KT, out + g0)
+            if (nc < chunks || ss != SCORE_SS16) /* the channels' tail, other block sizes */
+                attend_pv_tile(v, vs, v_stride, sg, ss, ng, n + g0, hd, qc, c0, nc, type, out + g0);
             else if (chunks == 4) ATTEND_TYPE_CASES(PV_CALL4)
             else ATTEND_TYPE_CASES(PV_CALL2)
 #undef PV_CALL4
@@ -1472,6 +1479,7 @@ static void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride,
 }
 #undef ATTEND_TILE_CASES
 #undef ATTEND_TYPE_CASES
+#undef SCORE_SS16
 #define ATTEND_SCORES FN(attend_scores)
 #define ATTEND_PV FN(attend_pv)
 #define ATTEND_SOFTMAX FN(attend_softmax)
