@@ -1382,7 +1382,10 @@ int kern_attention(kern_pool *p, const kern_attn *a) {
      * than threads or a group has too many heads for one call. */
     int group_tile = group <= KERN_ATTEND_MAX_ROWS ? KERN_ATTEND_MAX_ROWS / group : 0;
     group_tile = group_tile > 16 ? 16 : group_tile;
-    bool whole = group_tile > 0 && (a->n_tokens + group_tile - 1) / group_tile * a->n_kv_heads >= p->n_threads;
+    /* whole groups if tiles of up to 8 tokens give every thread a unit (the
+     * loop below shrinks the tiles to that when needed) */
+    int tile8 = group_tile < 8 ? group_tile : 8;
+    bool whole = group_tile > 0 && (a->n_tokens + tile8 - 1) / tile8 * a->n_kv_heads >= p->n_threads;
     job.heads_per_unit = whole ? group : 1;
     job.tile_tokens = whole ? group_tile : 8;
     job.units_per_tile = a->n_heads / job.heads_per_unit;
