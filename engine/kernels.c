@@ -1381,7 +1381,11 @@ int kern_attention(kern_pool *p, const kern_attn *a) {
      * (the same arithmetic per head) only when there would be fewer units
      * than threads or a group has too many heads for one call. */
     int group_tile = group <= KERN_ATTEND_MAX_ROWS ? KERN_ATTEND_MAX_ROWS / group : 0;
-    group_tile = group_tile > 16 ? 16 : group_tile;
+    /* 16 tokens to a tile when the batch opens with a prompt run (a decode
+     * batch of 16 sequences read its cache 10% slower in tiles of 16) */
+    bool run16 = a->n_tokens >= 16 && a->seq_of_token[15] == a->seq_of_token[0] &&
+                 a->positions[15] == a->positions[0] + 15;
+    group_tile = group_tile > (run16 ? 16 : 8) ? (run16 ? 16 : 8) : group_tile;
     /* whole groups if tiles of up to 8 tokens give every thread a unit (the
      * loop below shrinks the tiles to that when needed) */
     int tile8 = group_tile < 8 ? group_tile : 8;

@@ -1439,7 +1439,7 @@ _Static_assert(SCORE_SS16 == (256 / 16 * 16 + 15) / 16 * 16, "kern_attend_score_
  * 32, each tile converting its F16 V rows itself; Q8_0 past two tiles is
  * converted to floats once (the values the tiles would make), and every
  * tile reads those. */
-static void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss, int nr,
+INLINE void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss, int nr,
                           const int *n, int hd, gl_kv_type type, int qc, float *const *out, float *row) {
     if (hd % 16 || hd > 256 || (type == GL_KV_Q8_0 && qc % 16)) {
         CAT(FN(attend), generic_pv)(v, vs, v_stride, score, ss, nr, n, hd, type, qc, out, row);
