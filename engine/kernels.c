@@ -1377,9 +1377,9 @@ int kern_attention(kern_pool *p, const kern_attn *a) {
      * each K/V block read from L2 serves twice the rows); whole groups
      * share each K/V conversion and interleave their heads' dependency
      * chains, so they run as units even when there are barely more units
-     * than threads. Single heads
-     * (the same arithmetic per head) only when there would be fewer units
-     * than threads or a group has too many heads for one call. */
+     * than threads. Single heads (the same arithmetic per head) only when
+     * there would be fewer units than threads or a group has too many
+     * heads for one call. */
     int group_tile = group <= KERN_ATTEND_MAX_ROWS ? KERN_ATTEND_MAX_ROWS / group : 0;
     /* 16 tokens to a tile when the batch opens with a prompt run (a decode
      * batch of 16 sequences read its cache 10% slower in tiles of 16) */

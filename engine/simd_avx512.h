@@ -1432,8 +1432,7 @@ INLINE void attend_pv_tile(const uint8_t *v, const uint16_t *vs, size_t v_stride
         for (int c = 0; c < NC; c++) _mm512_storeu_ps(out[g] + c0 + 16 * c, o[g][c]);
 }
 
-#define SCORE_SS16 256 /* kern_attend_score_stride(16) */
-_Static_assert(SCORE_SS16 == (256 / 16 * 16 + 15) / 16 * 16, "kern_attend_score_stride(16)");
+#define SCORE_SS16 256 /* kern_attend_score_stride(16); attend_pv checks ss against it */
 
 /* attend_pv_avx512: up to 4 heads take 64 channels a tile, up to 8 take
  * 32, each tile converting its F16 V rows itself; Q8_0 past two tiles is
