@@ -1267,12 +1267,55 @@ INLINE void attend_scores_tile(const uint8_t *k, const uint16_t *ks, size_t k_st
     }
 }
 
+/* NG heads (5-8) of one block: the same sums as attend_scores_tile (four
+ * partial sums per head, channels d % 4, added (0 + 1) + (2 + 3)), but the
+ * partial sums of channels 0 and 1 run first and those of 2 and 3 after,
+ * so 8 heads' chains fit the registers at once with K's channels converted
+ * straight from the cache, each once for all the heads. */
+INLINE void attend_scores_tile8(const uint8_t *k, const uint16_t *ks, size_t k_stride, const float *const *qg,
+                                const int NG, int hd, int qc, __mmask16 km, const gl_kv_type KT, float *score, int ss,
+                                int bs) {
+    __m512 s01[8], a[8][2];
+#pragma GCC unroll 2
+    for (int half = 0; half < 2; half++) {
+#pragma GCC unroll 8
+        for (int g = 0; g < NG; g++) a[g][0] = a[g][1] = _mm512_setzero_ps();
+        __m512 sv = _mm512_setzero_ps();
+        for (int d = 2 * half; d < hd; d += 4) {
+            if (KT == GL_KV_Q8_0 && (d - 2 * half) % qc == 0)
+                sv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(km, ks + (size_t)(d / qc) * bs));
+            __m512 k0 = k_channel(k + (size_t)d * k_stride, km, KT, sv);
+            __m512 k1 = k_channel(k + (size_t)(d + 1) * k_stride, km, KT, sv);
+#pragma GCC unroll 8
+            for (int g = 0; g < NG; g++) {
+                a[g][0] = _mm512_fmadd_ps(_mm512_set1_ps(qg[g][d]), k0, a[g][0]);
+                a[g][1] = _mm512_fmadd_ps(_mm512_set1_ps(qg[g][d + 1]), k1, a[g][1]);
+            }
+        }
+#pragma GCC unroll 8
+        for (int g = 0; g < NG; g++) {
+            __m512 p = _mm512_add_ps(a[g][0], a[g][1]);
+            if (half == 0) {
+                s01[g] = p;
+            } else {
+                __m512 sc = _mm512_add_ps(s01[g], p);
+                if (bs == 16) _mm512_storeu_ps(score + (size_t)g * ss, sc);
+                else _mm512_mask_storeu_ps(score + (size_t)g * ss, km, sc);
+            }
+        }
+    }
+}
+
 #define ATTEND_TILE_CASES(CALL, KT)            \
     switch (ng) {                              \
     case 1: CALL(1, KT); break;                \
     case 2: CALL(2, KT); break;                \
     case 3: CALL(3, KT); break;                \
-    default: CALL(4, KT); break;               \
+    case 4: CALL(4, KT); break;                \
+    case 5: CALL(5, KT); break;                \
+    case 6: CALL(6, KT); break;                \
+    case 7: CALL(7, KT); break;                \
+    default: CALL(8, KT); break;               \
     }
 #define ATTEND_TYPE_CASES(CALL)                                          \
     switch (type) {                                                      \
@@ -1281,9 +1324,10 @@ INLINE void attend_scores_tile(const uint8_t *k, const uint16_t *ks, size_t k_st
     default: ATTEND_TILE_CASES(CALL, GL_KV_F32) break;                   \
     }
 
-/* attend_scores_avx512: with more rows than one tile, the block's K is
- * converted to floats once (the same values the tiles would make), and
- * every tile reads those. */
+/* attend_scores_avx512: tiles of up to 8 heads, each converting K's F16
+ * channels itself (cheaper than a float copy read by every tile, even for
+ * 8 tiles); Q8_0 past two tiles is converted to floats once (the same
+ * values the tiles would make), and every tile reads those. */
 static void FN(attend_scores)(const uint8_t *k, const uint16_t *ks, size_t k_stride, const float *const *q, int nr,
                               int hd, int n, gl_kv_type type, int qc, float *score, int ss, int bs, float *row) {
     if (bs > 16 || hd % 4 || (type == GL_KV_Q8_0 && qc % 4)) {
@@ -1291,7 +1335,7 @@ static void FN(attend_scores)(const uint8_t *k, const uint16_t *ks, size_t k_str
         return;
     }
     __mmask16 km = (__mmask16)((1u << n) - 1);
-    if (nr > 4 && type != GL_KV_F32) {
+    if (type == GL_KV_Q8_0 && nr > 16) {
         __m512 sv = _mm512_setzero_ps();
         for (int d = 0; d < hd; d++) {
             if (type == GL_KV_Q8_0) {
@@ -1303,10 +1347,12 @@ static void FN(attend_scores)(const uint8_t *k, const uint16_t *ks, size_t k_str
         }
         k = (const uint8_t *)row, k_stride = 64, type = GL_KV_F32;
     }
-    for (int g0 = 0; g0 < nr; g0 += 4) {
-        int ng = nr - g0 < 4 ? nr - g0 : 4;
+    for (int g0 = 0; g0 < nr; g0 += 8) {
+        int ng = nr - g0 < 8 ? nr - g0 : 8;
         float *sg = score + (size_t)g0 * ss;
-#define SCORES_CALL(NG, KT) attend_scores_tile(k, ks, k_stride, q + g0, NG, hd, qc, km, KT, sg, ss, bs)
+#define SCORES_CALL(NG, KT)                                                                                  \
+    if (NG <= 4) attend_scores_tile(k, ks, k_stride, q + g0, NG <= 4 ? NG : 4, hd, qc, km, KT, sg, ss, bs); \
+    else attend_scores_tile8(k, ks, k_stride, q + g0, NG, hd, qc, km, KT, sg, ss, bs)
         ATTEND_TYPE_CASES(SCORES_CALL)
 #undef SCORES_CALL
     }
@@ -1339,7 +1385,7 @@ static void FN(attend_softmax)(float *s, int b0, int b1, float scale, float *mx,
  * score; with check, only the heads whose count n[g] reaches j. */
 INLINE void attend_pv_position(const uint8_t *vj, const uint16_t *sj, int qc, const float *score, int j, int ss,
                                const int g_first, const int NG, const int NC, const gl_kv_type KT, const bool check,
-                               const int *n, __m512 o[4][4]) {
+                               const int *n, __m512 o[8][4]) {
     __m512 vv[4] = {0}; /* zeros only for the compiler's warnings: the copies never read them */
 #pragma GCC unroll 4
     for (int c = 0; c < NC; c++) {
@@ -1349,7 +1395,7 @@ INLINE void attend_pv_position(const uint8_t *vj, const uint16_t *sj, int qc, co
         else if (KT == GL_KV_F16) vv[c] = _mm512_cvtph_ps(load256(vj + 32 * c));
         else vv[c] = _mm512_loadu_ps((const float *)vj + 16 * c);
     }
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int g = g_first; g < NG; g++) {
         if (check && j >= n[g]) continue;
         __m512 pj = _mm512_set1_ps(score[(size_t)g * ss + j]);
@@ -1358,17 +1404,18 @@ INLINE void attend_pv_position(const uint8_t *vj, const uint16_t *sj, int qc, co
     }
 }
 
-/* out += p V for NG heads (1-4) over NC vectors of channels from c0 (NG,
- * NC and the element type constants in the usual copies, as above): the
+/* out += p V for NG heads (1-8) over NC vectors of channels from c0 (NG,
+ * NC and the element type constants in the usual copies, as above; NG * NC
+ * at most 16): the
  * outputs stay in registers while the block's V rows go by. Rows come in
  * token order, so their counts n[g] never fall; the positions all of them
  * read run without per-head tests. */
 INLINE void attend_pv_tile(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss,
                            const int NG, const int *n, int hd, int qc, int c0, const int NC, const gl_kv_type KT,
                            float *const *out) {
-    __m512 o[4][4];
-#pragma GCC unroll 4
-    for (int g = 0; g < 4; g++)
+    __m512 o[8][4];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++)
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) o[g][c] = g < NG && c < NC ? _mm512_loadu_ps(out[g] + c0 + 16 * c) : _mm512_setzero_ps();
     const uint8_t *vc = v + (size_t)c0 * (KT == GL_KV_F32 ? 4 : KT == GL_KV_F16 ? 2 : 1);
@@ -1379,22 +1426,25 @@ INLINE void attend_pv_tile(const uint8_t *v, const uint16_t *vs, size_t v_stride
         attend_pv_position(vc + (size_t)j * v_stride, sc + (size_t)j * spr, qc, score, j, ss, 0, NG, NC, KT, false, n, o);
     for (; j < n[NG - 1]; j++)
         attend_pv_position(vc + (size_t)j * v_stride, sc + (size_t)j * spr, qc, score, j, ss, 1, NG, NC, KT, true, n, o);
-#pragma GCC unroll 4
+#pragma GCC unroll 8
     for (int g = 0; g < NG; g++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) _mm512_storeu_ps(out[g] + c0 + 16 * c, o[g][c]);
 }
 
-/* attend_pv_avx512: with more rows than one tile, the block's V rows are
+#define SCORE_SS16 256 /* kern_attend_score_stride(16); attend_pv checks ss against it */
+
+/* attend_pv_avx512: up to 4 heads take 64 channels a tile, up to 8 take
+ * 32, each tile converting its F16 V rows itself; Q8_0 past two tiles is
  * converted to floats once (the values the tiles would make), and every
  * tile reads those. */
-static void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss, int nr,
+INLINE void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss, int nr,
                           const int *n, int hd, gl_kv_type type, int qc, float *const *out, float *row) {
     if (hd % 16 || hd > 256 || (type == GL_KV_Q8_0 && qc % 16)) {
         CAT(FN(attend), generic_pv)(v, vs, v_stride, score, ss, nr, n, hd, type, qc, out, row);
         return;
     }
-    if (nr > 4 && type != GL_KV_F32) {
+    if (type == GL_KV_Q8_0 && nr > 16) {
         for (int j = 0; j < n[nr - 1]; j++) {
             const uint8_t *vj = v + (size_t)j * v_stride;
             for (int c = 0; c < hd; c += 16) {
@@ -1406,20 +1456,29 @@ static void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride,
         }
         v = (const uint8_t *)row, v_stride = (size_t)hd * 4, type = GL_KV_F32;
     }
-    for (int c0 = 0; c0 < hd; c0 += 64) {
-        int nc = (hd - c0) / 16 < 4 ? (hd - c0) / 16 : 4;
-        for (int g0 = 0; g0 < nr; g0 += 4) {
-            int ng = nr - g0 < 4 ? nr - g0 : 4;
+    int rows = nr > 4 ? 8 : 4, chunks = nr > 4 ? 2 : 4; /* a tile's heads and vectors of channels */
+    for (int c0 = 0; c0 < hd; c0 += 16 * chunks) {
+        int nc = (hd - c0) / 16 < chunks ? (hd - c0) / 16 : chunks;
+        for (int g0 = 0; g0 < nr; g0 += rows) {
+            int ng = nr - g0 < rows ? nr - g0 : rows;
             const float *sg = score + (size_t)g0 * ss;
-#define PV_CALL(NG, KT) attend_pv_tile(v, vs, v_stride, sg, ss, NG, n + g0, hd, qc, c0, 4, KT, out + g0)
-            if (nc < 4) attend_pv_tile(v, vs, v_stride, sg, ss, ng, n + g0, hd, qc, c0, nc, type, out + g0); /* head dims not a multiple of 64 */
-            else ATTEND_TYPE_CASES(PV_CALL)
-#undef PV_CALL
+            /* the score stride a constant (that of blocks of 16), so each
+             * head's scores are one displacement from a shared pointer
+             * rather than an offset the loop reloads from the stack */
+#define PV_CALL4(NG, KT) attend_pv_tile(v, vs, v_stride, sg, SCORE_SS16, NG <= 4 ? NG : 4, n + g0, hd, qc, c0, 4, KT, out + g0)
+#define PV_CALL2(NG, KT) attend_pv_tile(v, vs, v_stride, sg, SCORE_SS16, NG, n + g0, hd, qc, c0, 2, KT, out + g0)
+            if (nc < chunks || ss != SCORE_SS16) /* the channels' tail, other block sizes */
+                attend_pv_tile(v, vs, v_stride, sg, ss, ng, n + g0, hd, qc, c0, nc, type, out + g0);
+            else if (chunks == 4) ATTEND_TYPE_CASES(PV_CALL4)
+            else ATTEND_TYPE_CASES(PV_CALL2)
+#undef PV_CALL4
+#undef PV_CALL2
         }
     }
 }
 #undef ATTEND_TILE_CASES
 #undef ATTEND_TYPE_CASES
+#undef SCORE_SS16
 #define ATTEND_SCORES FN(attend_scores)
 #define ATTEND_PV FN(attend_pv)
 #define ATTEND_SOFTMAX FN(attend_softmax)

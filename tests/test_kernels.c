@@ -951,22 +951,30 @@ static float kv_value(const attn_fixture *f, const uint8_t *base, int block, int
 /* blocks_per_seq past 16 gives contexts of several attention segments
  * (kern_attend_segment): seq 0's chunk then crosses from one to the next,
  * and a token alone on two threads has its segments split over them. */
+static void attention_run_case(gl_kv_type type, int n_heads, int n_kv_heads, int head_dim, int blocks_per_seq, int run);
 static void attention_case(gl_kv_type type, int n_heads, int n_kv_heads, int head_dim, int blocks_per_seq) {
+    attention_run_case(type, n_heads, n_kv_heads, head_dim, blocks_per_seq, 11);
+}
+
+/* run: seq 0's chunk, the batch's first tokens (16 or more: a prompt's
+ * tiles of 16 tokens). */
+static void attention_run_case(gl_kv_type type, int n_heads, int n_kv_heads, int head_dim, int blocks_per_seq, int run) {
     attn_fixture f = {.n_heads = n_heads, .n_kv_heads = n_kv_heads, .head_dim = head_dim, .block_size = 16,
                       .n_blocks = 3 * blocks_per_seq, .n_seqs = 3, .type = type};
     attn_setup(&f);
     /* Prompt chunks (runs of one sequence at consecutive positions, which
      * share K/V blocks in tiles of the batch) among single decode tokens:
      * seq 0 at 20..30 across a block boundary (250..260 across a segment
-     * boundary), seq 2 at 0..8, seq 1 apart. */
-    enum { T = 24 };
-    int32_t positions[T], seq_of_token[T];
+     * boundary; run tokens from there), seq 2 at 0..8, seq 1 apart. */
+    int T = run + 13;
+    int32_t positions[64], seq_of_token[64];
+    ck_assert_int_le(T, 64);
     int chunk0 = blocks_per_seq > 17 ? 250 : 20;
     for (int t = 0; t < T; t++) {
-        seq_of_token[t] = t <= 10 ? 0 : t >= 12 && t <= 20 ? 2 : 1;
-        positions[t] = t <= 10 ? chunk0 + t
-                       : t >= 12 && t <= 20 ? t - 12
-                                            : (int32_t)(rnd() % (uint32_t)(blocks_per_seq * 16 - 1)) + 1;
+        seq_of_token[t] = t < run ? 0 : t > run && t <= run + 9 ? 2 : 1;
+        positions[t] = t < run ? chunk0 + t
+                       : t > run && t <= run + 9 ? t - run - 1
+                                                 : (int32_t)(rnd() % (uint32_t)(blocks_per_seq * 16 - 1)) + 1;
     }
     int D = n_heads * head_dim;
     float *q = malloc((size_t)T * D * sizeof *q), *out = malloc((size_t)T * D * sizeof *out);
@@ -1037,6 +1045,10 @@ START_TEST(attention_matches_reference) {
     attention_case(GL_KV_F32, 8, 1, 128, 10);
     attention_case(GL_KV_F16, 9, 3, 64, 40);  /* SmolLM2's heads over up to 640 positions: 3 segments */
     attention_case(GL_KV_F32, 4, 2, 32, 40);
+    /* a prompt run first: tiles of 16 tokens, 16 rows of single heads and 64 of 4-head groups */
+    attention_run_case(GL_KV_F16, 12, 12, 64, 10, 21);
+    attention_run_case(GL_KV_F16, 8, 2, 64, 40, 21);
+    attention_run_case(GL_KV_F32, 14, 2, 64, 10, 21);
 }
 END_TEST
 
@@ -1052,6 +1064,7 @@ START_TEST(attention_q8_0_matches_reference) {
     attention_case(GL_KV_Q8_0, 4, 2, 256, 10); /* gemma3's head dim */
     attention_case(GL_KV_Q8_0, 4, 2, 48, 10);  /* scale group 24 */
     attention_case(GL_KV_Q8_0, 9, 3, 64, 40);  /* 3 segments */
+    attention_run_case(GL_KV_Q8_0, 8, 2, 64, 10, 21); /* 64 rows: K/V as floats once for the tiles */
 }
 END_TEST
 
