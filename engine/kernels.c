@@ -464,13 +464,16 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
         uint8_t *pairs = (uint8_t *)&ch->q[0][0];
         for (int j = 0; j < m; j++) {
             int16_t v[32];
-            for (int i = 0; i < 32; i++) v[i] = (int16_t)(256 * tmp[j].q[i] + tmp[j].q2[i]);
+            int32_t sum = 0;
+            for (int i = 0; i < 32; i++) v[i] = (int16_t)(256 * tmp[j].q[i] + tmp[j].q2[i]), sum += v[i];
             for (int pv = 0; pv < 16; pv++) {
                 memcpy(pairs + 4 * (16 * pv + j), &v[2 * pv], 4);
                 if (half_tail) memcpy(pairs + 4 * (16 * pv + j + 8), &v[2 * pv], 4);
             }
             ch->d[j] = tmp[j].d;
             ch->s[j] = tmp[j].s;
+            ch->sum[j] = sum;
+            if (half_tail) ch->sum[j + 8] = sum;
         }
     }
 }

@@ -12,11 +12,13 @@
  * transposed accumulators: for row r and lane j a vector over the 16 tokens.
  * The lanes' tree then is vertical adds in the same order. A short tail's
  * blocks are ordinary blocks here: add_short_tail gives each its exact dot
- * and a chunk's float steps in lane j, so its 16-bit Q8_0 takes the signed
- * dots (the +128 taken back in integer) and no offset term, as a chunk's.
+ * and a chunk's float steps in lane j, so its 16-bit Q8_0, Q4_0 and Q5_0
+ * take the signed dots (Q8_0's +128 and Q4_0's / Q5_0's offsets taken in
+ * integer) and no offset term, as a chunk's.
  *
  * The float work per block and output is VNNI's own (the bits ask for it),
- * so AMX saves the integer dots only; the weights' unpacking, once per 16
+ * so AMX saves the integer dots only (and at 16 bits Q4_0's and Q5_0's
+ * offset multiply-add, folded into their signed weight bytes); the weights' unpacking, once per 16
  * rows and call, is why short calls (under KERN_AMX_MIN_TOKENS) stay on VNNI. */
 
 typedef struct amx_tilecfg {
@@ -39,8 +41,9 @@ static void amx_config(void) {
     _tile_loadconfig(&cfg);
 }
 
-/* One raw block (the file's layout) as 32 bytes in element order: Q4 and Q5
- * unsigned, Q8_0 signed (x16) or +128 (x8, as the VNNI tiles take it);
+/* One raw block (the file's layout) as 32 bytes in element order: Q8_0
+ * signed (x16) or +128 (x8, as the VNNI tiles take it), Q4_0 and Q5_0
+ * signed (q - 8, q - 16: folds_offset) at x16, else Q4 and Q5 unsigned;
  * its scale and offset as chunk_offsets gives them. */
 INLINE void amx_unpack_block(const int type, const bool x16, const uint8_t *blk, int8_t *dst, float *dw, float *mw) {
     const float d = f16_at(blk);
@@ -61,6 +64,7 @@ INLINE void amx_unpack_block(const int type, const bool x16, const uint8_t *blk,
         memcpy(&qh, blk + qs - 4, 4);
         v = _mm256_mask_add_epi8(v, (__mmask32)qh, v, _mm256_set1_epi8(0x10));
     }
+    if (x16 && folds_offset(type)) v = _mm256_sub_epi8(v, _mm256_set1_epi8(type == GL_TYPE_Q5_0 ? 16 : 8));
     _mm256_storeu_si256((__m256i *)dst, v);
     *mw = has_min ? f16_at(blk + 2) : d * (type == GL_TYPE_Q5_0 ? -16.0f : -8.0f);
 }
@@ -94,13 +98,13 @@ INLINE void amx_unpack_rows(const int type, const bool x16, const uint8_t *data,
         _tile_loadd(TA, a + 512 * (size_t)(b), 32);                                                             \
         _tile_loadd(TB, x_, 64);                                                                                \
         _tile_zero(CQ);                                                                                         \
-        if (x16 && q8) _tile_dpbssd(CQ, TA, TB);                                                                \
+        if (x16 && sgn) _tile_dpbssd(CQ, TA, TB);                                                               \
         else _tile_dpbusd(CQ, TA, TB);                                                                          \
         _tile_stored(CQ, (c), 64);                                                                              \
         if (x16) {                                                                                              \
             _tile_loadd(TB, x_ + 512, 64);                                                                      \
             _tile_zero(CR);                                                                                     \
-            if (q8) _tile_dpbssd(CR, TA, TB);                                                                   \
+            if (sgn) _tile_dpbssd(CR, TA, TB);                                                                  \
             else _tile_dpbusd(CR, TA, TB);                                                                      \
             _tile_stored(CR, (c) + 256, 64);                                                                    \
         }                                                                                                       \
@@ -109,10 +113,11 @@ INLINE void amx_unpack_rows(const int type, const bool x16, const uint8_t *data,
 #define AMX_ISSUE1(b, c) AMX_ISSUE_T(2, 3, 5, 7, b, c)
 
 /* Block b's float operations on lane j's accumulators of 16 rows, as the
- * VNNI tiles do them for block j of a chunk. */
+ * VNNI tiles do them for block j of a chunk: 16-bit Q8_0, Q4_0 and Q5_0
+ * have signed dots (sgn) and no offset term. */
 INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, const float *mwv, const uint8_t *x,
                              int64_t b, const int32_t *c, __m512 acc[16]) {
-    const bool q8 = type == GL_TYPE_Q8_0;
+    const bool sgn = type == GL_TYPE_Q8_0 || folds_offset(type);
     const __m512 da = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512)));
     const __m512 s = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512) + 64));
 #pragma GCC unroll 16
@@ -121,7 +126,7 @@ INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, c
         if (x16) dot = _mm512_add_epi32(_mm512_slli_epi32(dot, 8), _mm512_load_si512(c + 256 + 16 * r));
         const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(dwv[16 * b + r]), da);
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
-        if (!(x16 && q8)) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwv[16 * b + r]), s, acc[r]);
+        if (!(x16 && sgn)) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwv[16 * b + r]), s, acc[r]);
     }
 }
 
@@ -151,7 +156,7 @@ INLINE void amx_prefetch(const uint8_t *grp, const uint8_t *next, size_t rec, co
 INLINE void amx_group(const int type, const bool x16, const int8_t *a, const float *dwv, const float *mwv,
                       const uint8_t *grp, const uint8_t *next, const int16_t *items, int n_items, int32_t *c,
                       float *acct) {
-    const bool q8 = type == GL_TYPE_Q8_0;
+    const bool sgn = type == GL_TYPE_Q8_0 || folds_offset(type); /* x16: signed weight bytes */
     const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
     __m512 acc[16];
 #pragma GCC unroll 16
