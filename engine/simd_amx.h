@@ -199,24 +199,51 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
 #undef AMX_ISSUE8
         return;
     }
-    /* item k's tiles are slot k % 2, its dots c + 512 (k % 3): issued two items ahead */
-    AMX_ISSUE0(items[0], c);
-    if (n_items > 1) AMX_ISSUE1(items[1], c + 512);
-    for (int k = 0; k < n_items; k += 2) {
+    /* item k's dots in slot k % 2 (C tiles 2 s, 2 s + 1, A tile 4 + s; B tiles 6 and 7 for the
+     * coarse and residual bytes): issued a step ahead, stored only after the next item's dots are
+     * issued (a store right behind its own dot waits out the dot's latency, and the tile
+     * instructions after it with it), to c + 512 (k % 3), and their floats a step later still */
+#define AMX_DOTS16(CQ, CR, TA, k)                                                                                \
+    do {                                                                                                        \
+        const uint8_t *x_ = grp + (size_t)items[k] * rec;                                                       \
+        _tile_loadd(TA, a + 512 * (size_t)items[k], 32);                                                        \
+        _tile_loadd(6, x_, 64);                                                                                 \
+        _tile_loadd(7, x_ + 512, 64);                                                                           \
+        _tile_zero(CQ);                                                                                         \
+        _tile_zero(CR);                                                                                         \
+        if (sgn) {                                                                                              \
+            _tile_dpbssd(CQ, TA, 6);                                                                            \
+            _tile_dpbssd(CR, TA, 7);                                                                            \
+        } else {                                                                                                \
+            _tile_dpbusd(CQ, TA, 6);                                                                            \
+            _tile_dpbusd(CR, TA, 7);                                                                            \
+        }                                                                                                       \
+    } while (0)
+#define AMX_STORE16(CQ, CR, k)                                                                                   \
+    do {                                                                                                        \
+        _tile_stored(CQ, c + 512 * ((k) % 3), 64);                                                              \
+        _tile_stored(CR, c + 512 * ((k) % 3) + 256, 64);                                                        \
+    } while (0)
+    AMX_DOTS16(0, 1, 4, 0);
+    for (int k = 0; k <= n_items; k += 2) {
 #pragma GCC unroll 2
         for (int i = 0; i < 2; i++) {
-            if (k + i >= n_items) break;
-            const int b = items[k + i];
-            int32_t *ck = c + 512 * ((k + i) % 3);
-            amx_prefetch(grp, next, rec, items, n_items, k + i);
-            amx_block_floats(type, x16, dwv, mwv, grp + (size_t)b * rec, b, ck, acc);
-            if (k + i + 2 < n_items) {
-                int32_t *cn = c + 512 * ((k + i + 2) % 3);
-                if (i == 0) AMX_ISSUE0(items[k + i + 2], cn);
-                else AMX_ISSUE1(items[k + i + 2], cn);
+            const int kk = k + i;
+            if (kk > n_items) break;
+            if (kk < n_items) {
+                if (kk + 1 < n_items) {
+                    if (i == 0) AMX_DOTS16(2, 3, 5, kk + 1);
+                    else AMX_DOTS16(0, 1, 4, kk + 1);
+                }
+                if (i == 0) AMX_STORE16(0, 1, kk);
+                else AMX_STORE16(2, 3, kk);
             }
+            if (kk == 0) continue;
+            const int b = items[kk - 1];
+            amx_prefetch(grp, next, rec, items, n_items, kk - 1);
+            amx_block_floats(type, x16, dwv, mwv, grp + (size_t)b * rec, b, c + 512 * ((kk - 1) % 3), acc);
             /* a lane's last block: its accumulators out, the next lane's start */
-            if (k + i + 1 == n_items || items[k + i + 1] % 16 != b % 16) {
+            if (kk == n_items || items[kk] % 16 != b % 16) {
 #pragma GCC unroll 16
                 for (int r = 0; r < 16; r++) {
                     _mm512_store_ps(acct + 256 * r + 16 * (b % 16), acc[r]);
@@ -225,6 +252,8 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
             }
         }
     }
+#undef AMX_DOTS16
+#undef AMX_STORE16
 }
 
 /* The sums of sub-blocks 0..15 by the tree of _mm512_reduce_add_ps (lane
