@@ -19,7 +19,8 @@
  * The float work per block and output is VNNI's own (the bits ask for it),
  * so AMX saves the integer dots only (and at 16 bits Q4_0's and Q5_0's
  * offset multiply-add, folded into their signed weight bytes); the weights' unpacking, once per 16
- * rows and call, is why short calls (under KERN_AMX_MIN_TOKENS) stay on VNNI. */
+ * rows and call, is why short calls (under KERN_AMX_MIN_TOKENS; 16-bit Q5_0:
+ * KERN_AMX_Q5_0_MIN_TOKENS) stay on VNNI. */
 
 typedef struct amx_tilecfg {
     uint8_t palette, start_row, reserved[14];
