@@ -472,8 +472,8 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
             }
             ch->d[j] = tmp[j].d;
             ch->s[j] = tmp[j].s;
-            ch->sum[j] = sum;
-            if (half_tail) ch->sum[j + 8] = sum;
+            ch->off[j] = -8 * sum;
+            if (half_tail) ch->off[j + 8] = -8 * sum;
         }
     }
 }

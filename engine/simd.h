@@ -71,8 +71,8 @@ typedef struct kq16_chunk {
     int16_t q[16][32];        /* [v][2j + e]: element 2v + e of block j, 256 q + q2; 0 past the row */
     float d[16];              /* unit of block j, 0 past the row */
     float s[16];              /* d * sum of block j */
-    int32_t sum[16];          /* sum of block j's 256 q + q2 (a half tail's repeated in lane 8 + j, as q): Q4_0's
-                                 and Q5_0's offsets (-8, -16) go into the dot in integer, not through s */
+    int32_t off[16];          /* -8 times the sum of block j's 256 q + q2 (a half tail's repeated in lane 8 + j,
+                                 as q): Q4_0's offset (Q5_0's twice it) goes into the dot in integer, not through s */
 } kq16_chunk;
 
 static inline int64_t kq16_chunks(int64_t n_cols) { return (n_cols / 32 + 15) / 16; }

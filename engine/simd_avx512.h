@@ -118,10 +118,11 @@ INLINE bool is_q5(const int type) { return type == GL_TYPE_Q5_0 || type == GL_TY
 INLINE bool folds_offset(const int type) { return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q5_0; }
 INLINE int offset_shift(const int type) { return type == GL_TYPE_Q5_0 ? 4 : 3; }
 
-/* Where a chunk's dots start (kq16_chunk's sums times the offset). */
+/* Where a chunk's dots start: kq16_chunk's off (-8 times the sums), Q5_0's twice it. */
 INLINE __m512i chunk_dot_start(const int type, const kq16_chunk *a) {
     if (!folds_offset(type)) return _mm512_setzero_si512();
-    return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_loadu_si512(a->sum), offset_shift(type)));
+    const __m512i off = _mm512_loadu_si512(a->off);
+    return type == GL_TYPE_Q5_0 ? _mm512_add_epi32(off, off) : off;
 }
 
 /* Bytes per block before a packed chunk's quants: its scale, Q4_1's and
@@ -1078,7 +1079,7 @@ static void FN(quantize_x16)(const float *x, kq16_chunk *ch) {
         int lo, hi;
         _mm512_storeu_si512(pairs[j], quant_pairs(x + 32 * j, &ch->d[j], &lo, &hi));
         ch->s[j] = ch->d[j] * (float)(lo + hi);
-        ch->sum[j] = lo + hi;
+        ch->off[j] = -8 * (lo + hi);
     }
     const __m512i idx = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
     for (int v = 0; v < 16; v++)
