@@ -464,13 +464,16 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
         uint8_t *pairs = (uint8_t *)&ch->q[0][0];
         for (int j = 0; j < m; j++) {
             int16_t v[32];
-            for (int i = 0; i < 32; i++) v[i] = (int16_t)(256 * tmp[j].q[i] + tmp[j].q2[i]);
+            int32_t sum = 0;
+            for (int i = 0; i < 32; i++) v[i] = (int16_t)(256 * tmp[j].q[i] + tmp[j].q2[i]), sum += v[i];
             for (int pv = 0; pv < 16; pv++) {
                 memcpy(pairs + 4 * (16 * pv + j), &v[2 * pv], 4);
                 if (half_tail) memcpy(pairs + 4 * (16 * pv + j + 8), &v[2 * pv], 4);
             }
             ch->d[j] = tmp[j].d;
             ch->s[j] = tmp[j].s;
+            ch->off[j] = -8 * sum;
+            if (half_tail) ch->off[j + 8] = -8 * sum;
         }
     }
 }
@@ -1112,7 +1115,8 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
     part->weights = w->data;
     part->amx = NULL;
     /* Prompts on AMX: the same bits as the packed VNNI rows below, faster. */
-    if (part->rows && w->packed && n_tokens >= KERN_AMX_MIN_TOKENS &&
+    const int amx_min = w->type == GL_TYPE_Q5_0 && act_bits == 16 ? KERN_AMX_Q5_0_MIN_TOKENS : KERN_AMX_MIN_TOKENS;
+    if (part->rows && w->packed && n_tokens >= amx_min &&
         (w->type != GL_TYPE_Q6_K || act_bits != 8 || n_tokens >= KQA_Q6_K_X8_MIN_TOKENS)) {
         kern_amx_rows_fn amx = act_bits == 8 ? impl->amx_rows_x8[w->type] : impl->amx_rows[w->type];
         if (amx) {

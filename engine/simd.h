@@ -71,6 +71,8 @@ typedef struct kq16_chunk {
     int16_t q[16][32];        /* [v][2j + e]: element 2v + e of block j, 256 q + q2; 0 past the row */
     float d[16];              /* unit of block j, 0 past the row */
     float s[16];              /* d * sum of block j */
+    int32_t off[16];          /* -8 times the sum of block j's 256 q + q2 (a half tail's repeated in lane 8 + j,
+                                 as q): Q4_0's offset (Q5_0's twice it) goes into the dot in integer, not through s */
 } kq16_chunk;
 
 static inline int64_t kq16_chunks(int64_t n_cols) { return (n_cols / 32 + 15) / 16; }
@@ -215,6 +217,13 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
  *    rows in multiples of 16 where it can (any count works), and a
  *    per-thread scratch of KERN_AMX_SCRATCH(n_cols) bytes. */
 #define KERN_AMX_MIN_TOKENS 32
+/* 16-bit Q5_0 (its VNNI tiles merge each fifth bit into the words, which
+ * its AMX rows do once per 16 rows) pays for the unpacking from one group:
+ * bench_matmul, 2 threads, VNNI -> AMX GMAC/s (loaded host): q5_0 5632 x
+ * 2048 16 tokens 77 -> 90, 24 tokens 75 -> 92; 4864 x 896 16 tokens 67 ->
+ * 105; 896 x 4864 71 -> 79. q4_0 loses there (5632 x 2048, quieter host:
+ * 16 tokens 219 -> 190, 24 213 -> 191), so it keeps KERN_AMX_MIN_TOKENS. */
+#define KERN_AMX_Q5_0_MIN_TOKENS 16
 
 /* Rows r0..r1-1 of w (w->data and, when packed, w->packed) against act:
  * out[t * out_stride + r] for t < n_tok. The tile configuration is the

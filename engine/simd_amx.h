@@ -12,12 +12,15 @@
  * transposed accumulators: for row r and lane j a vector over the 16 tokens.
  * The lanes' tree then is vertical adds in the same order. A short tail's
  * blocks are ordinary blocks here: add_short_tail gives each its exact dot
- * and a chunk's float steps in lane j, so its 16-bit Q8_0 takes the signed
- * dots (the +128 taken back in integer) and no offset term, as a chunk's.
+ * and a chunk's float steps in lane j, so its 16-bit Q8_0, Q4_0 and Q5_0
+ * take the signed dots (Q8_0's +128 and Q4_0's / Q5_0's offsets taken in
+ * integer) and no offset term, as a chunk's.
  *
  * The float work per block and output is VNNI's own (the bits ask for it),
- * so AMX saves the integer dots only; the weights' unpacking, once per 16
- * rows and call, is why short calls (under KERN_AMX_MIN_TOKENS) stay on VNNI. */
+ * so AMX saves the integer dots only (and at 16 bits Q4_0's and Q5_0's
+ * offset multiply-add, folded into their signed weight bytes); the weights' unpacking, once per 16
+ * rows and call, is why short calls (under KERN_AMX_MIN_TOKENS; 16-bit Q5_0:
+ * KERN_AMX_Q5_0_MIN_TOKENS) stay on VNNI. */
 
 typedef struct amx_tilecfg {
     uint8_t palette, start_row, reserved[14];
@@ -39,8 +42,9 @@ static void amx_config(void) {
     _tile_loadconfig(&cfg);
 }
 
-/* One raw block (the file's layout) as 32 bytes in element order: Q4 and Q5
- * unsigned, Q8_0 signed (x16) or +128 (x8, as the VNNI tiles take it);
+/* One raw block (the file's layout) as 32 bytes in element order: Q8_0
+ * signed (x16) or +128 (x8, as the VNNI tiles take it), Q4_0 and Q5_0
+ * signed (q - 8, q - 16: folds_offset) at x16, else Q4 and Q5 unsigned;
  * its scale and offset as chunk_offsets gives them. */
 INLINE void amx_unpack_block(const int type, const bool x16, const uint8_t *blk, int8_t *dst, float *dw, float *mw) {
     const float d = f16_at(blk);
@@ -61,6 +65,7 @@ INLINE void amx_unpack_block(const int type, const bool x16, const uint8_t *blk,
         memcpy(&qh, blk + qs - 4, 4);
         v = _mm256_mask_add_epi8(v, (__mmask32)qh, v, _mm256_set1_epi8(0x10));
     }
+    if (x16 && folds_offset(type)) v = _mm256_sub_epi8(v, _mm256_set1_epi8(type == GL_TYPE_Q5_0 ? 16 : 8));
     _mm256_storeu_si256((__m256i *)dst, v);
     *mw = has_min ? f16_at(blk + 2) : d * (type == GL_TYPE_Q5_0 ? -16.0f : -8.0f);
 }
@@ -94,13 +99,13 @@ INLINE void amx_unpack_rows(const int type, const bool x16, const uint8_t *data,
         _tile_loadd(TA, a + 512 * (size_t)(b), 32);                                                             \
         _tile_loadd(TB, x_, 64);                                                                                \
         _tile_zero(CQ);                                                                                         \
-        if (x16 && q8) _tile_dpbssd(CQ, TA, TB);                                                                \
+        if (x16 && sgn) _tile_dpbssd(CQ, TA, TB);                                                               \
         else _tile_dpbusd(CQ, TA, TB);                                                                          \
         _tile_stored(CQ, (c), 64);                                                                              \
         if (x16) {                                                                                              \
             _tile_loadd(TB, x_ + 512, 64);                                                                      \
             _tile_zero(CR);                                                                                     \
-            if (q8) _tile_dpbssd(CR, TA, TB);                                                                   \
+            if (sgn) _tile_dpbssd(CR, TA, TB);                                                                  \
             else _tile_dpbusd(CR, TA, TB);                                                                      \
             _tile_stored(CR, (c) + 256, 64);                                                                    \
         }                                                                                                       \
@@ -109,10 +114,11 @@ INLINE void amx_unpack_rows(const int type, const bool x16, const uint8_t *data,
 #define AMX_ISSUE1(b, c) AMX_ISSUE_T(2, 3, 5, 7, b, c)
 
 /* Block b's float operations on lane j's accumulators of 16 rows, as the
- * VNNI tiles do them for block j of a chunk. */
+ * VNNI tiles do them for block j of a chunk: 16-bit Q8_0, Q4_0 and Q5_0
+ * have signed dots (sgn) and no offset term. */
 INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, const float *mwv, const uint8_t *x,
                              int64_t b, const int32_t *c, __m512 acc[16]) {
-    const bool q8 = type == GL_TYPE_Q8_0;
+    const bool sgn = type == GL_TYPE_Q8_0 || folds_offset(type);
     const __m512 da = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512)));
     const __m512 s = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512) + 64));
 #pragma GCC unroll 16
@@ -121,7 +127,7 @@ INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, c
         if (x16) dot = _mm512_add_epi32(_mm512_slli_epi32(dot, 8), _mm512_load_si512(c + 256 + 16 * r));
         const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(dwv[16 * b + r]), da);
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
-        if (!(x16 && q8)) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwv[16 * b + r]), s, acc[r]);
+        if (!(x16 && sgn)) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwv[16 * b + r]), s, acc[r]);
     }
 }
 
@@ -151,7 +157,7 @@ INLINE void amx_prefetch(const uint8_t *grp, const uint8_t *next, size_t rec, co
 INLINE void amx_group(const int type, const bool x16, const int8_t *a, const float *dwv, const float *mwv,
                       const uint8_t *grp, const uint8_t *next, const int16_t *items, int n_items, int32_t *c,
                       float *acct) {
-    const bool q8 = type == GL_TYPE_Q8_0;
+    const bool sgn = type == GL_TYPE_Q8_0 || folds_offset(type); /* x16: signed weight bytes */
     const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
     __m512 acc[16];
 #pragma GCC unroll 16
@@ -194,24 +200,53 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
 #undef AMX_ISSUE8
         return;
     }
-    /* item k's tiles are slot k % 2, its dots c + 512 (k % 3): issued two items ahead */
-    AMX_ISSUE0(items[0], c);
-    if (n_items > 1) AMX_ISSUE1(items[1], c + 512);
-    for (int k = 0; k < n_items; k += 2) {
+    /* item k's dots in slot k % 2 (C tiles 2 s, 2 s + 1, A tile 4 + s; B tiles 6 and 7 for the
+     * coarse and residual bytes): issued a step ahead, stored only after the next item's dots are
+     * issued (a store right behind its own dot waits out the dot's latency, and the tile
+     * instructions after it with it), to c + 512 (k % 4), and their floats AMX_LAG steps after
+     * that (the vector loads then find the stored lines settled: +2% against one step) */
+#define AMX_DOTS16(CQ, CR, TA, k)                                                                                \
+    do {                                                                                                        \
+        const uint8_t *x_ = grp + (size_t)items[k] * rec;                                                       \
+        _tile_loadd(TA, a + 512 * (size_t)items[k], 32);                                                        \
+        _tile_loadd(6, x_, 64);                                                                                 \
+        _tile_loadd(7, x_ + 512, 64);                                                                           \
+        _tile_zero(CQ);                                                                                         \
+        _tile_zero(CR);                                                                                         \
+        if (sgn) {                                                                                              \
+            _tile_dpbssd(CQ, TA, 6);                                                                            \
+            _tile_dpbssd(CR, TA, 7);                                                                            \
+        } else {                                                                                                \
+            _tile_dpbusd(CQ, TA, 6);                                                                            \
+            _tile_dpbusd(CR, TA, 7);                                                                            \
+        }                                                                                                       \
+    } while (0)
+#define AMX_STORE16(CQ, CR, k)                                                                                   \
+    do {                                                                                                        \
+        _tile_stored(CQ, c + 512 * ((k) % 4), 64);                                                              \
+        _tile_stored(CR, c + 512 * ((k) % 4) + 256, 64);                                                        \
+    } while (0)
+#define AMX_LAG 2
+    AMX_DOTS16(0, 1, 4, 0);
+    for (int k = 0; k < n_items + AMX_LAG; k += 2) {
 #pragma GCC unroll 2
         for (int i = 0; i < 2; i++) {
-            if (k + i >= n_items) break;
-            const int b = items[k + i];
-            int32_t *ck = c + 512 * ((k + i) % 3);
-            amx_prefetch(grp, next, rec, items, n_items, k + i);
-            amx_block_floats(type, x16, dwv, mwv, grp + (size_t)b * rec, b, ck, acc);
-            if (k + i + 2 < n_items) {
-                int32_t *cn = c + 512 * ((k + i + 2) % 3);
-                if (i == 0) AMX_ISSUE0(items[k + i + 2], cn);
-                else AMX_ISSUE1(items[k + i + 2], cn);
+            const int kk = k + i;
+            if (kk >= n_items + AMX_LAG) break;
+            if (kk < n_items) {
+                if (kk + 1 < n_items) {
+                    if (i == 0) AMX_DOTS16(2, 3, 5, kk + 1);
+                    else AMX_DOTS16(0, 1, 4, kk + 1);
+                }
+                if (i == 0) AMX_STORE16(0, 1, kk);
+                else AMX_STORE16(2, 3, kk);
             }
+            if (kk < AMX_LAG) continue;
+            const int b = items[kk - AMX_LAG];
+            amx_prefetch(grp, next, rec, items, n_items, kk - AMX_LAG);
+            amx_block_floats(type, x16, dwv, mwv, grp + (size_t)b * rec, b, c + 512 * ((kk - AMX_LAG) % 4), acc);
             /* a lane's last block: its accumulators out, the next lane's start */
-            if (k + i + 1 == n_items || items[k + i + 1] % 16 != b % 16) {
+            if (kk - AMX_LAG + 1 == n_items || items[kk - AMX_LAG + 1] % 16 != b % 16) {
 #pragma GCC unroll 16
                 for (int r = 0; r < 16; r++) {
                     _mm512_store_ps(acct + 256 * r + 16 * (b % 16), acc[r]);
@@ -220,6 +255,9 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
             }
         }
     }
+#undef AMX_DOTS16
+#undef AMX_STORE16
+#undef AMX_LAG
 }
 
 /* The sums of sub-blocks 0..15 by the tree of _mm512_reduce_add_ps (lane
@@ -267,8 +305,8 @@ INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0
     const uint8_t *region = kern_amx_region(act, n_tok, act_stride);
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     float *acct = (float *)base;            /* [16 rows][16 lanes][16 tokens] */
-    int32_t *c = (int32_t *)(acct + 4096);  /* [3 items][2][16][16] */
-    float *dwv = (float *)(c + 1536), *mwv = dwv + 16 * nb;
+    int32_t *c = (int32_t *)(acct + 4096);  /* [4 items][2][16][16] */
+    float *dwv = (float *)(c + 2048), *mwv = dwv + 16 * nb;
     int8_t *a = (int8_t *)(mwv + 16 * nb);  /* [nb][16 rows][32] */
     int16_t *items = (int16_t *)(a + 512 * nb);
     int n_items = 0;

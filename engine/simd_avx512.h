@@ -111,6 +111,20 @@ INLINE __m512 chunk_offsets(const int type, const uint8_t *chunk, int m, __m512 
 
 INLINE bool is_q5(const int type) { return type == GL_TYPE_Q5_0 || type == GL_TYPE_Q5_1; }
 
+/* Q4_0 and Q5_0 against 16-bit activations take their offset (-8, -16)
+ * in integer: sum((q - 8) a) is exact in int32 (and in float: |dot| <
+ * 2^24), so each block's dot starts at -8 (-16) times the activations'
+ * integer block sum and needs no float offset term (one rounding fewer). */
+INLINE bool folds_offset(const int type) { return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q5_0; }
+INLINE int offset_shift(const int type) { return type == GL_TYPE_Q5_0 ? 4 : 3; }
+
+/* Where a chunk's dots start: kq16_chunk's off (-8 times the sums), Q5_0's twice it. */
+INLINE __m512i chunk_dot_start(const int type, const kq16_chunk *a) {
+    if (!folds_offset(type)) return _mm512_setzero_si512();
+    const __m512i off = _mm512_loadu_si512(a->off);
+    return type == GL_TYPE_Q5_0 ? _mm512_add_epi32(off, off) : off;
+}
+
 /* Bytes per block before a packed chunk's quants: its scale, Q4_1's and
  * Q5_1's minimum, Q5's fifth bits (4 bytes). */
 INLINE int chunk_hdr(const int type) {
@@ -324,14 +338,18 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
             x2[v] = x16 ? _mm512_loadu_si512(a16->q2[v]) : x[v];
         }
         const __m512 da = _mm512_loadu_ps(x16 ? a16->d : a8->d), s = _mm512_loadu_ps(x16 ? a16->s : a8->s);
-        const __m512i off = x16 && q8 ? _mm512_loadu_si512(a16->off) : _mm512_setzero_si512();
+        /* off is -128 times each lane's sum: Q4_0's and Q5_0's -8 and -16 times it by an exact shift */
+        const __m512i off = !x16                ? _mm512_setzero_si512()
+                            : q8                ? _mm512_loadu_si512(a16->off)
+                            : folds_offset(type) ? _mm512_srai_epi32(_mm512_loadu_si512(a16->off), 7 - offset_shift(type))
+                                                : _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             __m512i idot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[r][0], x[0]);
             if (n_vec > 1) idot = _mm512_dpbusd_epi32(idot, u[r][1], x[1]);
             if (x16) {
                 idot = _mm512_slli_epi32(idot, 8);
-                if (q8) idot = _mm512_add_epi32(idot, off);
+                if (q8 || folds_offset(type)) idot = _mm512_add_epi32(idot, off);
                 idot = _mm512_dpbusd_epi32(idot, u[r][0], x2[0]);
                 if (n_vec > 1) idot = _mm512_dpbusd_epi32(idot, u[r][1], x2[1]);
             }
@@ -340,7 +358,7 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
             idot = _mm512_add_epi32(idot, _mm512_shuffle_i32x4(idot, idot, _MM_SHUFFLE(2, 3, 0, 1)));
             if (kq_tail_stride(m) == 2) idot = _mm512_add_epi32(idot, _mm512_shuffle_epi32(idot, _MM_PERM_BADC));
             acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(dw[r], da), acc[r][t], km);
-            if (!(x16 && q8)) acc[r][t] = _mm512_mask3_fmadd_ps(mw[r], s, acc[r][t], km);
+            if (!(x16 && (q8 || folds_offset(type)))) acc[r][t] = _mm512_mask3_fmadd_ps(mw[r], s, acc[r][t], km);
         }
     }
 }
@@ -443,24 +461,25 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
         const int m = nb - c0 < 16 ? nb - c0 : 16;
         const uint8_t *chunk[4];
         const kq16_chunk *a[4];
-        __m512i dot[4][4], dot2[4][4];
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb;
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
-        }
-        dot_pairs_slots(NR, NT, dot, dot2);
+        __m512i dot[4][4], dot2[4][4], start[4];
         const uint8_t *x[4];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
             x[t] = (const uint8_t *)&a[t]->q[0][0];
+            start[t] = chunk_dot_start(type, a[t]);
         }
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb;
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) dot[r][t] = start[t], dot2[r][t] = _mm512_setzero_si512();
+        }
+        dot_pairs_slots(NR, NT, dot, dot2);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb, ahead, NR, NT);
         if (split) {
-            dot[0][0] = split_chunk_dot(type, chunk[0], m, split + c0 / 16);
+            dot[0][0] = _mm512_add_epi32(dot[0][0], split_chunk_dot(type, chunk[0], m, split + c0 / 16));
         } else if (q8) {
             for (int g = 0; g < 16; g += 2) {
                 __m512i u0[4], u1[4];
@@ -506,7 +525,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
             for (int t = 0; t < NT; t++) {
                 __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), sc, acc[r][t]);
-                if (!q8) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
+                if (!q8 && !folds_offset(type)) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
             }
         }
     }
@@ -531,8 +550,9 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
         for (int t = 0; t < NT; t++) {
             a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
             x[t] = (const uint8_t *)&a[t]->q[0][0];
+            const __m512i start = chunk_dot_start(type, a[t]); /* lane 8 + j repeats lane j, as the pairs */
 #pragma GCC unroll 4
-            for (int p = 0; p < NP; p++) dot[p][t] = dot2[p][t] = _mm512_setzero_si512();
+            for (int p = 0; p < NP; p++) dot[p][t] = start, dot2[p][t] = _mm512_setzero_si512();
         }
         __m512i fn[4][4];
         dot_pairs_slots(NP, NT, dot, dot2);
@@ -578,7 +598,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                 if (r % 2) d = _mm512_shuffle_f32x4(d, d, 0xee);
                 __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
                 acc[r][t] = _mm512_mask3_fmadd_ps(d, sc, acc[r][t], 0xff);
-                if (!q8) acc[r][t] = _mm512_mask3_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t], 0xff);
+                if (!q8 && !folds_offset(type)) acc[r][t] = _mm512_mask3_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t], 0xff);
             }
         }
     }
@@ -1059,6 +1079,7 @@ static void FN(quantize_x16)(const float *x, kq16_chunk *ch) {
         int lo, hi;
         _mm512_storeu_si512(pairs[j], quant_pairs(x + 32 * j, &ch->d[j], &lo, &hi));
         ch->s[j] = ch->d[j] * (float)(lo + hi);
+        ch->off[j] = -8 * (lo + hi);
     }
     const __m512i idx = _mm512_setr_epi32(0, 16, 32, 48, 64, 80, 96, 112, 128, 144, 160, 176, 192, 208, 224, 240);
     for (int v = 0; v < 16; v++)

@@ -492,6 +492,67 @@ START_TEST(matmul_decode_split_is_batch_invariant) {
 }
 END_TEST
 
+/* At 16 bits Q4_0's and Q5_0's offset goes into the integer dot: each
+ * output of a one-chunk row is exactly sum over blocks j of
+ * float(sum (q - 8) a) * (dw * da), each product rounded once, summed by
+ * the lanes' tree (lane i + lane i + 8, then + 4, + 2, + 1), on every path:
+ * one token (Q5_0's split), VNNI tiles, AMX (40 tokens). */
+START_TEST(offset_folds_into_integer_dot) {
+    const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q5_0};
+    const int64_t n_rows = 5, n_cols = 512;
+    const int n_tok = 40, counts[] = {1, 8, 40};
+    for (size_t ti = 0; ti < 2; ti++) {
+        const uint32_t type = types[ti];
+        const size_t row_bytes = gl_type_row_bytes(type, n_cols), bb = row_bytes / 16;
+        uint8_t *data;
+        gl_tensor w = random_tensor(type, n_rows, n_cols, &data);
+        uint8_t *raw = malloc((size_t)n_rows * row_bytes);
+        memcpy(raw, data, (size_t)n_rows * row_bytes);
+        ck_assert_int_eq(kern_pack(&w), 0);
+        float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
+        fill_acts(x, (int64_t)n_tok * n_cols);
+        float *want = malloc((size_t)n_tok * (size_t)n_rows * sizeof *want);
+        float *got = malloc((size_t)n_tok * (size_t)n_rows * sizeof *got);
+        for (int t = 0; t < n_tok; t++) {
+            kq16_chunk ch;
+            kern_quantize_x16(kern_impl_active(), x + (size_t)t * (size_t)n_cols, &ch, n_cols);
+            for (int64_t r = 0; r < n_rows; r++) {
+                volatile float lane[16];
+                for (int j = 0; j < 16; j++) {
+                    const uint8_t *blk = raw + (size_t)r * row_bytes + (size_t)j * bb;
+                    uint16_t h;
+                    uint32_t qh = 0;
+                    memcpy(&h, blk, 2);
+                    const uint8_t *qs = blk + (type == GL_TYPE_Q5_0 ? 6 : 2);
+                    if (type == GL_TYPE_Q5_0) memcpy(&qh, blk + 2, 4);
+                    int32_t dot = 0;
+                    for (int e = 0; e < 32; e++) {
+                        int q = e < 16 ? qs[e] & 15 : qs[e - 16] >> 4;
+                        q = type == GL_TYPE_Q5_0 ? (q | (int)((qh >> e) & 1) << 4) - 16 : q - 8;
+                        dot += q * ch.q[e / 2][2 * j + e % 2];
+                    }
+                    const float sc = gl_fp16_to_fp32(h) * ch.d[j];
+                    lane[j] = (float)dot * sc;
+                }
+                volatile float s8[8], s4[4], s2[2];
+                for (int i = 0; i < 8; i++) s8[i] = lane[i] + lane[i + 8];
+                for (int i = 0; i < 4; i++) s4[i] = s8[i] + s8[i + 4];
+                for (int i = 0; i < 2; i++) s2[i] = s4[i] + s4[i + 2];
+                want[(size_t)t * (size_t)n_rows + (size_t)r] = s2[0] + s2[1];
+            }
+        }
+        for (int k = 0; k < 3; k++) {
+            matmul_bits("auto", 1, 16, &w, x, counts[k], got);
+            for (int i = 0; i < counts[k] * (int)n_rows; i++)
+                ck_assert_msg(got[i] == want[i], "%s %d tokens, output %d: %.9g, folded offset gives %.9g",
+                              gl_type_get(type)->name, counts[k], i, (double)got[i], (double)want[i]);
+        }
+        kern_unpack(&w);
+        free(data), free(raw), free(x), free(want), free(got);
+    }
+}
+END_TEST
+
 /* 8-bit activations through the pool, packed or not: a token alone gives
  * the batch's bits on one or two threads, and the result stays within the
  * coarse rounding of the scalar path's. Row lengths of 20 and 28 blocks are
@@ -1078,6 +1139,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, float_kernels_match_reference);
     tcase_add_test(tc, matmul_is_batch_and_thread_invariant);
     tcase_add_test(tc, matmul_decode_split_is_batch_invariant);
+    tcase_add_test(tc, offset_folds_into_integer_dot);
     tcase_add_test(tc, matmul_x8_is_batch_and_thread_invariant);
     tcase_add_test(tc, matmul_n_matches_single_matmuls);
     tcase_add_test(tc, amx_k_rows_match_vnni);
