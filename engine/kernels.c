@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -759,6 +760,16 @@ void *kern_weights_alloc(size_t n) {
     if (huge) madvise(buf, n / HUGE_PAGE * HUGE_PAGE, MADV_HUGEPAGE); /* a hint: failure leaves small pages */
 #endif
     return buf;
+}
+
+_Atomic bool kern_weights_stream;
+
+void kern_note_weights(long long delta) {
+    static _Atomic long long total;
+    long llc = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (llc <= 0) llc = 32L << 20; /* unknown: a desktop's */
+    long long now = atomic_fetch_add(&total, delta) + delta;
+    atomic_store(&kern_weights_stream, now > llc / 3);
 }
 
 int kern_pack(gl_tensor *w) {

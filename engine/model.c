@@ -211,6 +211,8 @@ static void pack_weights(gl_model *m, gl_load_progress_fn progress, void *ctx) {
     size_t total = 0, off = 0;
     for (int i = 0; i < n; i++) total += (kern_pack_bytes(matmul_weight(&m->weights, m->config.n_layers, i)) + 63) & ~(size_t)63;
     m->packed = total ? kern_weights_alloc(total) : NULL;
+    m->packed_bytes = m->packed ? total : 0;
+    kern_note_weights((long long)m->packed_bytes);
     for (int i = 0; i < n; i++) {
         if (progress) progress((float)i / (float)n, ctx);
         gl_tensor *t = matmul_weight(&m->weights, m->config.n_layers, i);
@@ -238,6 +240,8 @@ static void unpack_weights(gl_model *m) {
     }
     free(m->packed);
     m->packed = NULL;
+    kern_note_weights(-(long long)m->packed_bytes);
+    m->packed_bytes = 0;
 }
 
 static void fill_info(gl_model *m) {

@@ -67,6 +67,7 @@ struct gl_model {
     gl_config config;
     gl_weights weights;
     void *packed;             /* every matrix's packed copy (kern_pack_into), or NULL */
+    size_t packed_bytes;      /* its size (kern_note_weights) */
     gl_tokenizer *tokenizer;
     bool vocab_only;          /* a tokenizer-only GGUF: no forward pass */
     gl_model_info info;

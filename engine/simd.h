@@ -20,12 +20,16 @@
 #ifndef GL_SIMD_H
 #define GL_SIMD_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #include "kernels.h"
 #include "quant.h"
+
+/* kern_note_weights: the packed weights stream from memory (decode's prefetch) */
+extern _Atomic bool kern_weights_stream;
 
 typedef struct kq8_32 {
     float d;                  /* unit: x ~ d * (256 * q + q2) */

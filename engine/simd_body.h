@@ -68,7 +68,10 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
  * A decode tile of one row (one or two tokens, the packed kernels') asks
  * for each line twice: into L2 3 KiB ahead and into L1 1 KiB ahead, by
  * when the L2 request has landed, so the L1 one is a short trip and the
- * tile's own loads hit L1. Its compute per byte (Q5_0, the K-quants) then
+ * tile's own loads hit L1, when the weights stream from memory
+ * (kern_weights_stream); from the L3 (SmolLM2, 0.1 GB) the second request
+ * costs more than it saves (tg -13%, stories110M Q8_0 -18%), and the one
+ * L2 request below serves. Its compute per byte (Q5_0, the K-quants) then
  * overlaps the stream better than with one request into L2 6 KiB ahead:
  * streaming from memory, 1 thread, loaded host, q8_0 250000 x 896 14.3 ->
  * 16.5 GB/s, q5_0 400000 x 896 13.3 -> 14.8, q6_k 60000 x 4864 12.3 ->
@@ -81,7 +84,7 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
 #define PF_DECODE_L1 1024
 INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead, const int NR, const int NT) {
     for (int off = 0; off < n_bytes; off += 64) {
-        if (NR == 1 && NT <= 2) {
+        if (NR == 1 && NT <= 2 && ahead == PF_DECODE_L1) {
             _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T0);
             _mm_prefetch((const char *)p + 3 * ahead + off, _MM_HINT_T1);
         } else if (NT <= 2) {
@@ -98,7 +101,7 @@ INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead, const in
  * first at least 6 KiB on. A single row's stream is contiguous (the rows
  * follow each other), so a decode row's distance is exact. */
 INLINE size_t prefetch_distance(int NR, int NT, size_t row_bytes) {
-    if (NR == 1 && NT <= 2) return PF_DECODE_L1;
+    if (NR == 1 && NT <= 2 && atomic_load_explicit(&kern_weights_stream, memory_order_relaxed)) return PF_DECODE_L1;
     size_t tile = (size_t)NR * row_bytes;
     return (6144 + tile - 1) / tile * tile;
 }
