@@ -29,9 +29,11 @@ typedef struct amx_tilecfg {
 } amx_tilecfg;
 
 /* Two slots of tiles, so one block's tile work runs while the float work
- * of the one before goes on: slot s has C tiles 2s, 2s + 1 (coarse and
- * residual dots), A tile 4 + s (16 rows x one block), B tile 6 + s (a
- * block's 8 quads of 16 tokens; the residual's after the coarse one's). */
+ * of the one before goes on: slot s has C tiles 2s, 2s + 1 (16 bits: the
+ * coarse and residual dots; 8 bits: each of the four C tiles takes an
+ * item), A tile 4 + s (16 rows x one block), and B tiles 6 and 7 (a
+ * block's 8 quads of 16 tokens: 16 bits, the coarse and the residual
+ * bytes; 8 bits, slot s's). */
 static void amx_config(void) {
     amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -88,30 +90,6 @@ INLINE void amx_unpack_rows(const int type, const bool x16, const uint8_t *data,
             amx_unpack_block(type, x16, row + (size_t)b * bb, a + 512 * b + 32 * r, &dw[16 * b + r], &mw[16 * b + r]);
     }
 }
-
-/* Block b's dots for 16 rows x 16 tokens into c (x16: the coarse ones at
- * c, the residual ones at c + 256) in one slot's tiles: C tiles CQ, CR, A
- * tile TA, B tile TB (literal numbers: gcc's intrinsics paste them into the
- * instruction). */
-#define AMX_ISSUE_T(CQ, CR, TA, TB, b, c)                                                                        \
-    do {                                                                                                        \
-        const uint8_t *x_ = grp + (size_t)(b) * rec;                                                            \
-        _tile_loadd(TA, a + 512 * (size_t)(b), 32);                                                             \
-        _tile_loadd(TB, x_, 64);                                                                                \
-        _tile_zero(CQ);                                                                                         \
-        if (x16 && sgn) _tile_dpbssd(CQ, TA, TB);                                                               \
-        else _tile_dpbusd(CQ, TA, TB);                                                                          \
-        _tile_stored(CQ, (c), 64);                                                                              \
-        if (x16) {                                                                                              \
-            _tile_loadd(TB, x_ + 512, 64);                                                                      \
-            _tile_zero(CR);                                                                                     \
-            if (sgn) _tile_dpbssd(CR, TA, TB);                                                                  \
-            else _tile_dpbusd(CR, TA, TB);                                                                      \
-            _tile_stored(CR, (c) + 256, 64);                                                                    \
-        }                                                                                                       \
-    } while (0)
-#define AMX_ISSUE0(b, c) AMX_ISSUE_T(0, 1, 4, 6, b, c)
-#define AMX_ISSUE1(b, c) AMX_ISSUE_T(2, 3, 5, 7, b, c)
 
 /* Block b's float operations on lane j's accumulators of 16 rows, as the
  * VNNI tiles do them for block j of a chunk: 16-bit Q8_0, Q4_0 and Q5_0

@@ -492,6 +492,24 @@ START_TEST(matmul_decode_split_is_batch_invariant) {
 }
 END_TEST
 
+/* Decode rows take the L1 + L2 prefetch pair once the noted weights
+ * outgrow a third of the last-level cache, and drop it when they are freed;
+ * either way a token alone gives the batch's bits. */
+START_TEST(decode_prefetch_follows_weight_stream) {
+    const long long big = 1LL << 40;
+    ck_assert(!atomic_load(&kern_weights_stream));
+    kern_note_weights(big);
+    ck_assert(atomic_load(&kern_weights_stream));
+    const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q5_0, GL_TYPE_Q8_0, GL_TYPE_Q4_K, GL_TYPE_Q6_K};
+    for (size_t ti = 0; ti < 5; ti++) {
+        check_packed_batch_invariant(types[ti], 16, 37, 1024, 5);
+        check_packed_batch_invariant(types[ti], 8, 37, 1024, 5);
+    }
+    kern_note_weights(-big);
+    ck_assert(!atomic_load(&kern_weights_stream));
+}
+END_TEST
+
 /* At 16 bits Q4_0's and Q5_0's offset goes into the integer dot: each
  * output of a one-chunk row is exactly sum over blocks j of
  * float(sum (q - 8) a) * (dw * da), each product rounded once, summed by
@@ -1140,6 +1158,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, matmul_is_batch_and_thread_invariant);
     tcase_add_test(tc, matmul_decode_split_is_batch_invariant);
     tcase_add_test(tc, offset_folds_into_integer_dot);
+    tcase_add_test(tc, decode_prefetch_follows_weight_stream);
     tcase_add_test(tc, matmul_x8_is_batch_and_thread_invariant);
     tcase_add_test(tc, matmul_n_matches_single_matmuls);
     tcase_add_test(tc, amx_k_rows_match_vnni);
