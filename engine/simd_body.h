@@ -81,7 +81,7 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
  * whole trip, and with them all taken the tile's own loads wait. Wider
  * tiles, compute-bound, keep L1 (their prefill was slower with L2).
  * Prefetches never fault, so running past the end of the weights is harmless. */
-#define PF_DECODE_L1 1024
+#define PF_DECODE_L1 1024 /* the pair's L1 distance; prefetch_distance gives it only to streamed decode rows */
 INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead, const int NR, const int NT) {
     for (int off = 0; off < n_bytes; off += 64) {
         if (NR == 1 && NT <= 2 && ahead == PF_DECODE_L1) {
