@@ -96,7 +96,7 @@ INLINE void amx_unpack_rows(const int type, const bool x16, const uint8_t *data,
  * have signed dots (sgn) and no offset term. */
 INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, const float *mwv, const uint8_t *x,
                              int64_t b, const int32_t *c, __m512 acc[16]) {
-    const bool sgn = type == GL_TYPE_Q8_0 || folds_offset(type);
+    const bool sgn = x16_signed(type);
     const __m512 da = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512)));
     const __m512 s = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512) + 64));
 #pragma GCC unroll 16
@@ -135,7 +135,7 @@ INLINE void amx_prefetch(const uint8_t *grp, const uint8_t *next, size_t rec, co
 INLINE void amx_group(const int type, const bool x16, const int8_t *a, const float *dwv, const float *mwv,
                       const uint8_t *grp, const uint8_t *next, const int16_t *items, int n_items, int32_t *c,
                       float *acct) {
-    const bool sgn = type == GL_TYPE_Q8_0 || folds_offset(type); /* x16: signed weight bytes */
+    const bool sgn = x16_signed(type); /* x16: signed weight bytes */
     const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
     __m512 acc[16];
 #pragma GCC unroll 16

@@ -117,6 +117,9 @@ INLINE bool is_q5(const int type) { return type == GL_TYPE_Q5_0 || type == GL_TY
  * integer block sum and needs no float offset term (one rounding fewer). */
 INLINE bool folds_offset(const int type) { return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q5_0; }
 INLINE int offset_shift(const int type) { return type == GL_TYPE_Q5_0 ? 4 : 3; }
+/* 16-bit dots that are signed sums (Q8_0's +128 and these offsets taken in
+ * integer): no float offset term */
+INLINE bool x16_signed(const int type) { return type == GL_TYPE_Q8_0 || folds_offset(type); }
 
 /* Where a chunk's dots start: kq16_chunk's off (-8 times the sums), Q5_0's twice it. */
 INLINE __m512i chunk_dot_start(const int type, const kq16_chunk *a) {
@@ -349,7 +352,7 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
             if (n_vec > 1) idot = _mm512_dpbusd_epi32(idot, u[r][1], x[1]);
             if (x16) {
                 idot = _mm512_slli_epi32(idot, 8);
-                if (q8 || folds_offset(type)) idot = _mm512_add_epi32(idot, off);
+                if (x16_signed(type)) idot = _mm512_add_epi32(idot, off);
                 idot = _mm512_dpbusd_epi32(idot, u[r][0], x2[0]);
                 if (n_vec > 1) idot = _mm512_dpbusd_epi32(idot, u[r][1], x2[1]);
             }
@@ -358,7 +361,7 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
             idot = _mm512_add_epi32(idot, _mm512_shuffle_i32x4(idot, idot, _MM_SHUFFLE(2, 3, 0, 1)));
             if (kq_tail_stride(m) == 2) idot = _mm512_add_epi32(idot, _mm512_shuffle_epi32(idot, _MM_PERM_BADC));
             acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(dw[r], da), acc[r][t], km);
-            if (!(x16 && (q8 || folds_offset(type)))) acc[r][t] = _mm512_mask3_fmadd_ps(mw[r], s, acc[r][t], km);
+            if (!(x16 && x16_signed(type))) acc[r][t] = _mm512_mask3_fmadd_ps(mw[r], s, acc[r][t], km);
         }
     }
 }
@@ -525,7 +528,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
             for (int t = 0; t < NT; t++) {
                 __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), sc, acc[r][t]);
-                if (!q8 && !folds_offset(type)) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
+                if (!x16_signed(type)) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
             }
         }
     }
@@ -598,7 +601,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                 if (r % 2) d = _mm512_shuffle_f32x4(d, d, 0xee);
                 __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
                 acc[r][t] = _mm512_mask3_fmadd_ps(d, sc, acc[r][t], 0xff);
-                if (!q8 && !folds_offset(type)) acc[r][t] = _mm512_mask3_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t], 0xff);
+                if (!x16_signed(type)) acc[r][t] = _mm512_mask3_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t], 0xff);
             }
         }
     }
