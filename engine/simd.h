@@ -226,8 +226,14 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
  * bench_matmul, 2 threads, VNNI -> AMX GMAC/s (loaded host): q5_0 5632 x
  * 2048 16 tokens 77 -> 90, 24 tokens 75 -> 92; 4864 x 896 16 tokens 67 ->
  * 105; 896 x 4864 71 -> 79. q4_0 loses there (5632 x 2048, quieter host:
- * 16 tokens 219 -> 190, 24 213 -> 191), so it keeps KERN_AMX_MIN_TOKENS. */
+ * 16 tokens 219 -> 190, 24 213 -> 191, with the unpacking since replaced). */
 #define KERN_AMX_Q5_0_MIN_TOKENS 16
+/* 16-bit Q4_0 since its rows unpack by gather and broadcast
+ * (amx_unpack_q4_0_16): bench_matmul q4_0, 1 thread, CPU time, VNNI -> AMX
+ * GMAC/s, 16 tokens: 5632 x 2048 88 -> 112 (the old unpacking: 82), 2048 x
+ * 5632 88 -> 112, 2048 x 2048 92 -> 109, 256 x 2048 72 -> 84; 14 tokens 86
+ * -> 94, 12 tokens 93 -> 81 (a group of 16 costs the same at any count). */
+#define KERN_AMX_Q4_0_MIN_TOKENS 14
 
 /* Rows r0..r1-1 of w (w->data and, when packed, w->packed) against act:
  * out[t * out_stride + r] for t < n_tok. The tile configuration is the

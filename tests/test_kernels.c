@@ -700,7 +700,8 @@ END_TEST
  * block-32 type at both activation widths: rows of whole chunks, of a last
  * chunk of m < 16 blocks, of a half tail (x16: 5-8 blocks) and of a short
  * tail (<= 4: SmolLM2's 576, Gemma's 640), token counts around the
- * threshold and past whole groups, row counts no multiple of 16. */
+ * thresholds (16-bit Q4_0: 14, Q5_0: 16, else 32) and past whole groups,
+ * row counts no multiple of 16 (whole 16-row tiles take amx_unpack_q4_0_16). */
 START_TEST(amx_matches_avx512_bit_for_bit) {
     bool ok = kern_set_backend("amx") == 0;
     kern_set_backend("auto");
@@ -711,7 +712,7 @@ START_TEST(amx_matches_avx512_bit_for_bit) {
     static const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q5_0, GL_TYPE_Q5_1, GL_TYPE_Q8_0};
     static const int64_t cols[] = {576, 640, 896, 768, 2048, 4864, 5632, 1056, 608};
     /* 300 tokens of 4864 and 5632 columns go in token blocks (kernels.c amx_token_block) */
-    static const int toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 15, 16, 17, 18, 20, 23, 24, 25, 31, 32, 33, 35, 40, 64, 100, 300};
+    static const int toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 14, 15, 16, 17, 18, 20, 23, 24, 25, 31, 32, 33, 35, 40, 64, 100, 300};
     const int max_tok = 300;
     for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
         for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++) {
