@@ -94,13 +94,14 @@ INLINE void amx_unpack_q4_0_16(const bool x16, const uint8_t *data, size_t row_b
         const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
         _mm512_store_ps(dw + 16 * b, d);
         _mm512_store_ps(mw + 16 * b, _mm512_mul_ps(d, neg8));
-#pragma GCC unroll 8
-        for (int r = 0; r < 16; r += 2) {
-            const uint8_t *q = blk + (size_t)r * row_bytes + 2;
+        const uint8_t *q = blk + 2;
+        int8_t *dst = a + 512 * b;
+#pragma GCC unroll 2
+        for (int r = 0; r < 16; r += 2, q += 2 * row_bytes, dst += 64) {
             __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)q));
             v = _mm512_mask_broadcast_i32x4(v, 0xff00, _mm_loadu_si128((const __m128i *)(q + row_bytes)));
             v = _mm512_sub_epi8(_mm512_and_si512(_mm512_srlv_epi16(v, shift), m4), off);
-            _mm512_store_si512(a + 512 * b + 32 * r, v);
+            _mm512_store_si512(dst, v);
         }
     }
 }
