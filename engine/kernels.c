@@ -1126,9 +1126,9 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
     part->weights = w->data;
     part->amx = NULL;
     /* Prompts on AMX: the same bits as the packed VNNI rows below, faster. */
-    int amx_min = act_bits != 16 ? KERN_AMX_MIN_TOKENS
-                  : w->type == GL_TYPE_Q5_0 ? KERN_AMX_Q5_0_MIN_TOKENS
-                  : w->type == GL_TYPE_Q4_0 ? KERN_AMX_Q4_0_MIN_TOKENS : KERN_AMX_MIN_TOKENS;
+    const int amx_min = act_bits != 16 ? KERN_AMX_MIN_TOKENS
+                        : w->type == GL_TYPE_Q5_0 ? KERN_AMX_Q5_0_MIN_TOKENS
+                        : w->type == GL_TYPE_Q4_0 ? KERN_AMX_Q4_0_MIN_TOKENS : KERN_AMX_MIN_TOKENS;
     if (part->rows && w->packed && n_tokens >= amx_min &&
         (w->type != GL_TYPE_Q6_K || act_bits != 8 || n_tokens >= KQA_Q6_K_X8_MIN_TOKENS)) {
         kern_amx_rows_fn amx = act_bits == 8 ? impl->amx_rows_x8[w->type] : impl->amx_rows[w->type];

@@ -20,7 +20,7 @@
  * so AMX saves the integer dots only (and at 16 bits Q4_0's and Q5_0's
  * offset multiply-add, folded into their signed weight bytes); the weights' unpacking, once per 16
  * rows and call, is why short calls (under KERN_AMX_MIN_TOKENS; 16-bit Q5_0:
- * KERN_AMX_Q5_0_MIN_TOKENS) stay on VNNI. */
+ * KERN_AMX_Q5_0_MIN_TOKENS, Q4_0: KERN_AMX_Q4_0_MIN_TOKENS) stay on VNNI. */
 
 typedef struct amx_tilecfg {
     uint8_t palette, start_row, reserved[14];
@@ -89,7 +89,7 @@ INLINE void amx_unpack_q4_0_16(const bool x16, const uint8_t *data, size_t row_b
     const __m512i off = _mm512_set1_epi8(x16 ? 8 : 0);
     const __m512 neg8 = _mm512_set1_ps(-8.0f);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = base + (size_t)b * 18;
+        const uint8_t *blk = base + (size_t)b * 18; /* a Q4_0 block: F16 scale, 16 bytes of nibbles */
         const __m512i h = _mm512_i32gather_epi32(rows, blk, 1);
         const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
         _mm512_store_ps(dw + 16 * b, d);
