@@ -464,6 +464,90 @@ INLINE void split_chunk_dots(const int type, const uint8_t *const chunk[2], cons
     }
 }
 
+/* One chunk of m blocks (16 but for a row's last) of tile_x16_panel into
+ * acc: a function of m so that the full chunks' copy has it constant (their
+ * loads unmasked, their lane picks fixed). */
+INLINE void x16_chunk(const int type, const uint8_t *w, size_t row_bytes, const uint8_t *act, size_t act_stride,
+                      const int NR, const int NT, const int c0, const int m, size_t ahead, const kq16_split *split,
+                      __m512 acc[4][4]) {
+    const int bb = block32_bytes(type);
+    const int hdr = chunk_hdr(type);
+    const bool q8 = type == GL_TYPE_Q8_0, five = is_q5(type);
+    const __m512i m4 = _mm512_set1_epi16(0x0f);
+    const uint8_t *chunk[4];
+    const kq16_chunk *a[4];
+    __m512i dot[4][4], dot2[4][4], start[4];
+    const uint8_t *x[4];
+#pragma GCC unroll 4
+    for (int t = 0; t < NT; t++) {
+        a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
+        x[t] = (const uint8_t *)&a[t]->q[0][0];
+        start[t] = chunk_dot_start(type, a[t]);
+    }
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb;
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) dot[r][t] = start[t], dot2[r][t] = _mm512_setzero_si512();
+    }
+    dot_pairs_slots(NR, NT, dot, dot2);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb, ahead, NR, NT);
+    if (split) {
+        __m512i d[2];
+        split_chunk_dots(type, chunk, NR, m, split + c0 / 16, d);
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++) dot[r][0] = _mm512_add_epi32(dot[r][0], d[r]);
+    } else if (q8) {
+        for (int g = 0; g < 16; g += 2) {
+            __m512i u0[4], u1[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                u0[r] = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, true);
+                u1[r] = group_bytes(chunk[r] + hdr * m + 2 * m * (g + 1), m, true);
+            }
+            dot_pairs(NR, NT, dot, dot2, u0, u1, x, g, g + 1, false, g / 2);
+        }
+    } else {
+        __m512i fn[4][4]; /* even groups' low and high nibbles, then odd ones' */
+        if (five)
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i fe, fo;
+                fifth_words(_mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), chunk[r] + (hdr - 4) * m), &fe, &fo);
+                fifth_nibbles(fe, &fn[r][0], &fn[r][1]);
+                fifth_nibbles(fo, &fn[r][2], &fn[r][3]);
+            }
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            __m512i lo[4], hi[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                __m512i v = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, false);
+                if (five) {
+                    lo[r] = with_fifth(v, fn[r][2 * (g % 2)], g / 2, m4);
+                    hi[r] = with_fifth(_mm512_srli_epi16(v, 4), fn[r][2 * (g % 2) + 1], g / 2, m4);
+                } else {
+                    lo[r] = _mm512_and_si512(v, m4);
+                    hi[r] = _mm512_srli_epi16(v, 4);
+                }
+            }
+            dot_pairs(NR, NT, dot, dot2, lo, hi, x, g, g + 8, false, g);
+        }
+    }
+    if (!split) dot_pairs_join(NR, NT, dot, dot2);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        __m512 dw = chunk_f16(chunk[r], m), mw = chunk_offsets(type, chunk[r], m, dw);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), sc, acc[r][t]);
+            if (!x16_signed(type)) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
+        }
+    }
+}
+
 INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                            size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
                            float *state, int mode, const kq16_split *split) {
@@ -477,81 +561,10 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
     start_outputs(NR, NT, acc, state, mode);
     const int short_tail = nb % 16 <= KQ_SHORT_TAIL ? nb % 16 : 0;
     const int half_tail = nb % 16 > KQ_SHORT_TAIL && nb % 16 <= KQ16_HALF_TAIL ? nb % 16 : 0;
-    for (int c0 = 0; c0 < nb - short_tail - half_tail; c0 += 16) {
-        const int m = nb - c0 < 16 ? nb - c0 : 16;
-        const uint8_t *chunk[4];
-        const kq16_chunk *a[4];
-        __m512i dot[4][4], dot2[4][4], start[4];
-        const uint8_t *x[4];
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
-            x[t] = (const uint8_t *)&a[t]->q[0][0];
-            start[t] = chunk_dot_start(type, a[t]);
-        }
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb;
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) dot[r][t] = start[t], dot2[r][t] = _mm512_setzero_si512();
-        }
-        dot_pairs_slots(NR, NT, dot, dot2);
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) prefetch_ahead(chunk[r], 16 * bb, ahead, NR, NT);
-        if (split) {
-            __m512i d[2];
-            split_chunk_dots(type, chunk, NR, m, split + c0 / 16, d);
-#pragma GCC unroll 2
-            for (int r = 0; r < NR; r++) dot[r][0] = _mm512_add_epi32(dot[r][0], d[r]);
-        } else if (q8) {
-            for (int g = 0; g < 16; g += 2) {
-                __m512i u0[4], u1[4];
-#pragma GCC unroll 4
-                for (int r = 0; r < NR; r++) {
-                    u0[r] = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, true);
-                    u1[r] = group_bytes(chunk[r] + hdr * m + 2 * m * (g + 1), m, true);
-                }
-                dot_pairs(NR, NT, dot, dot2, u0, u1, x, g, g + 1, false, g / 2);
-            }
-        } else {
-            __m512i fn[4][4]; /* even groups' low and high nibbles, then odd ones' */
-            if (five)
-#pragma GCC unroll 4
-                for (int r = 0; r < NR; r++) {
-                    __m512i fe, fo;
-                    fifth_words(_mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), chunk[r] + (hdr - 4) * m), &fe, &fo);
-                    fifth_nibbles(fe, &fn[r][0], &fn[r][1]);
-                    fifth_nibbles(fo, &fn[r][2], &fn[r][3]);
-                }
-#pragma GCC unroll 8
-            for (int g = 0; g < 8; g++) {
-                __m512i lo[4], hi[4];
-#pragma GCC unroll 4
-                for (int r = 0; r < NR; r++) {
-                    __m512i v = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, false);
-                    if (five) {
-                        lo[r] = with_fifth(v, fn[r][2 * (g % 2)], g / 2, m4);
-                        hi[r] = with_fifth(_mm512_srli_epi16(v, 4), fn[r][2 * (g % 2) + 1], g / 2, m4);
-                    } else {
-                        lo[r] = _mm512_and_si512(v, m4);
-                        hi[r] = _mm512_srli_epi16(v, 4);
-                    }
-                }
-                dot_pairs(NR, NT, dot, dot2, lo, hi, x, g, g + 8, false, g);
-            }
-        }
-        if (!split) dot_pairs_join(NR, NT, dot, dot2);
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            __m512 dw = chunk_f16(chunk[r], m), mw = chunk_offsets(type, chunk[r], m, dw);
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) {
-                __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
-                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), sc, acc[r][t]);
-                if (!x16_signed(type)) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
-            }
-        }
-    }
+    const int n_main = nb - short_tail - half_tail;
+    int c0 = 0;
+    for (; c0 + 16 <= n_main; c0 += 16) x16_chunk(type, w, row_bytes, act, act_stride, NR, NT, c0, 16, ahead, split, acc);
+    if (c0 < n_main) x16_chunk(type, w, row_bytes, act, act_stride, NR, NT, c0, n_main - c0, ahead, split, acc);
     /* A half tail: rows 2p and 2p + 1 share vectors (simd.h), so pair p
      * takes the place of a row in dot_pairs, half the multiply-adds of one
      * vector per row. Each row's dots then move to lanes 0..7 and take their
