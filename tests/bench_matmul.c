@@ -3,7 +3,10 @@
  * N_TOK tokens, on THREADS threads; prints the median time, the multiply-adds
  * per second and the weight bytes per second, and on one thread the median
  * CPU time of the call too (steadier than the wall clock on a loaded host).
- * BENCH_ACT_BITS=8 asks for 8-bit activations.
+ * BENCH_ACT_BITS=8 asks for 8-bit activations. BENCH_STREAM=1 (0) says the
+ * weights stream from memory (stay in cache) as a model of more (less) than
+ * a third of the L3 would (kern_note_weights: decode's prefetch); unset, as
+ * this matrix alone.
  *
  *   bench_matmul TYPE ROWS COLS N_TOK THREADS [REPS]
  *   TYPE: q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k f16 bf16
@@ -57,6 +60,9 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < (size_t)cols * n_tok; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
     gl_tensor t = {.type = type, .n_cols = cols, .n_rows = rows, .data = w, .n_bytes = n_bytes};
     if (!getenv("BENCH_UNPACKED") && kern_pack(&t)) return 1;
+    const char *stream = getenv("BENCH_STREAM");
+    long long noted = stream ? (atoi(stream) ? 1LL << 46 : 0) : (long long)n_bytes;
+    kern_note_weights(noted);
     kern_pool *p = kern_pool_new(threads);
     if (p && getenv("BENCH_ACT_BITS")) kern_pool_set_act_bits(p, atoi(getenv("BENCH_ACT_BITS")));
     if (!p || kern_pool_reserve(p, (size_t)cols) || kern_pool_reserve_tokens(p, n_tok, cols)) return 1;
@@ -78,6 +84,7 @@ int main(int argc, char **argv) {
     if (threads == 1) printf("  (cpu %.3f ms, %.1f GMAC/s)", med_cpu * 1e3, rows * cols * (double)n_tok / med_cpu * 1e-9);
     printf("\n");
     kern_pool_free(p);
+    kern_note_weights(-noted);
     kern_unpack(&t);
     free(ts); free(cpu); free(w); free(x); free(out);
     return 0;

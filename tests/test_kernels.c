@@ -510,6 +510,32 @@ START_TEST(decode_prefetch_follows_weight_stream) {
 }
 END_TEST
 
+/* One token runs two rows a tile (packed_rows_one_token, the K-quants'
+ * one-token pass), an odd last row alone: a token alone still gives the
+ * batch's bits for every row count, through short tails (640 columns: 4
+ * blocks, 576: 2), a last chunk of 12 blocks (896), a half tail (768), at
+ * 16 and 8 bits, with the weights noted as streaming (the decode prefetch
+ * pair) and not. */
+START_TEST(decode_two_row_tiles_are_batch_invariant) {
+    const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q5_0, GL_TYPE_Q5_1,
+                              GL_TYPE_Q8_0, GL_TYPE_Q4_K, GL_TYPE_Q5_K, GL_TYPE_Q6_K};
+    const int64_t cols[] = {640, 576, 896, 768}, k_cols[] = {768, 1280};
+    const int64_t rows[] = {1, 2, 3, 5, 38};
+    for (int stream = 0; stream < 2; stream++) {
+        if (stream) kern_note_weights(1LL << 40);
+        for (size_t ti = 0; ti < 8; ti++) {
+            const bool k = gl_type_get(types[ti])->block_size == 256;
+            for (size_t ci = 0; ci < (k ? 2 : 4); ci++)
+                for (size_t ri = 0; ri < 5; ri++)
+                    for (int bits = 8; bits <= 16; bits += 8)
+                        check_packed_batch_invariant(types[ti], bits, rows[ri], k ? k_cols[ci] : cols[ci], 3);
+        }
+        if (stream) kern_note_weights(-(1LL << 40));
+    }
+    ck_assert(!atomic_load(&kern_weights_stream));
+}
+END_TEST
+
 /* At 16 bits Q4_0's and Q5_0's offset goes into the integer dot: each
  * output of a one-chunk row is exactly sum over blocks j of
  * float(sum (q - 8) a) * (dw * da), each product rounded once, summed by
@@ -1158,6 +1184,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, float_kernels_match_reference);
     tcase_add_test(tc, matmul_is_batch_and_thread_invariant);
     tcase_add_test(tc, matmul_decode_split_is_batch_invariant);
+    tcase_add_test(tc, decode_two_row_tiles_are_batch_invariant);
     tcase_add_test(tc, offset_folds_into_integer_dot);
     tcase_add_test(tc, decode_prefetch_follows_weight_stream);
     tcase_add_test(tc, matmul_x8_is_batch_and_thread_invariant);
