@@ -1005,29 +1005,42 @@ INLINE int packed_chunk_panels(const int type, const bool x8, const uint8_t *w, 
     return t0;
 }
 
-/* One token: two rows a tile, sharing the activations' loads (one row a
- * tile was a fifth to a third slower from L2: q8_0 2048 x 640 33.5 ->
- * 42.8 GB/s, 1024 x 896 29.5 -> 42.2, q4_0 2048 x 896 18.7 -> 23.4), and
- * as fast streaming: the two rows are one contiguous stream, whose decode
- * prefetch (prefetch_distance) serves them as it does one. Each output's
- * operations are those of any tile; an odd last row runs alone. */
+/* One token. From the caches (kern_weights_stream false) two rows a tile,
+ * sharing the activations' loads (one row a tile was a fifth to a third
+ * slower from L2: q8_0 2048 x 640 33.5 -> 42.8 GB/s, q4_0 2048 x 896 18.7
+ * -> 23.4; SmolLM2 tg +13%). Streaming, each row alone (one stream from
+ * memory, with the decode prefetch pair): two rows of TinyLlama's 3 KiB rows
+ * lost 9% of tg, their 3 KiB-ahead requests landing in the row beside.
+ * Alone, four rows' accumulators are reduced at once by sum4_ps's shared
+ * tree, bit for bit each row's own reduce. Each output's operations are
+ * those of any tile. */
 #define SPLIT_MAX_CHUNKS 64
 INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows,
                                   int64_t n_cols, const uint8_t *act, float *out) {
+    _Alignas(64) float state[4 * 64];
     /* 16-bit activations against Q5 weights: the chunks split once (split_x16_chunk); Q4's
      * word unpack is cheap enough that twice the byte dots lose (bench_matmul q4_0, q4_1: 3-8%) */
     _Alignas(64) kq16_split split[SPLIT_MAX_CHUNKS];
     const int nb = (int)(n_cols / 32), n_split = nb % 16 > KQ16_HALF_TAIL ? (nb + 15) / 16 : nb / 16;
     const bool use_split = !x8 && is_q5(type) && n_split <= SPLIT_MAX_CHUNKS && n_split > 0;
+    const kq16_split *sp = use_split ? split : NULL;
     if (use_split)
         for (int c = 0; c < n_split; c++) split_x16_chunk((const kq16_chunk *)act + c, &split[c]);
     int r = 0;
-    for (; r + 2 <= n_rows; r += 2)
-        chunk_tile(type, x8, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 2, 1, out + r, 0, NULL, 0,
-                   use_split ? split : NULL);
-    if (r < n_rows)
-        chunk_tile(type, x8, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 1, 1, out + r, 0, NULL, 0,
-                   use_split ? split : NULL);
+    if (!atomic_load_explicit(&kern_weights_stream, memory_order_relaxed))
+        for (; r + 2 <= n_rows; r += 2)
+            chunk_tile(type, x8, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 2, 1, out + r, 0, NULL, 0, sp);
+    for (; r + 4 <= n_rows; r += 4) {
+#pragma GCC unroll 4
+        for (int i = 0; i < 4; i++)
+            chunk_tile(type, x8, w + (size_t)(r + i) * row_bytes, row_bytes, n_cols, act, 0, 1, 1, NULL, 0,
+                       state + 64 * i, X16_STORE, sp);
+        __m512 sums = sum4_ps(_mm512_load_ps(state), _mm512_load_ps(state + 64), _mm512_load_ps(state + 128),
+                              _mm512_load_ps(state + 192));
+        _mm_storeu_ps(out + r, _mm512_castps512_ps128(_mm512_maskz_compress_ps(0x1111, sums)));
+    }
+    for (; r < n_rows; r++)
+        chunk_tile(type, x8, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 1, 1, out + r, 0, NULL, 0, sp);
 }
 
 #define DEFINE_PACKED_CHUNK_ROWS(name, TILE, TYPE, X8)                                                          \
@@ -1052,11 +1065,15 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_0, tile_x16, GL_TYPE_Q5_0, false) /* pac
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_1, tile_x16, GL_TYPE_Q5_1, false) /* packed_rows_q5_1_avx512, packed_rows_q5_1_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_0, tile_x8, GL_TYPE_Q5_0, true) /* packed_rows_x8_q5_0_avx512, packed_rows_x8_q5_0_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* packed_rows_x8_q5_1_avx512, packed_rows_x8_q5_1_whole_avx512 */
-/* K-quant rows: 1 x K_TILE_NT tiles; one token two rows a tile (as
- * packed_rows_one_token: from L2 q6_k 640 x 2048 21.9 -> 26.4 GB/s, q4_k
- * 320 x 4864 16.8 -> 18.3), two one row, 3 and 4 two rows. */
-#define PACKED_K_ROWS_REST(TILE, TYPE)              \
-    case 1: ROWS_PASS(TILE, TYPE, 2, 1); break;     \
+/* K-quant rows: 1 x K_TILE_NT tiles; one token two rows a tile from the
+ * caches, one streaming (as packed_rows_one_token: from L2 q6_k 640 x 2048
+ * 21.9 -> 26.4 GB/s, q4_k 320 x 4864 16.8 -> 18.3), two one row, 3 and 4
+ * two rows. */
+#define PACKED_K_ROWS_REST(TILE, TYPE)                                                      \
+    case 1:                                                                                 \
+        if (atomic_load_explicit(&kern_weights_stream, memory_order_relaxed)) ROWS_PASS(TILE, TYPE, 1, 1); \
+        else ROWS_PASS(TILE, TYPE, 2, 1);                                                   \
+        break;                                                                              \
     case 2: ROWS_PASS(TILE, TYPE, 1, 2); break;     \
     case 3: ROWS_PASS(TILE, TYPE, 2, 3); break;     \
     case 4: ROWS_PASS(TILE, TYPE, 2, 4); break;     \

@@ -65,8 +65,7 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
  * alone reach about half of one core's memory bandwidth on them. Asking
  * ahead (prefetch_distance) for the lines of what is being read now keeps
  * enough misses in flight.
- * A decode tile of two outputs at most (one row and one or two tokens, or
- * two rows and one token: the packed kernels' and the K-quants') asks
+ * A decode tile of one row (one or two tokens, the packed kernels') asks
  * for each line twice: into L2 3 KiB ahead and into L1 1 KiB ahead, by
  * when the L2 request has landed, so the L1 one is a short trip and the
  * tile's own loads hit L1, when the weights stream from memory
@@ -85,7 +84,7 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
 #define PF_DECODE_L1 1024 /* the pair's L1 distance; prefetch_distance gives it only to streamed decode rows */
 INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead, const int NR, const int NT) {
     for (int off = 0; off < n_bytes; off += 64) {
-        if (NR * NT <= 2 && ahead == PF_DECODE_L1) {
+        if (NR == 1 && NT <= 2 && ahead == PF_DECODE_L1) {
             _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T0);
             _mm_prefetch((const char *)p + 3 * ahead + off, _MM_HINT_T1);
         } else if (NT <= 2) {
@@ -100,13 +99,9 @@ INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead, const in
  * can land in another row the tile is reading now (TinyLlama's 5632-column
  * rows are 3 KiB): ask for the same place in a later tile instead, the
  * first at least 6 KiB on. A single row's stream is contiguous (the rows
- * follow each other), so a decode row's distance is exact; a one-token
- * tile of two rows (packed_rows_one_token) takes the same pair of requests
- * 1 and 3 KiB ahead of each row: streaming, q8_0 262144 x 640 and
- * 151936 x 896 read as fast as one row at a time (15.5 GB/s, 1 thread),
- * where the 6 KiB rule lost 13%. */
+ * follow each other), so a decode row's distance is exact. */
 INLINE size_t prefetch_distance(int NR, int NT, size_t row_bytes) {
-    if (NR * NT <= 2 && atomic_load_explicit(&kern_weights_stream, memory_order_relaxed)) return PF_DECODE_L1;
+    if (NR == 1 && NT <= 2 && atomic_load_explicit(&kern_weights_stream, memory_order_relaxed)) return PF_DECODE_L1;
     size_t tile = (size_t)NR * row_bytes;
     return (6144 + tile - 1) / tile * tile;
 }
