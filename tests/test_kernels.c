@@ -510,12 +510,12 @@ START_TEST(decode_prefetch_follows_weight_stream) {
 }
 END_TEST
 
-/* One token runs two rows a tile (packed_rows_one_token, the K-quants'
- * one-token pass), an odd last row alone: a token alone still gives the
- * batch's bits for every row count, through short tails (640 columns: 4
- * blocks, 576: 2), a last chunk of 12 blocks (896), a half tail (768), at
- * 16 and 8 bits, with the weights noted as streaming (the decode prefetch
- * pair) and not. */
+/* One token runs two rows a tile from the caches and one row a tile (four
+ * rows' shared reduce) when the weights are noted as streaming
+ * (packed_rows_one_token, the K-quants' one-token pass), an odd last row
+ * alone: either way a token alone gives the batch's bits for every row
+ * count, through short tails (640 columns: 4 blocks, 576: 2), a last chunk
+ * of 12 blocks (896), a half tail (768), at 16 and 8 bits. */
 START_TEST(decode_two_row_tiles_are_batch_invariant) {
     const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q5_0, GL_TYPE_Q5_1,
                               GL_TYPE_Q8_0, GL_TYPE_Q4_K, GL_TYPE_Q5_K, GL_TYPE_Q6_K};
