@@ -1015,6 +1015,7 @@ INLINE int packed_chunk_panels(const int type, const bool x8, const uint8_t *w, 
  * tree, bit for bit each row's own reduce. Each output's operations are
  * those of any tile. */
 #define SPLIT_MAX_CHUNKS 64
+INLINE bool one_token_row_pairs(void) { return !atomic_load_explicit(&kern_weights_stream, memory_order_relaxed); }
 INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows,
                                   int64_t n_cols, const uint8_t *act, float *out) {
     _Alignas(64) float state[4 * 64];
@@ -1027,7 +1028,7 @@ INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *
     if (use_split)
         for (int c = 0; c < n_split; c++) split_x16_chunk((const kq16_chunk *)act + c, &split[c]);
     int r = 0;
-    if (!atomic_load_explicit(&kern_weights_stream, memory_order_relaxed))
+    if (one_token_row_pairs())
         for (; r + 2 <= n_rows; r += 2)
             chunk_tile(type, x8, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 2, 1, out + r, 0, NULL, 0, sp);
     for (; r + 4 <= n_rows; r += 4) {
@@ -1071,8 +1072,8 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* pa
  * two rows. */
 #define PACKED_K_ROWS_REST(TILE, TYPE)                                                      \
     case 1:                                                                                 \
-        if (atomic_load_explicit(&kern_weights_stream, memory_order_relaxed)) ROWS_PASS(TILE, TYPE, 1, 1); \
-        else ROWS_PASS(TILE, TYPE, 2, 1);                                                   \
+        if (one_token_row_pairs()) ROWS_PASS(TILE, TYPE, 2, 1);                             \
+        else ROWS_PASS(TILE, TYPE, 1, 1);                                                   \
         break;                                                                              \
     case 2: ROWS_PASS(TILE, TYPE, 1, 2); break;     \
     case 3: ROWS_PASS(TILE, TYPE, 2, 3); break;     \
