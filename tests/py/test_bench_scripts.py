@@ -193,3 +193,20 @@ def test_perplexity_script_compares_kv_types_and_activation_bits(tmp_path):
         assert "over 126 tokens (2 windows of 64)" in ln, ln
         assert float(ln.split()[2]) > 1.0
     assert all("vs f16/16: mean |dlogprob|" in ln for ln in lines[1:])
+
+
+def test_exact_agreement_script_against_the_reference(tmp_path):
+    """scripts/exact-agreement sets the engine's prefill logits against the float64 reference, window by window."""
+    from conftest import build_dir
+    text = tmp_path / "text.txt"
+    text.write_text("Once upon a time, there was a little girl named Lily. She liked to play in the park. " * 12)
+    r = subprocess.run([sys.executable, str(SOURCE_DIR / "scripts" / "exact-agreement"), "-m", tiny_model(), "-f",
+                        str(text), "--ctx", "64", "--windows", "2", "--build", str(build_dir())],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert lines[:2] == ["window 1/2: same top-1 100.00%", "window 2/2: same top-1 100.00%"]
+    assert "2 windows of 64, 126 positions" in lines[2]
+    assert "126/126 = 100.00%" in lines[3]
+    words = lines[4].replace(",", "").split()  # perplexity genloop G exact E (D%)
+    assert abs(float(words[2]) / float(words[4]) - 1) < 1e-4, lines[4]
