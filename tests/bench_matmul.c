@@ -11,6 +11,10 @@
  *   bench_matmul TYPE ROWS COLS N_TOK THREADS [REPS]
  *   TYPE: q4_0 q4_1 q5_0 q5_1 q8_0 q4_k q5_k q6_k f16 bf16
  *
+ * BENCH_COPIES=N cycles the calls through N packed copies of the matrix, so
+ * that with N copies larger than the last-level cache each call really
+ * streams its weights from memory, as a decode step does.
+ *
  * The weights are kern_pack'ed unless BENCH_UNPACKED is set. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +63,14 @@ int main(int argc, char **argv) {
             }
     for (size_t i = 0; i < (size_t)cols * n_tok; i++) x[i] = (float)rand() / RAND_MAX - 0.5f;
     gl_tensor t = {.type = type, .n_cols = cols, .n_rows = rows, .data = w, .n_bytes = n_bytes};
-    if (!getenv("BENCH_UNPACKED") && kern_pack(&t)) return 1;
+    int n_copies = getenv("BENCH_COPIES") ? atoi(getenv("BENCH_COPIES")) : 1;
+    if (n_copies < 1) n_copies = 1;
+    gl_tensor *copies = malloc(sizeof *copies * (size_t)n_copies);
+    if (!copies) return 1;
+    for (int c = 0; c < n_copies; c++) {
+        copies[c] = t;
+        if (!getenv("BENCH_UNPACKED") && kern_pack(&copies[c])) return 1;
+    }
     const char *stream = getenv("BENCH_STREAM");
     long long noted = stream ? (atoi(stream) ? 1LL << 46 : 0) : (long long)n_bytes;
     kern_note_weights(noted);
@@ -67,12 +78,13 @@ int main(int argc, char **argv) {
     if (p && getenv("BENCH_ACT_BITS")) kern_pool_set_act_bits(p, atoi(getenv("BENCH_ACT_BITS")));
     if (!p || kern_pool_reserve(p, (size_t)cols) || kern_pool_reserve_tokens(p, n_tok, cols)) return 1;
     double *ts = malloc(sizeof(double) * reps), *cpu = malloc(sizeof(double) * reps);
-    kern_matmul(p, &t, x, n_tok, out);
+    kern_matmul(p, &copies[0], x, n_tok, out);
     for (int r = 0; r < reps; r++) {
+        const gl_tensor *tc = &copies[(r + 1) % n_copies];
         struct timespec c0, c1;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
         double t0 = bench_now();
-        kern_matmul(p, &t, x, n_tok, out);
+        kern_matmul(p, tc, x, n_tok, out);
         ts[r] = bench_now() - t0;
         clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
         cpu[r] = (double)(c1.tv_sec - c0.tv_sec) + (double)(c1.tv_nsec - c0.tv_nsec) * 1e-9;
@@ -85,7 +97,8 @@ int main(int argc, char **argv) {
     printf("\n");
     kern_pool_free(p);
     kern_note_weights(-noted);
-    kern_unpack(&t);
+    for (int c = 0; c < n_copies; c++) kern_unpack(&copies[c]);
+    free(copies);
     free(ts); free(cpu); free(w); free(x); free(out);
     return 0;
 }
