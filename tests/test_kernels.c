@@ -481,6 +481,38 @@ START_TEST(matmul_is_batch_and_thread_invariant) {
 }
 END_TEST
 
+/* A decode call's rows go out by segments, one per thread, with steals
+ * from a segment's end (claim_in_segments): on any pool every row is
+ * computed once, to the one-thread bits, whatever the row count (segments
+ * of no rows, of a few, uneven ones), whether workers come or not (a pool
+ * of more threads than this host's cores leaves some late), and past
+ * MATMUL_MAX_SEGS threads (16), where the guided hand-out serves. */
+START_TEST(decode_segments_cover_every_row_once) {
+    const int64_t rows[] = {1, 3, 5, 37, 301, 4099};
+    const int threads[] = {2, 3, 16, 17};
+    for (size_t ri = 0; ri < sizeof rows / sizeof rows[0]; ri++) {
+        uint8_t *data;
+        gl_tensor w = random_tensor(GL_TYPE_Q4_0, rows[ri], 256, &data);
+        ck_assert_int_eq(kern_pack(&w), 0);
+        float x[2 * 256], ref[2 * 4099], out[2 * 4099];
+        fill_acts(x, 2 * 256);
+        for (int n_tok = 1; n_tok <= 2; n_tok++) {
+            matmul_with("auto", 1, &w, x, n_tok, ref);
+            for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++)
+                for (int rep = 0; rep < 3; rep++) {
+                    for (size_t i = 0; i < (size_t)n_tok * (size_t)rows[ri]; i++) out[i] = NAN;
+                    matmul_with("auto", threads[ti], &w, x, n_tok, out);
+                    ck_assert_msg(!memcmp(out, ref, (size_t)n_tok * (size_t)rows[ri] * sizeof *out),
+                                  "%lld rows, %d tokens, %d threads: differs from one thread", (long long)rows[ri],
+                                  n_tok, threads[ti]);
+                }
+        }
+        kern_unpack(&w);
+        free(data);
+    }
+}
+END_TEST
+
 /* A decode token's 16-bit dots against Q5 weights take split bytes
  * (split_x16_chunk in simd_avx512.h): still the batch's bits, over full
  * chunks, a last chunk of 12 blocks, a half tail (8) and a short tail (2). */
@@ -1183,6 +1215,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, quant_kernels_match_reference);
     tcase_add_test(tc, float_kernels_match_reference);
     tcase_add_test(tc, matmul_is_batch_and_thread_invariant);
+    tcase_add_test(tc, decode_segments_cover_every_row_once);
     tcase_add_test(tc, matmul_decode_split_is_batch_invariant);
     tcase_add_test(tc, decode_two_row_tiles_are_batch_invariant);
     tcase_add_test(tc, offset_folds_into_integer_dot);
