@@ -479,25 +479,22 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
     }
 }
 
+/* The K-quants' activations take one unit per super-block (quantize_256),
+ * so a super-block's dots summed with the weights' integer scales stay one
+ * exact integer (simd.h, kq16_k). */
 void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t n) {
     for (int64_t b = 0; b < n / 256; b++, x += 256) {
-        if (impl->quantize_k16) {
-            impl->quantize_k16(x, &y[b]);
-            continue;
-        }
-        kq8_32 tmp[8];
-        impl->quantize_32(x, tmp, 256);
+        kq8_256 tmp;
+        impl->quantize_256(x, &tmp, 256);
         int32_t pair_sum = 0; /* the even sub-block's, for the 32-element block's s */
         for (int j = 0; j < 16; j++) {
             int32_t sum = 0;
             for (int i = 0; i < 16; i++) { /* element 16 j + i is in pair v = i / 2 */
-                const kq8_32 *blk = &tmp[j / 2];
-                int e = 16 * (j % 2) + i;
-                int16_t v = (int16_t)(256 * blk->q[e] + blk->q2[e]);
+                int16_t v = (int16_t)(256 * tmp.q[16 * j + i] + tmp.q2[16 * j + i]);
                 y[b].q[i / 2][2 * j + i % 2] = v;
                 sum += v;
             }
-            y[b].d[j] = tmp[j / 2].d;
+            y[b].d[j] = tmp.d;
             y[b].off[j] = -32 * sum;
             if (j % 2) y[b].s[j - 1] = y[b].d[j] * (float)(sum + pair_sum), y[b].s[j] = 0;
             pair_sum = sum;
@@ -510,22 +507,17 @@ static const float coarse_step = 256.0f;
 
 void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n) {
     for (int64_t b = 0; b < n / 256; b++, x += 256) {
-        if (impl->quantize_k8) {
-            impl->quantize_k8(x, &y[b]);
-            continue;
-        }
-        kq8_32 tmp[8];
-        impl->quantize_32(x, tmp, 256);
+        kq8_256 tmp;
+        impl->quantize_256(x, &tmp, 256);
         int32_t pair_sum = 0;
         for (int j = 0; j < 16; j++) {
-            const kq8_32 *blk = &tmp[j / 2];
             int32_t sum = 0;
             for (int i = 0; i < 16; i++) { /* element 16 j + i is byte i % 4 of vector i / 4 */
-                int8_t q = blk->q[16 * (j % 2) + i];
+                int8_t q = tmp.q[16 * j + i];
                 y[b].q[i / 4][4 * j + i % 4] = q;
                 sum += q;
             }
-            y[b].d[j] = blk->d * coarse_step;
+            y[b].d[j] = tmp.d * coarse_step;
             y[b].off[j] = -32 * sum;
             if (j % 2) y[b].s[j - 1] = y[b].d[j] * (float)(sum + pair_sum), y[b].s[j] = 0;
             pair_sum = sum;
@@ -535,20 +527,20 @@ void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n
 
 void kern_quantize_qa(const kern_impl *impl, const float *x, uint8_t *group, int t, int64_t n, bool x8) {
     for (int64_t b = 0; b < n / 256; b++, x += 256) {
-        kq8_32 tmp[8];
-        impl->quantize_32(x, tmp, 256);
+        kq8_256 tmp;
+        impl->quantize_256(x, &tmp, 256);
         kqa16_k *y16 = (kqa16_k *)group + b;
         kqa8_k *y8 = (kqa8_k *)group + b;
+        const float d = x8 ? tmp.d * coarse_step : tmp.d;
         for (int j = 0; j < 16; j += 2) { /* a 32-element block: sub-blocks j, j + 1, as kern_quantize_k16 / k8 */
-            const kq8_32 *blk = &tmp[j / 2];
+            const int8_t *q = tmp.q + 16 * j, *q2 = tmp.q2 + 16 * j;
             int32_t sum = 0; /* of the block's 256 q + q2 (x8: q) */
-            for (int e = 0; e < 32; e++) sum += x8 ? blk->q[e] : 256 * blk->q[e] + blk->q2[e];
+            for (int e = 0; e < 32; e++) sum += x8 ? q[e] : 256 * q[e] + q2[e];
             for (int h = 0; h < 2; h++)
                 for (int k = 0; k < 4; k++) { /* elements 16 h + 4 k .. + 3: quad k of sub-block j + h */
-                    memcpy(x8 ? y8->q[j + h][k][t] : y16->q[j + h][k][t], blk->q + 16 * h + 4 * k, 4);
-                    if (!x8) memcpy(y16->q2[j + h][k][t], blk->q2 + 16 * h + 4 * k, 4);
+                    memcpy(x8 ? y8->q[j + h][k][t] : y16->q[j + h][k][t], q + 16 * h + 4 * k, 4);
+                    if (!x8) memcpy(y16->q2[j + h][k][t], q2 + 16 * h + 4 * k, 4);
                 }
-            const float d = x8 ? blk->d * coarse_step : blk->d;
             float (*dv)[16] = x8 ? y8->d : y16->d, (*sv)[16] = x8 ? y8->s : y16->s;
             dv[j][t] = dv[j + 1][t] = d;
             sv[j][t] = d * (float)sum;

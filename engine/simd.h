@@ -158,8 +158,10 @@ static inline size_t kq8_x8_row_bytes(int64_t n_cols) {
  * belongs to group v. */
 typedef struct kq16_k {
     int16_t q[8][32];         /* [v][2j + e]: element 16 j + 2 v + e, 256 q + q2 */
-    float d[16];              /* unit of sub-block j (that of its 32-element block) */
-    int32_t off[16];          /* -32 times the sum of sub-block j's q[][]: Q6_K's dots start there, for its -32 */
+    float d[16];              /* the super-block's one unit (quantize_256's), in every lane: so Q4_K's
+                                 sum over blocks of scale * dot stays one exact integer (tile_kq) */
+    int32_t off[16];          /* -32 times the sum of sub-block j's q[][]: Q6_K's dots start there, for its -32;
+                                 Q4_K's minimums take these sums as integers */
     float s[16];              /* even j: d[j] times the sum of sub-blocks j and j + 1 (a 32-element block,
                                  Q4_K's and Q5_K's minimums take it in one multiply-add); 0 for odd j */
 } kq16_k;
@@ -171,7 +173,7 @@ typedef struct kq16_k {
  * pieces 2 i and 2 i + 1 give vectors i (low nibbles) and i + 2 (high). */
 typedef struct kq8_k {
     int8_t q[4][64];          /* [u][4j + b]: element 16 j + 4 u + b */
-    float d[16];              /* unit of sub-block j: x ~ d * q */
+    float d[16];              /* the super-block's unit, every lane: x ~ d * q */
     int32_t off[16];          /* -32 times the sum of sub-block j's q, as kq16_k's */
     float s[16];              /* d * sum of the 32-element block at even j, 0 at odd j, as kq16_k's */
 } kq8_k;
@@ -241,8 +243,8 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
 typedef void (*kern_amx_rows_fn)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride,
                                  int n_tok, float *out, size_t out_stride, uint8_t *scratch);
 
-/* (the K-quants' rows take 40 bytes a column: two row tiles unpacked) */
-#define KERN_AMX_SCRATCH(n_cols) ((size_t)(n_cols) * 41 + 65536)
+/* (the K-quants' rows take 40 bytes a column: two row tiles unpacked; Q4_K's 48.5: three byte planes of 16 rows) */
+#define KERN_AMX_SCRATCH(n_cols) ((size_t)(n_cols) * 49 + 65536)
 
 /* One block position (block j of chunk c) of 16 tokens as AMX B tiles:
  * q[v][4 t + e] = element 4 v + e of token t's block (kq8_chunk's q[v][4j + e]). */
@@ -298,12 +300,9 @@ typedef struct kern_impl {
     const char *name;                                  /* "avx2", "avx512" */
     void (*quantize_32)(const float *x, kq8_32 *y, int64_t n);   /* n % 32 == 0 */
     void (*quantize_256)(const float *x, kq8_256 *y, int64_t n); /* n % 256 == 0 */
-    /* kern_quantize_x16 of one whole chunk (512 floats) and kern_quantize_k16
-     * of one super-block (256) in one pass, the same bits; NULL = through quantize_32 */
+    /* kern_quantize_x16 of one whole chunk (512 floats) in one pass, the same bits; NULL = through quantize_32 */
     void (*quantize_x16)(const float *x, kq16_chunk *y);
-    void (*quantize_k16)(const float *x, kq16_k *y);
-    void (*quantize_x8)(const float *x, kq8_chunk *y);  /* the same for kern_quantize_x8 and _k8 */
-    void (*quantize_k8)(const float *x, kq8_k *y);
+    void (*quantize_x8)(const float *x, kq8_chunk *y);  /* the same for kern_quantize_x8 */
     /* kern_quantize_amx's blocks (not a short tail) of a group straight from the floats, the
      * same bits; NULL = through the per-token rows */
     void (*quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na, uint8_t *group, bool x16);
@@ -349,7 +348,7 @@ typedef struct kqa8_k {
     float s[16][16];
 } kqa8_k;
 /* Token t's part of an AMX group (kqa16_k or kqa8_k at group, x8 for the
- * second), from quantize_32 as kern_quantize_k16 / kern_quantize_k8. */
+ * second), from quantize_256 as kern_quantize_k16 / kern_quantize_k8. */
 void kern_quantize_qa(const kern_impl *impl, const float *x, uint8_t *group, int t, int64_t n, bool x8);
 
 /* What both x86 implementations need: AVX2, FMA and F16C (F16C through

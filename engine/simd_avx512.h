@@ -764,7 +764,7 @@ INLINE void tile_x8(const int type, const uint8_t *w, size_t row_bytes, int64_t 
  *         registers (k4_scales' rule per lane); odd lanes stay 0. Half the
  *         float steps would do, but the point is AMX (simd_amx_k.h), which
  *         replays these: there it halves the tile work too. */
-INLINE __m512 q4_k_scales_mins(const uint8_t *s) {
+INLINE __m512i q4_k_scales_mins_epi32(const uint8_t *s) {
     /* lanes 0..7: scale 0..7, lanes 8..15: min 0..7 */
     const __m128i bytes = _mm_maskz_loadu_epi8(0x0fff, s);
     const __m128i idx_lo = _mm_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11);
@@ -775,7 +775,7 @@ INLINE __m512 q4_k_scales_mins(const uint8_t *s) {
                           _mm512_setr_epi32(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15));
     hi = _mm512_and_si512(_mm512_srli_epi32(hi, 2),
                           _mm512_setr_epi32(0, 0, 0, 0, 48, 48, 48, 48, 0, 0, 0, 0, 48, 48, 48, 48));
-    return _mm512_cvtepi32_ps(_mm512_or_si512(lo, hi));
+    return _mm512_or_si512(lo, hi);
 }
 
 /* Against kq8_k (x8) the same lanes take four elements each: one word
@@ -799,9 +799,10 @@ DEFINE_DOT_PAIRS(k_dot_pairs, 2, K_TILE_NT)
 INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
                     const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     const size_t ahead = prefetch_distance(NR, NT, row_bytes);
-    const bool six = type == GL_TYPE_Q6_K, five = type == GL_TYPE_Q5_K;
+    const bool six = type == GL_TYPE_Q6_K, five = type == GL_TYPE_Q5_K, q4 = type == GL_TYPE_Q4_K;
     const int bb = six ? 210 : five ? 176 : 144;
     const int quants = six ? 18 : 16; /* the low 4 bits of every quant, 4 pieces of 32 bytes */
+    float accq[2][K_TILE_NT] = {{0}}; /* Q4_K's outputs */
     const int nb = (int)(n_cols / 256);
     const size_t a_bytes = x8 ? sizeof(kq8_k) : sizeof(kq16_k);
     const size_t a_d = x8 ? offsetof(kq8_k, d) : offsetof(kq16_k, d);
@@ -905,7 +906,30 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
             memcpy(&halves, blk[r], 4);
             const __m512 d_dmin =
                 _mm512_permutexvar_ps(d_lanes, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(halves))));
-            const __m512 sm = _mm512_mul_ps(q4_k_scales_mins(blk[r] + 4), d_dmin);
+            if (q4) { /* simd.h, kq16_k: one exact integer per output and super-block, then two float steps */
+                const __m512i smi = q4_k_scales_mins_epi32(blk[r] + 4);
+                const __m512i sc16 = _mm512_permutexvar_epi32(sub_scale, smi), mn16 = _mm512_permutexvar_epi32(sub_min, smi);
+                const float d = f16_at(blk[r]), dmin = f16_at(blk[r] + 2);
+#pragma GCC unroll 8
+                for (int t = 0; t < NT; t++) {
+                    const float u = *(const float *)(a[t] + a_d);
+                    float sv;
+                    if (x8) {
+                        sv = (float)_mm512_reduce_add_epi32(_mm512_mullo_epi32(dot[r][t], sc16));
+                    } else { /* 16 bits: past 32 bits at the extremes, summed in 64 */
+                        const __m512i ev = _mm512_mul_epi32(dot[r][t], sc16);
+                        const __m512i od = _mm512_mul_epi32(_mm512_srli_epi64(dot[r][t], 32), _mm512_srli_epi64(sc16, 32));
+                        sv = (float)(int64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(ev, od));
+                    }
+                    /* off is -32 times each sub-block's sum: the minimums' sum of min * block sum, negated */
+                    const __m512i neg = _mm512_srai_epi32(_mm512_loadu_si512(a[t] + a_off), 5);
+                    const float mv = (float)-_mm512_reduce_add_epi32(_mm512_mullo_epi32(mn16, neg));
+                    accq[r][t] = fmaf(sv, d * u, accq[r][t]);
+                    accq[r][t] = fmaf(-mv, dmin * u, accq[r][t]);
+                }
+                continue;
+            }
+            const __m512 sm = _mm512_mul_ps(_mm512_cvtepi32_ps(q4_k_scales_mins_epi32(blk[r] + 4)), d_dmin);
             const __m512 sd = _mm512_permutexvar_ps(sub_scale, sm), md = _mm512_permutexvar_ps(sub_min, sm);
             /* a 32-element block's two sub-blocks share scale, minimum and unit: their dots add up
              * (exactly) in the even lane, which alone takes the float steps; the odd lanes stay 0 */
@@ -917,6 +941,13 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
                 acc[r][t] = _mm512_mask3_fnmadd_ps(md, _mm512_loadu_ps((const float *)(a[t] + a_s)), acc[r][t], 0x5555);
             }
         }
+    }
+    if (q4) {
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+            for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = accq[r][t];
+        return;
     }
     /* Four outputs' sums at a time by sum4_ps, each by the tree of its own
      * reduce (the short rows of small models spend a fifth of a tile on
@@ -1137,26 +1168,6 @@ static void FN(quantize_x16)(const float *x, kq16_chunk *ch) {
         _mm512_storeu_si512(ch->q[v], _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(v)), &pairs[0][0], 4));
 }
 
-/* quantize_k16_avx512: one kq16_k (256 elements): dword lane j of vector v
- * is pair 8 j + v (elements 16 j + 2 v, + 1); s by 32-element block. */
-static void FN(quantize_k16)(const float *x, kq16_k *y) {
-    int32_t pairs[128];
-    for (int b = 0; b < 8; b++) {
-        float unit;
-        int sum[2];
-        _mm512_storeu_si512(pairs + 16 * b, quant_pairs(x + 32 * b, &unit, &sum[0], &sum[1]));
-        for (int h = 0; h < 2; h++) {
-            y->d[2 * b + h] = unit;
-            y->off[2 * b + h] = -32 * sum[h];
-        }
-        y->s[2 * b] = unit * (float)(sum[0] + sum[1]); /* by 32-element block (simd.h) */
-        y->s[2 * b + 1] = 0;
-    }
-    const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
-    for (int v = 0; v < 8; v++)
-        _mm512_storeu_si512(y->q[v], _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(v)), pairs, 4));
-}
-
 /* One 32-element block's coarse part alone (the q of quant_pairs): its 32
  * codes, its unit (that of kq8_32) and the sums of q over its two halves. */
 INLINE void quant_coarse_parts(const float *x, float *unit, __m512i q[2]) {
@@ -1195,26 +1206,6 @@ static void FN(quantize_x8)(const float *x, kq8_chunk *ch) {
     const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
     for (int v = 0; v < 8; v++)
         _mm512_storeu_si512(ch->q[v], _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(v)), &quads[0][0], 4));
-}
-
-/* quantize_k8_avx512: one kq8_k: dword lane j of vector u is elements
- * 16 j + 4 u .. + 3; s by 32-element block. */
-static void FN(quantize_k8)(const float *x, kq8_k *y) {
-    int32_t quads[64];
-    for (int b = 0; b < 8; b++) {
-        float unit;
-        int sum[2];
-        _mm256_storeu_si256((__m256i *)(quads + 8 * b), quant_coarse(x + 32 * b, &unit, &sum[0], &sum[1]));
-        for (int h = 0; h < 2; h++) {
-            y->d[2 * b + h] = unit * 256.0f;
-            y->off[2 * b + h] = -32 * sum[h];
-        }
-        y->s[2 * b] = y->d[2 * b] * (float)(sum[0] + sum[1]); /* by 32-element block (simd.h) */
-        y->s[2 * b + 1] = 0;
-    }
-    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44, 48, 52, 56, 60);
-    for (int u = 0; u < 4; u++)
-        _mm512_storeu_si512(y->q[u], _mm512_i32gather_epi32(_mm512_add_epi32(idx, _mm512_set1_epi32(u)), quads, 4));
 }
 
 /* ---- the AMX form (simd.h) straight from the floats ------------------------------

@@ -19,9 +19,7 @@ static const kern_impl FN(impl) = {
     .quantize_256 = FN(quantize_256),
 #if SIMD_AVX512
     .quantize_x16 = FN(quantize_x16),
-    .quantize_k16 = FN(quantize_k16),
     .quantize_x8 = FN(quantize_x8),
-    .quantize_k8 = FN(quantize_k8),
     .quantize_amx = FN(quantize_amx),
 #endif
     .rows = {

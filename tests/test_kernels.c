@@ -86,23 +86,21 @@ static void act_as_seen(kern_act_kind kind, const float *x, int64_t n, float *se
     if (kind == KERN_ACT_F32) {
         memcpy(seen, x, (size_t)n * sizeof *x);
         for (int64_t i = 0; i < n; i++) half_step[i] = 0;
-    } else if (kind == KERN_ACT_Q8_32 || kind == KERN_ACT_Q16_X16 || kind == KERN_ACT_Q16_K || kind == KERN_ACT_Q8_X8 ||
-               kind == KERN_ACT_Q8_32_COARSE || kind == KERN_ACT_Q8_K) {
+    } else if (kind == KERN_ACT_Q8_32 || kind == KERN_ACT_Q16_X16 || kind == KERN_ACT_Q8_X8 || kind == KERN_ACT_Q8_32_COARSE) {
         /* the 16-bit forms hold the same 32-element blocks, rearranged; the
          * 8-bit ones their coarse parts */
         kq8_32 *q = malloc((size_t)(n / 32) * sizeof *q);
         kern_quantize_32_ref(x, q, n);
         for (int64_t i = 0; i < n; i++) {
-            bool coarse = kind == KERN_ACT_Q8_32_COARSE || kind == KERN_ACT_Q8_K ||
-                          kind == KERN_ACT_Q8_X8;
+            bool coarse = kind == KERN_ACT_Q8_32_COARSE || kind == KERN_ACT_Q8_X8;
             seen[i] = q[i / 32].d * (256 * q[i / 32].q[i % 32] + (coarse ? 0 : q[i / 32].q2[i % 32]));
             half_step[i] = q[i / 32].d * (coarse ? 128 : 1); /* q2 may clip to 127 at a half step of q */
         }
         free(q);
-    } else {
+    } else { /* the packed K-quants' forms (kq16_k, kq8_k) hold quantize_256's super-blocks, rearranged */
         kq8_256 *q = malloc((size_t)(n / 256) * sizeof *q);
         kern_quantize_256_ref(x, q, n);
-        bool coarse = kind == KERN_ACT_Q8_256_COARSE;
+        bool coarse = kind == KERN_ACT_Q8_256_COARSE || kind == KERN_ACT_Q8_K;
         for (int64_t i = 0; i < n; i++) {
             seen[i] = q[i / 256].d * (256 * q[i / 256].q[i % 256] + (coarse ? 0 : q[i / 256].q2[i % 256]));
             half_step[i] = q[i / 256].d * (coarse ? 128 : 1);
@@ -191,9 +189,8 @@ START_TEST(quantizers_match_reference) {
              * the reshuffle give: whole chunks, then a row with a tail chunk. */
             kern_impl plain = *impls[k];
             plain.quantize_x16 = NULL;
-            plain.quantize_k16 = NULL;
             plain.quantize_x8 = NULL;
-            plain.quantize_k8 = NULL;
+            plain.quantize_256 = kern_quantize_256_ref; /* the K-quants' rows from the scalar units */
             static kq16_chunk c1[2], c2[2];
             static kq16_k k1[N / 256], k2[N / 256];
             static uint8_t b1[2 * sizeof(kq8_chunk)], b2[2 * sizeof(kq8_chunk)];
