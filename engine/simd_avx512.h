@@ -794,6 +794,70 @@ INLINE __m512i q4_k_scales_mins_epi32(const uint8_t *s) {
  * Every output's operations are the same whatever the tile. */
 #define K_TILE_NT 8
 
+/* Lanes of a, b, c, d summed 4 at a time (sum4_ps's first stages, in
+ * integers): lanes 4 i .. 4 i + 3 of the result hold parts of vector i's sum. */
+INLINE __m512i sum4_parts_epi32(__m512i a, __m512i b, __m512i c, __m512i d) {
+    const __m512i ab = _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
+                                        _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
+    const __m512i cd = _mm512_add_epi32(_mm512_shuffle_i32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
+                                        _mm512_shuffle_i32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+/* Q4_K's super-block for a tile's outputs (simd.h, kq16_k): per output the
+ * exact integers S = sum of scale_j * dot_j and M = sum of min_j * sum_j
+ * (sum_j from off, -32 times each sub-block's), then acc += S * (d * unit)
+ * and acc -= M * (dmin * unit), the AMX rows' two float steps
+ * (simd_amx_k.h). The lane sums go four vectors at a time; at 16 bits S
+ * passes 32 bits at the extremes (945 * 32767 * 256), so past four lanes
+ * (at most 4 * 63 * 7.9e6) the sums go on in 64 bits, exact, and S is
+ * rounded to float once. */
+INLINE void q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t *const blk[2], const uint8_t *const a[K_TILE_NT],
+                      size_t a_d, size_t a_off, __m512i sub_scale, __m512i sub_min, __m512i dot[2][K_TILE_NT],
+                      float accq[2][K_TILE_NT]) {
+    __m512i v[4 * K_TILE_NT + 4]; /* S's then M's products, by output r * NT + t */
+    const int n = NR * NT;
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++) {
+        const __m512i smi = q4_k_scales_mins_epi32(blk[r] + 4);
+        const __m512i sc16 = _mm512_permutexvar_epi32(sub_scale, smi), mn16 = _mm512_permutexvar_epi32(sub_min, smi);
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            /* -sum_j: off is -32 times it, exactly */
+            const __m512i neg = _mm512_srai_epi32(_mm512_loadu_si512(a[t] + a_off), 5);
+            /* 8 bits: dots and sums fit 16 bits (15 * 127 * 16), one multiply-add each */
+            v[r * NT + t] = x8 ? _mm512_madd_epi16(dot[r][t], sc16) : _mm512_mullo_epi32(dot[r][t], sc16);
+            v[n + r * NT + t] = x8 ? _mm512_madd_epi16(neg, mn16) : _mm512_mullo_epi32(neg, mn16);
+        }
+    }
+    const int nv = (2 * n + 3) / 4 * 4;
+    for (int i = 2 * n; i < nv; i++) v[i] = _mm512_setzero_si512();
+    _Alignas(64) int64_t sums[4 * K_TILE_NT + 4];
+    for (int i = 0; i < nv; i += 4) {
+        const __m512i p = sum4_parts_epi32(v[i], v[i + 1], v[i + 2], v[i + 3]);
+        __m512i lo = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(p)), hi = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(p, 1));
+        lo = _mm512_add_epi64(lo, _mm512_permutex_epi64(lo, _MM_SHUFFLE(1, 0, 3, 2)));
+        hi = _mm512_add_epi64(hi, _mm512_permutex_epi64(hi, _MM_SHUFFLE(1, 0, 3, 2)));
+        lo = _mm512_add_epi64(lo, _mm512_permutex_epi64(lo, _MM_SHUFFLE(2, 3, 0, 1)));
+        hi = _mm512_add_epi64(hi, _mm512_permutex_epi64(hi, _MM_SHUFFLE(2, 3, 0, 1)));
+        sums[i] = _mm_cvtsi128_si64(_mm512_castsi512_si128(lo));
+        sums[i + 1] = _mm_cvtsi128_si64(_mm512_extracti64x2_epi64(lo, 2));
+        sums[i + 2] = _mm_cvtsi128_si64(_mm512_castsi512_si128(hi));
+        sums[i + 3] = _mm_cvtsi128_si64(_mm512_extracti64x2_epi64(hi, 2));
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++) {
+        const float d = f16_at(blk[r]), dmin = f16_at(blk[r] + 2);
+#pragma GCC unroll 8
+        for (int t = 0; t < NT; t++) {
+            const float u = *(const float *)(a[t] + a_d);
+            accq[r][t] = fmaf((float)sums[r * NT + t], d * u, accq[r][t]);
+            accq[r][t] = fmaf((float)sums[n + r * NT + t], dmin * u, accq[r][t]);
+        }
+    }
+}
+
 DEFINE_DOT_PAIRS(k_dot_pairs, 2, K_TILE_NT)
 
 INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
@@ -889,6 +953,10 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
             k_dot_pairs(NR, NT, dot, dot2, u0, u1, x, k, k + 4, false, k);
         }
         k_dot_pairs_join(NR, NT, dot, dot2);
+        if (q4) {
+            q4_k_sums(x8, NR, NT, blk, a, a_d, a_off, sub_scale, sub_min, dot, accq);
+            continue;
+        }
 #pragma GCC unroll 2
         for (int r = 0; r < NR; r++) {
             if (six) {
@@ -906,29 +974,6 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
             memcpy(&halves, blk[r], 4);
             const __m512 d_dmin =
                 _mm512_permutexvar_ps(d_lanes, _mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(halves))));
-            if (q4) { /* simd.h, kq16_k: one exact integer per output and super-block, then two float steps */
-                const __m512i smi = q4_k_scales_mins_epi32(blk[r] + 4);
-                const __m512i sc16 = _mm512_permutexvar_epi32(sub_scale, smi), mn16 = _mm512_permutexvar_epi32(sub_min, smi);
-                const float d = f16_at(blk[r]), dmin = f16_at(blk[r] + 2);
-#pragma GCC unroll 8
-                for (int t = 0; t < NT; t++) {
-                    const float u = *(const float *)(a[t] + a_d);
-                    float sv;
-                    if (x8) {
-                        sv = (float)_mm512_reduce_add_epi32(_mm512_mullo_epi32(dot[r][t], sc16));
-                    } else { /* 16 bits: past 32 bits at the extremes, summed in 64 */
-                        const __m512i ev = _mm512_mul_epi32(dot[r][t], sc16);
-                        const __m512i od = _mm512_mul_epi32(_mm512_srli_epi64(dot[r][t], 32), _mm512_srli_epi64(sc16, 32));
-                        sv = (float)(int64_t)_mm512_reduce_add_epi64(_mm512_add_epi64(ev, od));
-                    }
-                    /* off is -32 times each sub-block's sum: the minimums' sum of min * block sum, negated */
-                    const __m512i neg = _mm512_srai_epi32(_mm512_loadu_si512(a[t] + a_off), 5);
-                    const float mv = (float)-_mm512_reduce_add_epi32(_mm512_mullo_epi32(mn16, neg));
-                    accq[r][t] = fmaf(sv, d * u, accq[r][t]);
-                    accq[r][t] = fmaf(-mv, dmin * u, accq[r][t]);
-                }
-                continue;
-            }
             const __m512 sm = _mm512_mul_ps(_mm512_cvtepi32_ps(q4_k_scales_mins_epi32(blk[r] + 4)), d_dmin);
             const __m512 sd = _mm512_permutexvar_ps(sub_scale, sm), md = _mm512_permutexvar_ps(sub_min, sm);
             /* a 32-element block's two sub-blocks share scale, minimum and unit: their dots add up
