@@ -794,71 +794,121 @@ INLINE __m512i q4_k_scales_mins_epi32(const uint8_t *s) {
  * Every output's operations are the same whatever the tile. */
 #define K_TILE_NT 8
 
-/* Lanes of a, b, c, d summed 4 at a time (sum4_ps's first stages, in
- * integers): lanes 4 i .. 4 i + 3 of the result hold parts of vector i's sum. */
-INLINE __m512i sum4_parts_epi32(__m512i a, __m512i b, __m512i c, __m512i d) {
-    const __m512i ab = _mm512_add_epi32(_mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                                        _mm512_shuffle_i32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-    const __m512i cd = _mm512_add_epi32(_mm512_shuffle_i32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
-                                        _mm512_shuffle_i32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
-    return _mm512_add_epi32(_mm512_shuffle_i32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
-                            _mm512_shuffle_i32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+DEFINE_DOT_PAIRS(k_dot_pairs, 2, K_TILE_NT)
+
+/* v[i]'s 16 lanes summed into lane i of the result (i < 16): pairs of
+ * vectors by 32-bit, then 64-bit unpacks, then two rounds of 128-bit
+ * shuffles, each round halving the vectors. */
+INLINE __m512i sum16_epi32(const __m512i v[16]) {
+    __m512i w[8], x[4], y[2];
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++)
+        w[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
+#pragma GCC unroll 4
+    for (int i = 0; i < 4; i++)
+        x[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(w[2 * i], w[2 * i + 1]), _mm512_unpackhi_epi64(w[2 * i], w[2 * i + 1]));
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; i++)
+        y[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                _mm512_shuffle_i32x4(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_epi32(_mm512_shuffle_i32x4(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                            _mm512_shuffle_i32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* Q4_K's super-block for a tile's outputs (simd.h, kq16_k): per output the
- * exact integers S = sum of scale_j * dot_j and M = sum of min_j * sum_j
- * (sum_j from off, -32 times each sub-block's), then acc += S * (d * unit)
- * and acc -= M * (dmin * unit), the AMX rows' two float steps
- * (simd_amx_k.h). The lane sums go four vectors at a time; at 16 bits S
- * passes 32 bits at the extremes (945 * 32767 * 256), so past four lanes
- * (at most 4 * 63 * 7.9e6) the sums go on in 64 bits, exact, and S is
- * rounded to float once. */
-INLINE void q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t *const blk[2], const uint8_t *const a[K_TILE_NT],
-                      size_t a_d, size_t a_off, __m512i sub_scale, __m512i sub_min, __m512i dot[2][K_TILE_NT],
-                      float accq[2][K_TILE_NT]) {
-    __m512i v[4 * K_TILE_NT + 4]; /* S's then M's products, by output r * NT + t */
-    const int n = NR * NT;
+/* a's lanes summed into s[0], b's into s[1] */
+INLINE void sum2_epi32(__m512i a, __m512i b, int32_t *s) {
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    __m512i x = _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b),
+                                 _mm512_permutex2var_epi32(a, _mm512_add_epi32(even, _mm512_set1_epi32(1)), b));
+    x = _mm512_add_epi32(x, _mm512_shuffle_i32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
+    x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, (_MM_PERM_ENUM)0x4e));
+    x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, (_MM_PERM_ENUM)0xb1));
+    s[0] = _mm512_cvtsi512_si32(x);
+    s[1] = _mm_cvtsi128_si32(_mm512_extracti32x4_epi32(x, 2));
+}
+
+/* Q4_K's super-block for a tile's n = NR x NT outputs (simd.h, kq16_k), in
+ * lane r NT + t of acc: per output the exact integers S = sum of scale_j *
+ * dot_j and M = sum of min_j * sum_j (sum_j from off: -32 times each
+ * sub-block's), then acc += S * (d * unit), acc -= M * (dmin * unit), the
+ * AMX rows' two float steps (simd_amx_k.h). At 16 bits S passes 32 bits at
+ * the extremes (945 * 32767 * 256): its products (< 2^29 a lane) are summed
+ * as high and low 16 bits apart, put together exactly in double and rounded
+ * to float once, as the AMX rows round their 64-bit sum. */
+INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t *const blk[2], const uint8_t *const a[K_TILE_NT],
+                        size_t a_d, size_t a_off, __m512i sub_scale, __m512i sub_min, __m512i dot[2][K_TILE_NT], __m512 acc,
+                        float accs[2]) {
+    const int n = NR * NT, parts = x8 ? 2 : 3; /* S (16 bits: its high, low halves), M */
+    if (n <= 2) { /* a decode's one or two outputs (in accs): the same steps in scalars, no lanes through memory */
+#pragma GCC unroll 2
+        for (int i = 0; i < n; i++) {
+            const int r = i / NT, t = i % NT;
+            const __m512i smi = q4_k_scales_mins_epi32(blk[r] + 4);
+            const __m512i sc16 = _mm512_permutexvar_epi32(sub_scale, smi), mn16 = _mm512_permutexvar_epi32(sub_min, smi);
+            const __m512i neg = _mm512_srai_epi32(_mm512_loadu_si512(a[t] + a_off), 5);
+            int32_t sm[4];
+            float sf;
+            if (x8) {
+                sum2_epi32(_mm512_madd_epi16(dot[r][t], sc16), _mm512_madd_epi16(neg, mn16), sm);
+                sf = (float)sm[0];
+                sm[2] = sm[1];
+            } else {
+                const __m512i p = _mm512_mullo_epi32(dot[r][t], sc16);
+                sum2_epi32(_mm512_srai_epi32(p, 16), _mm512_and_si512(p, _mm512_set1_epi32(0xffff)), sm);
+                sum2_epi32(_mm512_mullo_epi32(neg, mn16), _mm512_setzero_si512(), sm + 2);
+                sf = (float)((int64_t)sm[0] * 65536 + sm[1]);
+            }
+            const float u = *(const float *)(a[t] + a_d);
+            accs[i] = fmaf(sf, f16_at(blk[r]) * u, accs[i]);
+            accs[i] = fmaf((float)sm[2], f16_at(blk[r] + 2) * u, accs[i]);
+        }
+        return acc;
+    }
+    const int nv = (parts * n + 15) / 16 * 16;
+    __m512i v[48];
+    _Alignas(64) float dv[32] = {0}, uv[16] = {0}; /* d, then dmin ending at 16 + n; lanes past the outputs' stay finite */
 #pragma GCC unroll 2
     for (int r = 0; r < NR; r++) {
         const __m512i smi = q4_k_scales_mins_epi32(blk[r] + 4);
         const __m512i sc16 = _mm512_permutexvar_epi32(sub_scale, smi), mn16 = _mm512_permutexvar_epi32(sub_min, smi);
-#pragma GCC unroll 8
-        for (int t = 0; t < NT; t++) {
-            /* -sum_j: off is -32 times it, exactly */
-            const __m512i neg = _mm512_srai_epi32(_mm512_loadu_si512(a[t] + a_off), 5);
-            /* 8 bits: dots and sums fit 16 bits (15 * 127 * 16), one multiply-add each */
-            v[r * NT + t] = x8 ? _mm512_madd_epi16(dot[r][t], sc16) : _mm512_mullo_epi32(dot[r][t], sc16);
-            v[n + r * NT + t] = x8 ? _mm512_madd_epi16(neg, mn16) : _mm512_mullo_epi32(neg, mn16);
-        }
-    }
-    const int nv = (2 * n + 3) / 4 * 4;
-    for (int i = 2 * n; i < nv; i++) v[i] = _mm512_setzero_si512();
-    _Alignas(64) int64_t sums[4 * K_TILE_NT + 4];
-    for (int i = 0; i < nv; i += 4) {
-        const __m512i p = sum4_parts_epi32(v[i], v[i + 1], v[i + 2], v[i + 3]);
-        __m512i lo = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(p)), hi = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(p, 1));
-        lo = _mm512_add_epi64(lo, _mm512_permutex_epi64(lo, _MM_SHUFFLE(1, 0, 3, 2)));
-        hi = _mm512_add_epi64(hi, _mm512_permutex_epi64(hi, _MM_SHUFFLE(1, 0, 3, 2)));
-        lo = _mm512_add_epi64(lo, _mm512_permutex_epi64(lo, _MM_SHUFFLE(2, 3, 0, 1)));
-        hi = _mm512_add_epi64(hi, _mm512_permutex_epi64(hi, _MM_SHUFFLE(2, 3, 0, 1)));
-        sums[i] = _mm_cvtsi128_si64(_mm512_castsi512_si128(lo));
-        sums[i + 1] = _mm_cvtsi128_si64(_mm512_extracti64x2_epi64(lo, 2));
-        sums[i + 2] = _mm_cvtsi128_si64(_mm512_castsi512_si128(hi));
-        sums[i + 3] = _mm_cvtsi128_si64(_mm512_extracti64x2_epi64(hi, 2));
-    }
-#pragma GCC unroll 2
-    for (int r = 0; r < NR; r++) {
         const float d = f16_at(blk[r]), dmin = f16_at(blk[r] + 2);
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
-            const float u = *(const float *)(a[t] + a_d);
-            accq[r][t] = fmaf((float)sums[r * NT + t], d * u, accq[r][t]);
-            accq[r][t] = fmaf((float)sums[n + r * NT + t], dmin * u, accq[r][t]);
+            const int i = r * NT + t;
+            /* -sum_j: off is -32 times it, exactly */
+            const __m512i neg = _mm512_srai_epi32(_mm512_loadu_si512(a[t] + a_off), 5);
+            if (x8) { /* dots and sums fit 16 bits (15 * 127 * 16): one multiply-add each */
+                v[i] = _mm512_madd_epi16(dot[r][t], sc16);
+                v[n + i] = _mm512_madd_epi16(neg, mn16);
+            } else {
+                const __m512i p = _mm512_mullo_epi32(dot[r][t], sc16);
+                v[i] = _mm512_srai_epi32(p, 16);
+                v[n + i] = _mm512_and_si512(p, _mm512_set1_epi32(0xffff));
+                v[2 * n + i] = _mm512_mullo_epi32(neg, mn16);
+            }
+            uv[i] = *(const float *)(a[t] + a_d);
+            dv[i] = d;
+            dv[16 - n + i] = dmin; /* n <= 8 */
         }
     }
+    _Alignas(64) int32_t sums[48] = {0};
+    for (int i = parts * n; i < nv; i++) v[i] = _mm512_setzero_si512();
+    for (int i = 0; i < nv; i += 16) _mm512_store_si512(sums + i, sum16_epi32(v + i));
+    const __m512 u = _mm512_load_ps(uv);
+    const __m512 du = _mm512_mul_ps(_mm512_load_ps(dv), u);
+    /* dmin * unit of output i in lane i */
+    const __m512 dmu = _mm512_mul_ps(_mm512_loadu_ps(dv + 16 - n), u);
+    __m512 sf;
+    if (x8) {
+        sf = _mm512_cvtepi32_ps(_mm512_loadu_si512(sums));
+    } else {
+        const __m512d lo = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm256_loadu_si256((const __m256i *)sums)), _mm512_set1_pd(65536.0),
+                                           _mm512_cvtepi32_pd(_mm256_loadu_si256((const __m256i *)(sums + n))));
+        sf = _mm512_zextps256_ps512(_mm512_cvtpd_ps(lo)); /* n <= 8 */
+    }
+    acc = _mm512_fmadd_ps(sf, du, acc);
+    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(sums + (parts - 1) * n)), dmu, acc);
 }
-
-DEFINE_DOT_PAIRS(k_dot_pairs, 2, K_TILE_NT)
 
 INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
                     const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
@@ -866,7 +916,8 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
     const bool six = type == GL_TYPE_Q6_K, five = type == GL_TYPE_Q5_K, q4 = type == GL_TYPE_Q4_K;
     const int bb = six ? 210 : five ? 176 : 144;
     const int quants = six ? 18 : 16; /* the low 4 bits of every quant, 4 pieces of 32 bytes */
-    float accq[2][K_TILE_NT] = {{0}}; /* Q4_K's outputs */
+    __m512 accq = _mm512_setzero_ps(); /* Q4_K's outputs: r NT + t in lane r NT + t */
+    float accs[2] = {0, 0};            /* or, one or two of them, here */
     const int nb = (int)(n_cols / 256);
     const size_t a_bytes = x8 ? sizeof(kq8_k) : sizeof(kq16_k);
     const size_t a_d = x8 ? offsetof(kq8_k, d) : offsetof(kq16_k, d);
@@ -954,7 +1005,7 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
         }
         k_dot_pairs_join(NR, NT, dot, dot2);
         if (q4) {
-            q4_k_sums(x8, NR, NT, blk, a, a_d, a_off, sub_scale, sub_min, dot, accq);
+            accq = q4_k_sums(x8, NR, NT, blk, a, a_d, a_off, sub_scale, sub_min, dot, accq, accs);
             continue;
         }
 #pragma GCC unroll 2
@@ -988,10 +1039,13 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
         }
     }
     if (q4) {
+        _Alignas(64) float o[16];
+        _mm512_store_ps(o, accq);
+        if (NR * NT <= 2) o[0] = accs[0], o[1] = accs[1];
 #pragma GCC unroll 2
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
-            for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = accq[r][t];
+            for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = o[r * NT + t];
         return;
     }
     /* Four outputs' sums at a time by sum4_ps, each by the tree of its own
