@@ -815,16 +815,14 @@ INLINE __m512i sum16_epi32(const __m512i v[16]) {
                             _mm512_shuffle_i32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
 }
 
-/* a's lanes summed into s[0], b's into s[1] */
-INLINE void sum2_epi32(__m512i a, __m512i b, int32_t *s) {
+/* a's lanes summed into lanes 0..7, b's into 8..15 */
+INLINE __m512i sum2_epi32(__m512i a, __m512i b) {
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     __m512i x = _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b),
                                  _mm512_permutex2var_epi32(a, _mm512_add_epi32(even, _mm512_set1_epi32(1)), b));
     x = _mm512_add_epi32(x, _mm512_shuffle_i32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
     x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, (_MM_PERM_ENUM)0x4e));
-    x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, (_MM_PERM_ENUM)0xb1));
-    s[0] = _mm512_cvtsi512_si32(x);
-    s[1] = _mm_cvtsi128_si32(_mm512_extracti32x4_epi32(x, 2));
+    return _mm512_add_epi32(x, _mm512_shuffle_epi32(x, (_MM_PERM_ENUM)0xb1));
 }
 
 /* Q4_K's super-block for a tile's n = NR x NT outputs (simd.h, kq16_k), in
@@ -837,30 +835,42 @@ INLINE void sum2_epi32(__m512i a, __m512i b, int32_t *s) {
  * to float once, as the AMX rows round their 64-bit sum. */
 INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t *const blk[2], const uint8_t *const a[K_TILE_NT],
                         size_t a_d, size_t a_off, __m512i sub_scale, __m512i sub_min, __m512i dot[2][K_TILE_NT], __m512 acc,
-                        float accs[2]) {
+                        __m512 accs[2]) {
     const int n = NR * NT, parts = x8 ? 2 : 3; /* S (16 bits: its high, low halves), M */
-    if (n <= 2) { /* a decode's one or two outputs (in accs): the same steps in scalars, no lanes through memory */
+    if (n <= 2) { /* a decode's one or two outputs (lane 0 of accs[i]): the same steps, the lanes never through memory */
 #pragma GCC unroll 2
         for (int i = 0; i < n; i++) {
             const int r = i / NT, t = i % NT;
             const __m512i smi = q4_k_scales_mins_epi32(blk[r] + 4);
             const __m512i sc16 = _mm512_permutexvar_epi32(sub_scale, smi), mn16 = _mm512_permutexvar_epi32(sub_min, smi);
             const __m512i neg = _mm512_srai_epi32(_mm512_loadu_si512(a[t] + a_off), 5);
-            int32_t sm[4];
-            float sf;
+            __m512 sf, mf; /* S and -M in lane 0 */
             if (x8) {
-                sum2_epi32(_mm512_madd_epi16(dot[r][t], sc16), _mm512_madd_epi16(neg, mn16), sm);
-                sf = (float)sm[0];
-                sm[2] = sm[1];
+                const __m512i x = sum2_epi32(_mm512_madd_epi16(dot[r][t], sc16), _mm512_madd_epi16(neg, mn16));
+                const __m512 f = _mm512_cvtepi32_ps(x);
+                sf = f;
+                mf = _mm512_shuffle_f32x4(f, f, _MM_SHUFFLE(2, 2, 2, 2));
             } else {
-                const __m512i p = _mm512_mullo_epi32(dot[r][t], sc16);
-                sum2_epi32(_mm512_srai_epi32(p, 16), _mm512_and_si512(p, _mm512_set1_epi32(0xffff)), sm);
-                sum2_epi32(_mm512_mullo_epi32(neg, mn16), _mm512_setzero_si512(), sm + 2);
-                sf = (float)((int64_t)sm[0] * 65536 + sm[1]);
+                /* S and -M in 64 bits: even and odd lanes' products, then one tree for both (S in lane 0, -M in 4) */
+                __m512i p = _mm512_add_epi64(_mm512_mul_epi32(dot[r][t], sc16),
+                                             _mm512_mul_epi32(_mm512_srli_epi64(dot[r][t], 32), _mm512_srli_epi64(sc16, 32)));
+                __m512i m = _mm512_add_epi64(_mm512_mul_epi32(neg, mn16),
+                                             _mm512_mul_epi32(_mm512_srli_epi64(neg, 32), _mm512_srli_epi64(mn16, 32)));
+                p = _mm512_add_epi64(p, _mm512_shuffle_i64x2(p, p, _MM_SHUFFLE(1, 0, 3, 2)));
+                m = _mm512_add_epi64(m, _mm512_shuffle_i64x2(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
+                p = _mm512_mask_blend_epi64(0xf0, p, m);
+                p = _mm512_add_epi64(p, _mm512_shuffle_i64x2(p, p, _MM_SHUFFLE(2, 3, 0, 1)));
+                p = _mm512_add_epi64(p, _mm512_shuffle_epi32(p, (_MM_PERM_ENUM)0x4e));
+                const __m512 f = _mm512_castps256_ps512(_mm512_cvtepi64_ps(p));
+                sf = f;
+                mf = _mm512_permutexvar_ps(_mm512_set1_epi32(4), f);
             }
-            const float u = *(const float *)(a[t] + a_d);
-            accs[i] = fmaf(sf, f16_at(blk[r]) * u, accs[i]);
-            accs[i] = fmaf((float)sm[2], f16_at(blk[r] + 2) * u, accs[i]);
+            int32_t halves;
+            memcpy(&halves, blk[r], 4);
+            const __m512 dd = _mm512_mul_ps(_mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(halves))),
+                                            _mm512_set1_ps(*(const float *)(a[t] + a_d))); /* d * unit, dmin * unit */
+            accs[i] = _mm512_fmadd_ps(sf, dd, accs[i]);
+            accs[i] = _mm512_fmadd_ps(mf, _mm512_permutexvar_ps(_mm512_set1_epi32(1), dd), accs[i]);
         }
         return acc;
     }
@@ -917,7 +927,7 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
     const int bb = six ? 210 : five ? 176 : 144;
     const int quants = six ? 18 : 16; /* the low 4 bits of every quant, 4 pieces of 32 bytes */
     __m512 accq = _mm512_setzero_ps(); /* Q4_K's outputs: r NT + t in lane r NT + t */
-    float accs[2] = {0, 0};            /* or, one or two of them, here */
+    __m512 accs[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}; /* or, one or two of them, in lane 0 here */
     const int nb = (int)(n_cols / 256);
     const size_t a_bytes = x8 ? sizeof(kq8_k) : sizeof(kq16_k);
     const size_t a_d = x8 ? offsetof(kq8_k, d) : offsetof(kq16_k, d);
@@ -1041,7 +1051,7 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
     if (q4) {
         _Alignas(64) float o[16];
         _mm512_store_ps(o, accq);
-        if (NR * NT <= 2) o[0] = accs[0], o[1] = accs[1];
+        if (NR * NT <= 2) o[0] = _mm512_cvtss_f32(accs[0]), o[1] = _mm512_cvtss_f32(accs[1]);
 #pragma GCC unroll 2
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
