@@ -1,5 +1,6 @@
 /* simd_amx_k.h -- packed Q4_K, Q5_K and Q6_K prompt rows on AMX (Sapphire
- * Rapids and later): tdpbssd gives the exact integer dots of 16 rows'
+ * Rapids and later; Q4_K folds its scales into the weights, amx_q4k_rows
+ * below, the rest of this head is Q5_K's and Q6_K's): tdpbssd gives the exact integer dots of 16 rows'
  * sub-block j with 16 tokens at once (K = 16, one sub-block: a quarter of
  * the unit's peak, still ~7x vpdpbusd), and the float steps after it are the
  * VNNI tiles' (simd_avx512.h, tile_kq) with the accumulators transposed:

@@ -758,12 +758,16 @@ INLINE void tile_x8(const int type, const uint8_t *w, size_t row_bytes, int64_t 
  * dots of the quants q (simd.h has the layouts). Then per lane:
  *   Q6_K: (dot - 32 sum) * unit * d * scale_j, the -32 as 32 times the
  *         activation sums;
- *   Q4_K, Q5_K: per 32-element block i, in lane 2 i, (dot of sub-blocks
+ *   Q5_K: per 32-element block i, in lane 2 i, (dot of sub-blocks
  *         2 i and 2 i + 1) * unit * d * scale - sum * unit * dmin * min,
  *         scale and min block i's, decoded from the 12 scale bytes in
  *         registers (k4_scales' rule per lane); odd lanes stay 0. Half the
  *         float steps would do, but the point is AMX (simd_amx_k.h), which
- *         replays these: there it halves the tile work too. */
+ *         replays these: there it halves the tile work too.
+ *   Q4_K: the super-block's exact integers S = sum of scale_j * dot_j and
+ *         M = sum of min_j * sum_j, then two float steps per output
+ *         (q4_k_sums): what its AMX rows get from their scale-folded
+ *         planes, a whole super-block per tile store. */
 INLINE __m512i q4_k_scales_mins_epi32(const uint8_t *s) {
     /* lanes 0..7: scale 0..7, lanes 8..15: min 0..7 */
     const __m128i bytes = _mm_maskz_loadu_epi8(0x0fff, s);
