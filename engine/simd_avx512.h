@@ -841,41 +841,59 @@ INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t
                         size_t a_d, size_t a_off, __m512i sub_scale, __m512i sub_min, __m512i dot[2][K_TILE_NT], __m512 acc,
                         __m512 accs[2]) {
     const int n = NR * NT, parts = x8 ? 2 : 3; /* S (16 bits: its high, low halves), M */
-    if (n <= 2) { /* a decode's one or two outputs (lane 0 of accs[i]): the same steps, the lanes never through memory */
-#pragma GCC unroll 2
-        for (int i = 0; i < n; i++) {
-            const int r = i / NT, t = i % NT;
-            const __m512i smi = q4_k_scales_mins_epi32(blk[r] + 4);
-            const __m512i sc16 = _mm512_permutexvar_epi32(sub_scale, smi), mn16 = _mm512_permutexvar_epi32(sub_min, smi);
-            const __m512i neg = _mm512_srai_epi32(_mm512_loadu_si512(a[t] + a_off), 5);
-            __m512 sf, mf; /* S and -M in lane 0 */
-            if (x8) {
-                const __m512i x = sum2_epi32(_mm512_madd_epi16(dot[r][t], sc16), _mm512_madd_epi16(neg, mn16));
-                const __m512 f = _mm512_cvtepi32_ps(x);
-                sf = f;
-                mf = _mm512_shuffle_f32x4(f, f, _MM_SHUFFLE(2, 2, 2, 2));
-            } else {
-                /* S and -M in 64 bits: even and odd lanes' products, then one tree for both (S in lane 0, -M in 4) */
-                __m512i p = _mm512_add_epi64(_mm512_mul_epi32(dot[r][t], sc16),
-                                             _mm512_mul_epi32(_mm512_srli_epi64(dot[r][t], 32), _mm512_srli_epi64(sc16, 32)));
-                __m512i m = _mm512_add_epi64(_mm512_mul_epi32(neg, mn16),
-                                             _mm512_mul_epi32(_mm512_srli_epi64(neg, 32), _mm512_srli_epi64(mn16, 32)));
-                p = _mm512_add_epi64(p, _mm512_shuffle_i64x2(p, p, _MM_SHUFFLE(1, 0, 3, 2)));
-                m = _mm512_add_epi64(m, _mm512_shuffle_i64x2(m, m, _MM_SHUFFLE(1, 0, 3, 2)));
-                p = _mm512_mask_blend_epi64(0xf0, p, m);
-                p = _mm512_add_epi64(p, _mm512_shuffle_i64x2(p, p, _MM_SHUFFLE(2, 3, 0, 1)));
-                p = _mm512_add_epi64(p, _mm512_shuffle_epi32(p, (_MM_PERM_ENUM)0x4e));
-                const __m512 f = _mm512_castps256_ps512(_mm512_cvtepi64_ps(p));
-                sf = f;
-                mf = _mm512_permutexvar_ps(_mm512_set1_epi32(4), f);
-            }
-            int32_t halves;
-            memcpy(&halves, blk[r], 4);
-            const __m512 dd = _mm512_mul_ps(_mm512_castps128_ps512(_mm_cvtph_ps(_mm_cvtsi32_si128(halves))),
-                                            _mm512_set1_ps(*(const float *)(a[t] + a_d))); /* d * unit, dmin * unit */
-            accs[i] = _mm512_fmadd_ps(sf, dd, accs[i]);
-            accs[i] = _mm512_fmadd_ps(mf, _mm512_permutexvar_ps(_mm512_set1_epi32(1), dd), accs[i]);
+    if (n <= 2) {
+        /* A decode's one or two outputs o (row o % NR, token o / NR % NT;
+         * one output does the work twice) packed into one vector: lanes
+         * 8 o + k take 32-element block k's dot (sub-blocks 2 k, 2 k + 1
+         * share a scale and a minimum) times its scale, and its activation
+         * sum times its minimum. Three such vectors (S's high and low 16
+         * bits at 16 bits, where S may pass 32 bits, S alone at 8; -M) are
+         * summed by one transposed tree; S = high * 65536 + low in one
+         * fused multiply-add, exactly (high < 2^17, low < 2^19) and rounded
+         * once, as the 64-bit sums elsewhere. Output o in lane 8 o of accs[0]. */
+        const int r1 = n == 2 && NR == 2 ? 1 : 0, t1 = n == 2 && NT == 2 ? 1 : 0;
+        const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+        const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+        const __m512i lo8 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
+        const __m512i smi0 = q4_k_scales_mins_epi32(blk[0] + 4);
+        const __m512i smi1 = r1 ? q4_k_scales_mins_epi32(blk[1] + 4) : smi0;
+        const __m512i sc = _mm512_permutex2var_epi32(smi0, lo8, smi1);
+        const __m512i mn = _mm512_permutex2var_epi32(smi0, _mm512_add_epi32(lo8, _mm512_set1_epi32(8)), smi1);
+        const __m512i d0 = dot[0][0], d1 = dot[r1][t1];
+        const __m512i pairs = _mm512_add_epi32(_mm512_permutex2var_epi32(d0, even, d1), _mm512_permutex2var_epi32(d0, odd, d1));
+        const __m512i n0 = _mm512_loadu_si512(a[0] + a_off), n1 = t1 ? _mm512_loadu_si512(a[1] + a_off) : n0;
+        /* -32 times the sub-blocks' sums: the blocks' sums, negated, times 32 */
+        const __m512i bsum = _mm512_add_epi32(_mm512_permutex2var_epi32(n0, even, n1), _mm512_permutex2var_epi32(n0, odd, n1));
+        const __m512i m = _mm512_mullo_epi32(_mm512_srai_epi32(bsum, 5), mn);
+        const __m512i p = _mm512_mullo_epi32(pairs, sc);
+        __m512i v0, v1, v2;
+        if (x8) v0 = p, v1 = m, v2 = _mm512_setzero_si512();
+        else v0 = _mm512_srai_epi32(p, 16), v1 = _mm512_and_si512(p, _mm512_set1_epi32(0xffff)), v2 = m;
+        /* 128-bit chunk c: dword i = the sum of v_i's lanes in chunk c, then chunks 0 + 1 and 2 + 3 */
+        const __m512i w0 = _mm512_add_epi32(_mm512_unpacklo_epi32(v0, v1), _mm512_unpackhi_epi32(v0, v1));
+        const __m512i w1 = _mm512_add_epi32(_mm512_unpacklo_epi32(v2, v2), _mm512_unpackhi_epi32(v2, v2));
+        __m512i y = _mm512_add_epi32(_mm512_unpacklo_epi64(w0, w1), _mm512_unpackhi_epi64(w0, w1));
+        y = _mm512_add_epi32(y, _mm512_shuffle_i32x4(y, y, _MM_SHUFFLE(2, 3, 0, 1)));
+        const __m512 f = _mm512_cvtepi32_ps(y);
+        __m512 sf, mf;
+        if (x8) {
+            sf = f;
+            mf = _mm512_permute_ps(f, _MM_SHUFFLE(1, 1, 1, 1));
+        } else {
+            sf = _mm512_fmadd_ps(f, _mm512_set1_ps(65536.0f), _mm512_permute_ps(f, _MM_SHUFFLE(1, 1, 1, 1)));
+            mf = _mm512_permute_ps(f, _MM_SHUFFLE(2, 2, 2, 2));
         }
+        int32_t h0, h1;
+        memcpy(&h0, blk[0], 4);
+        memcpy(&h1, blk[r1], 4);
+        const float u0 = *(const float *)(a[0] + a_d), u1 = *(const float *)(a[t1] + a_d);
+        /* d * unit, dmin * unit of output 0, then of output 1 */
+        const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_setr_epi32(h0, h1, 0, 0)), _mm_setr_ps(u0, u0, u1, u1));
+        const __m512 dd5 = _mm512_zextps128_ps512(dd);
+        const __m512 du = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), dd5);
+        const __m512 dmu = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), dd5);
+        accs[0] = _mm512_fmadd_ps(sf, du, accs[0]);
+        accs[0] = _mm512_fmadd_ps(mf, dmu, accs[0]);
         return acc;
     }
     const int nv = (parts * n + 15) / 16 * 16;
@@ -1055,7 +1073,7 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
     if (q4) {
         _Alignas(64) float o[16];
         _mm512_store_ps(o, accq);
-        if (NR * NT <= 2) o[0] = _mm512_cvtss_f32(accs[0]), o[1] = _mm512_cvtss_f32(accs[1]);
+        if (NR * NT <= 2) _mm512_store_ps(o, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), accs[0]));
 #pragma GCC unroll 2
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
