@@ -782,6 +782,28 @@ INLINE __m512i q4_k_scales_mins_epi32(const uint8_t *s) {
     return _mm512_or_si512(lo, hi);
 }
 
+/* Two blocks' scales (s0's in lanes 0..7, s1's in 8..15) into *sc and
+ * their minimums likewise into *mn: q4_k_scales_mins_epi32's rule on bytes,
+ * one block a 128-bit lane, for the cost of one. */
+INLINE void q4_k_scales_mins_x2(const uint8_t *s0, const uint8_t *s1, __m512i *sc, __m512i *mn) {
+    const __m256i bytes = _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_maskz_loadu_epi8(0x0fff, s0)),
+                                                  _mm_maskz_loadu_epi8(0x0fff, s1), 1);
+    const __m256i idx_lo = _mm256_setr_epi8(0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11,
+                                            0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 8, 9, 10, 11);
+    const __m256i idx_hi = _mm256_setr_epi8(0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 0, 0, 4, 5, 6, 7,
+                                            0, 0, 0, 0, 0, 1, 2, 3, 0, 0, 0, 0, 4, 5, 6, 7);
+    const __m256i keep_lo = _mm256_setr_epi8(63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15,
+                                             63, 63, 63, 63, 15, 15, 15, 15, 63, 63, 63, 63, 15, 15, 15, 15);
+    const __m256i keep_hi = _mm256_setr_epi8(0, 0, 0, 0, 48, 48, 48, 48, 0, 0, 0, 0, 48, 48, 48, 48,
+                                             0, 0, 0, 0, 48, 48, 48, 48, 0, 0, 0, 0, 48, 48, 48, 48);
+    __m256i lo = _mm256_shuffle_epi8(bytes, idx_lo);
+    lo = _mm256_mask_srli_epi16(lo, (__mmask16)0xc0c0, lo, 4); /* bytes 12..15 of a lane: the high nibbles */
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(_mm256_shuffle_epi8(bytes, idx_hi), 2), keep_hi);
+    const __m256i v = _mm256_or_si256(_mm256_and_si256(lo, keep_lo), hi); /* a lane: scales 0..7, minimums 0..7 */
+    *sc = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(_mm256_permute4x64_epi64(v, _MM_SHUFFLE(3, 1, 2, 0))));
+    *mn = _mm512_cvtepu8_epi32(_mm256_castsi256_si128(_mm256_permute4x64_epi64(v, _MM_SHUFFLE(2, 0, 3, 1))));
+}
+
 /* Against kq8_k (x8) the same lanes take four elements each: one word
  * permute (quad_bytes) of pieces 2 i, 2 i + 1 gives vectors i and i + 2 of
  * the quants' low 4 bits, and of Q6_K's two pieces of high bits those of all
@@ -854,11 +876,8 @@ INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t
         const int r1 = n == 2 && NR == 2 ? 1 : 0, t1 = n == 2 && NT == 2 ? 1 : 0;
         const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-        const __m512i lo8 = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 16, 17, 18, 19, 20, 21, 22, 23);
-        const __m512i smi0 = q4_k_scales_mins_epi32(blk[0] + 4);
-        const __m512i smi1 = r1 ? q4_k_scales_mins_epi32(blk[1] + 4) : smi0;
-        const __m512i sc = _mm512_permutex2var_epi32(smi0, lo8, smi1);
-        const __m512i mn = _mm512_permutex2var_epi32(smi0, _mm512_add_epi32(lo8, _mm512_set1_epi32(8)), smi1);
+        __m512i sc, mn;
+        q4_k_scales_mins_x2(blk[0] + 4, blk[r1] + 4, &sc, &mn);
         const __m512i d0 = dot[0][0], d1 = dot[r1][t1];
         const __m512i pairs = _mm512_add_epi32(_mm512_permutex2var_epi32(d0, even, d1), _mm512_permutex2var_epi32(d0, odd, d1));
         const __m512i n0 = _mm512_loadu_si512(a[0] + a_off), n1 = t1 ? _mm512_loadu_si512(a[1] + a_off) : n0;
