@@ -496,7 +496,10 @@ void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t
             }
             y[b].d[j] = tmp.d;
             y[b].off[j] = -32 * sum;
-            if (j % 2) y[b].s[j - 1] = y[b].d[j] * (float)(sum + pair_sum), y[b].s[j] = 0;
+            if (j % 2) {
+                y[b].s[j - 1] = y[b].d[j] * (float)(sum + pair_sum), y[b].s[j] = 0;
+                y[b].nbs[j / 2] = y[b].nbs[8 + j / 2] = -(sum + pair_sum);
+            }
             pair_sum = sum;
         }
     }
@@ -519,7 +522,10 @@ void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n
             }
             y[b].d[j] = tmp.d * coarse_step;
             y[b].off[j] = -32 * sum;
-            if (j % 2) y[b].s[j - 1] = y[b].d[j] * (float)(sum + pair_sum), y[b].s[j] = 0;
+            if (j % 2) {
+                y[b].s[j - 1] = y[b].d[j] * (float)(sum + pair_sum), y[b].s[j] = 0;
+                y[b].nbs[j / 2] = y[b].nbs[8 + j / 2] = -(sum + pair_sum);
+            }
             pair_sum = sum;
         }
     }

@@ -164,6 +164,8 @@ typedef struct kq16_k {
                                  Q4_K's minimums take these sums as integers */
     float s[16];              /* even j: d[j] times the sum of sub-blocks j and j + 1 (a 32-element block,
                                  Q4_K's and Q5_K's minimums take it in one multiply-add); 0 for odd j */
+    int32_t nbs[16];          /* lanes k and 8 + k: minus the sum of 32-element block k's q[][] (Q4_K's
+                                 minimums, two outputs a vector: tile_kq) */
 } kq16_k;
 
 /* Packed K-quants at 8 bits (kern_pool_set_act_bits): the coarse q of each
@@ -176,6 +178,7 @@ typedef struct kq8_k {
     float d[16];              /* the super-block's unit, every lane: x ~ d * q */
     int32_t off[16];          /* -32 times the sum of sub-block j's q, as kq16_k's */
     float s[16];              /* d * sum of the 32-element block at even j, 0 at odd j, as kq16_k's */
+    int32_t nbs[16];          /* as kq16_k's */
 } kq8_k;
 
 /* What a weight type multiplies with: float rows or one of the 8-bit forms. */

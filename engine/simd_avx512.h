@@ -863,6 +863,7 @@ INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t
                         size_t a_d, size_t a_off, __m512i sub_scale, __m512i sub_min, __m512i dot[2][K_TILE_NT], __m512 acc,
                         __m512 accs[2]) {
     const int n = NR * NT, parts = x8 ? 2 : 3; /* S (16 bits: its high, low halves), M */
+    const size_t a_nbs = x8 ? offsetof(kq8_k, nbs) : offsetof(kq16_k, nbs);
     if (n <= 2) {
         /* A decode's one or two outputs o (row o % NR, token o / NR % NT;
          * one output does the work twice) packed into one vector: lanes
@@ -880,10 +881,9 @@ INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t
         q4_k_scales_mins_x2(blk[0] + 4, blk[r1] + 4, &sc, &mn);
         const __m512i d0 = dot[0][0], d1 = dot[r1][t1];
         const __m512i pairs = _mm512_add_epi32(_mm512_permutex2var_epi32(d0, even, d1), _mm512_permutex2var_epi32(d0, odd, d1));
-        const __m512i n0 = _mm512_loadu_si512(a[0] + a_off), n1 = t1 ? _mm512_loadu_si512(a[1] + a_off) : n0;
-        /* -32 times the sub-blocks' sums: the blocks' sums, negated, times 32 */
-        const __m512i bsum = _mm512_add_epi32(_mm512_permutex2var_epi32(n0, even, n1), _mm512_permutex2var_epi32(n0, odd, n1));
-        const __m512i m = _mm512_mullo_epi32(_mm512_srai_epi32(bsum, 5), mn);
+        const __m512i n0 = _mm512_loadu_si512(a[0] + a_nbs);
+        const __m512i nbs = t1 ? _mm512_mask_loadu_epi32(n0, 0xff00, a[1] + a_nbs) : n0;
+        const __m512i m = _mm512_mullo_epi32(nbs, mn);
         const __m512i p = _mm512_mullo_epi32(pairs, sc);
         __m512i v0, v1, v2;
         if (x8) v0 = p, v1 = m, v2 = _mm512_setzero_si512();
