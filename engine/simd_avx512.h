@@ -862,7 +862,7 @@ INLINE __m512i sum2_epi32(__m512i a, __m512i b) {
 INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t *const blk[2], const uint8_t *const a[K_TILE_NT],
                         size_t a_d, size_t a_off, __m512i sub_scale, __m512i sub_min, __m512i dot[2][K_TILE_NT], __m512 acc,
                         __m512 accs[2]) {
-    const int n = NR * NT, parts = x8 ? 2 : 3; /* S (16 bits: its high, low halves), M */
+    const int n = NR * NT;
     const size_t a_nbs = x8 ? offsetof(kq8_k, nbs) : offsetof(kq16_k, nbs);
     if (n <= 2) {
         /* A decode's one or two outputs o (row o % NR, token o / NR % NT;
@@ -915,50 +915,64 @@ INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t
         accs[0] = _mm512_fmadd_ps(mf, dmu, accs[0]);
         return acc;
     }
-    const int nv = (parts * n + 15) / 16 * 16;
-    __m512i v[48];
-    _Alignas(64) float dv[32] = {0}, uv[16] = {0}; /* d, then dmin ending at 16 + n; lanes past the outputs' stay finite */
-#pragma GCC unroll 2
-    for (int r = 0; r < NR; r++) {
-        const __m512i smi = q4_k_scales_mins_epi32(blk[r] + 4);
-        const __m512i sc16 = _mm512_permutexvar_epi32(sub_scale, smi), mn16 = _mm512_permutexvar_epi32(sub_min, smi);
-        const float d = f16_at(blk[r]), dmin = f16_at(blk[r] + 2);
-#pragma GCC unroll 8
-        for (int t = 0; t < NT; t++) {
-            const int i = r * NT + t;
-            /* -sum_j: off is -32 times it, exactly */
-            const __m512i neg = _mm512_srai_epi32(_mm512_loadu_si512(a[t] + a_off), 5);
-            if (x8) { /* dots and sums fit 16 bits (15 * 127 * 16): one multiply-add each */
-                v[i] = _mm512_madd_epi16(dot[r][t], sc16);
-                v[n + i] = _mm512_madd_epi16(neg, mn16);
+    /* Three to eight outputs: pairs of them (2 g, 2 g + 1; an odd count's
+     * last pair takes its output twice) packed as above, four pairs' high,
+     * low (16 bits) or S (8), then minimums, summed by one transposed tree:
+     * lane l < 8 holds output 2 l (l < 4) or 2 (l - 4) + 1, accq likewise,
+     * put in order at the end (q4_k_order). */
+    const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    __m512i v[16];
+    _Alignas(32) float dv[8], dmv[8], uv[8];
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; g++) {
+        const int o0 = 2 * g < n ? 2 * g : n - 1, o1 = 2 * g + 1 < n ? 2 * g + 1 : o0;
+        const int ra = o0 / NT, ta = o0 % NT, rb = o1 / NT, tb = o1 % NT;
+        if (2 * g >= n) {
+            v[g] = v[4 + g] = v[8 + g] = _mm512_setzero_si512();
+        } else {
+            __m512i sc, mn;
+            q4_k_scales_mins_x2(blk[ra] + 4, blk[rb] + 4, &sc, &mn);
+            const __m512i da = dot[ra][ta], db = dot[rb][tb];
+            const __m512i pairs = _mm512_add_epi32(_mm512_permutex2var_epi32(da, even, db), _mm512_permutex2var_epi32(da, odd, db));
+            const __m512i nbs = _mm512_mask_loadu_epi32(_mm512_loadu_si512(a[ta] + a_nbs), 0xff00, a[tb] + a_nbs);
+            const __m512i p = _mm512_mullo_epi32(pairs, sc), m = _mm512_mullo_epi32(nbs, mn);
+            if (x8) {
+                v[g] = p, v[4 + g] = m, v[8 + g] = _mm512_setzero_si512();
             } else {
-                const __m512i p = _mm512_mullo_epi32(dot[r][t], sc16);
-                v[i] = _mm512_srai_epi32(p, 16);
-                v[n + i] = _mm512_and_si512(p, _mm512_set1_epi32(0xffff));
-                v[2 * n + i] = _mm512_mullo_epi32(neg, mn16);
+                v[g] = _mm512_srai_epi32(p, 16), v[4 + g] = _mm512_and_si512(p, _mm512_set1_epi32(0xffff));
+                v[8 + g] = m;
             }
-            uv[i] = *(const float *)(a[t] + a_d);
-            dv[i] = d;
-            dv[16 - n + i] = dmin; /* n <= 8 */
         }
+        dv[g] = f16_at(blk[ra]), dmv[g] = f16_at(blk[ra] + 2), uv[g] = *(const float *)(a[ta] + a_d);
+        dv[4 + g] = f16_at(blk[rb]), dmv[4 + g] = f16_at(blk[rb] + 2), uv[4 + g] = *(const float *)(a[tb] + a_d);
     }
-    _Alignas(64) int32_t sums[48] = {0};
-    for (int i = parts * n; i < nv; i++) v[i] = _mm512_setzero_si512();
-    for (int i = 0; i < nv; i += 16) _mm512_store_si512(sums + i, sum16_epi32(v + i));
-    const __m512 u = _mm512_load_ps(uv);
-    const __m512 du = _mm512_mul_ps(_mm512_load_ps(dv), u);
-    /* dmin * unit of output i in lane i */
-    const __m512 dmu = _mm512_mul_ps(_mm512_loadu_ps(dv + 16 - n), u);
-    __m512 sf;
+    /* x[k]'s 128-bit chunk c, dword i: the sum of v[4 k + i]'s lanes in chunk c */
+    __m512i x[3];
+    for (int k = 0; k < (x8 ? 2 : 3); k++) {
+        const __m512i w0 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[4 * k], v[4 * k + 1]), _mm512_unpackhi_epi32(v[4 * k], v[4 * k + 1]));
+        const __m512i w1 = _mm512_add_epi32(_mm512_unpacklo_epi32(v[4 * k + 2], v[4 * k + 3]), _mm512_unpackhi_epi32(v[4 * k + 2], v[4 * k + 3]));
+        x[k] = _mm512_add_epi32(_mm512_unpacklo_epi64(w0, w1), _mm512_unpackhi_epi64(w0, w1));
+    }
+    /* chunks 0 + 1 (each pair's first output) and 2 + 3 (its second) */
+    const __m512i z0 = _mm512_add_epi32(_mm512_shuffle_i32x4(x[0], x[1], _MM_SHUFFLE(2, 0, 2, 0)),
+                                        _mm512_shuffle_i32x4(x[0], x[1], _MM_SHUFFLE(3, 1, 3, 1)));
+    const __m512 f0 = _mm512_cvtepi32_ps(z0);
+    const __m512 hi = _mm512_shuffle_f32x4(f0, f0, _MM_SHUFFLE(3, 2, 3, 2));
+    __m512 sf, mf;
     if (x8) {
-        sf = _mm512_cvtepi32_ps(_mm512_loadu_si512(sums));
+        sf = f0, mf = hi;
     } else {
-        const __m512d lo = _mm512_fmadd_pd(_mm512_cvtepi32_pd(_mm256_loadu_si256((const __m256i *)sums)), _mm512_set1_pd(65536.0),
-                                           _mm512_cvtepi32_pd(_mm256_loadu_si256((const __m256i *)(sums + n))));
-        sf = _mm512_zextps256_ps512(_mm512_cvtpd_ps(lo)); /* n <= 8 */
+        const __m512i z1 = _mm512_add_epi32(_mm512_shuffle_i32x4(x[2], x[2], _MM_SHUFFLE(2, 0, 2, 0)),
+                                            _mm512_shuffle_i32x4(x[2], x[2], _MM_SHUFFLE(3, 1, 3, 1)));
+        sf = _mm512_fmadd_ps(f0, _mm512_set1_ps(65536.0f), hi);
+        mf = _mm512_cvtepi32_ps(z1);
     }
+    const __m512 u = _mm512_castps256_ps512(_mm256_load_ps(uv));
+    const __m512 du = _mm512_mul_ps(_mm512_castps256_ps512(_mm256_load_ps(dv)), u);
+    const __m512 dmu = _mm512_mul_ps(_mm512_castps256_ps512(_mm256_load_ps(dmv)), u);
     acc = _mm512_fmadd_ps(sf, du, acc);
-    return _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_loadu_si512(sums + (parts - 1) * n)), dmu, acc);
+    return _mm512_fmadd_ps(mf, dmu, acc);
 }
 
 INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
@@ -1091,7 +1105,8 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
     }
     if (q4) {
         _Alignas(64) float o[16];
-        _mm512_store_ps(o, accq);
+        /* lane l < 4: output 2 l, 4 <= l < 8: output 2 (l - 4) + 1 (q4_k_sums) */
+        _mm512_store_ps(o, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 0, 0, 0, 0, 0, 0, 0, 0), accq));
         if (NR * NT <= 2) _mm512_store_ps(o, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), accs[0]));
 #pragma GCC unroll 2
         for (int r = 0; r < NR; r++)
