@@ -923,7 +923,24 @@ INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
     const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
     __m512i v[16];
-    _Alignas(32) float dv[8], dmv[8], uv[8];
+    /* the scales and minimums of rows (0, 0), (0, 1), (1, 1) in a pair's
+     * lanes; d and dmin of lane l's row, the unit of its token (every lane
+     * of a[t]'s d holds it: one masked load a lane) */
+    __m512i scp[3], mnp[3];
+    q4_k_scales_mins_x2(blk[0] + 4, blk[0] + 4, &scp[0], &mnp[0]);
+    if (NR == 2) {
+        q4_k_scales_mins_x2(blk[0] + 4, blk[1] + 4, &scp[1], &mnp[1]);
+        q4_k_scales_mins_x2(blk[1] + 4, blk[1] + 4, &scp[2], &mnp[2]);
+    }
+    __m256 dd[2];
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++) {
+        int32_t halves;
+        memcpy(&halves, blk[r], 4);
+        dd[r] = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi32_si128(halves)));
+    }
+    __m256 uv = _mm256_setzero_ps();
+    unsigned row1 = 0; /* lanes whose output is in row 1 */
 #pragma GCC unroll 4
     for (int g = 0; g < 4; g++) {
         const int o0 = 2 * g < n ? 2 * g : n - 1, o1 = 2 * g + 1 < n ? 2 * g + 1 : o0;
@@ -931,8 +948,7 @@ INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t
         if (2 * g >= n) {
             v[g] = v[4 + g] = v[8 + g] = _mm512_setzero_si512();
         } else {
-            __m512i sc, mn;
-            q4_k_scales_mins_x2(blk[ra] + 4, blk[rb] + 4, &sc, &mn);
+            const __m512i sc = scp[ra + rb], mn = mnp[ra + rb];
             const __m512i da = dot[ra][ta], db = dot[rb][tb];
             const __m512i pairs = _mm512_add_epi32(_mm512_permutex2var_epi32(da, even, db), _mm512_permutex2var_epi32(da, odd, db));
             const __m512i nbs = _mm512_mask_loadu_epi32(_mm512_loadu_si512(a[ta] + a_nbs), 0xff00, a[tb] + a_nbs);
@@ -944,9 +960,15 @@ INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t
                 v[8 + g] = m;
             }
         }
-        dv[g] = f16_at(blk[ra]), dmv[g] = f16_at(blk[ra] + 2), uv[g] = *(const float *)(a[ta] + a_d);
-        dv[4 + g] = f16_at(blk[rb]), dmv[4 + g] = f16_at(blk[rb] + 2), uv[4 + g] = *(const float *)(a[tb] + a_d);
+        uv = _mm256_mask_loadu_ps(uv, (__mmask8)(1u << g), (const float *)(a[ta] + a_d));
+        uv = _mm256_mask_loadu_ps(uv, (__mmask8)(1u << (4 + g)), (const float *)(a[tb] + a_d));
+        row1 |= (unsigned)ra << g | (unsigned)rb << (4 + g);
     }
+    const __m256 dl = NR == 2 ? _mm256_mask_broadcastss_ps(_mm256_broadcastss_ps(_mm256_castps256_ps128(dd[0])), (__mmask8)row1,
+                                                            _mm256_castps256_ps128(dd[1]))
+                              : _mm256_broadcastss_ps(_mm256_castps256_ps128(dd[0]));
+    const __m256 dm0 = _mm256_permutexvar_ps(_mm256_set1_epi32(1), dd[0]);
+    const __m256 dml = NR == 2 ? _mm256_mask_permutexvar_ps(dm0, (__mmask8)row1, _mm256_set1_epi32(1), dd[1]) : dm0;
     /* x[k]'s 128-bit chunk c, dword i: the sum of v[4 k + i]'s lanes in chunk c */
     __m512i x[3];
     for (int k = 0; k < (x8 ? 2 : 3); k++) {
@@ -968,9 +990,8 @@ INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t
         sf = _mm512_fmadd_ps(f0, _mm512_set1_ps(65536.0f), hi);
         mf = _mm512_cvtepi32_ps(z1);
     }
-    const __m512 u = _mm512_castps256_ps512(_mm256_load_ps(uv));
-    const __m512 du = _mm512_mul_ps(_mm512_castps256_ps512(_mm256_load_ps(dv)), u);
-    const __m512 dmu = _mm512_mul_ps(_mm512_castps256_ps512(_mm256_load_ps(dmv)), u);
+    const __m512 du = _mm512_zextps256_ps512(_mm256_mul_ps(dl, uv));
+    const __m512 dmu = _mm512_zextps256_ps512(_mm256_mul_ps(dml, uv));
     acc = _mm512_fmadd_ps(sf, du, acc);
     return _mm512_fmadd_ps(mf, dmu, acc);
 }
