@@ -873,7 +873,7 @@ INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t
          * bits at 16 bits, where S may pass 32 bits, S alone at 8; -M) are
          * summed by one transposed tree; S = high * 65536 + low in one
          * fused multiply-add, exactly (high < 2^17, low < 2^19) and rounded
-         * once, as the 64-bit sums elsewhere. Output o in lane 8 o of accs[0]. */
+         * once, as the 64-bit sums elsewhere. Output o in lane 4 o of accs[0]. */
         const int r1 = n == 2 && NR == 2 ? 1 : 0, t1 = n == 2 && NT == 2 ? 1 : 0;
         const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
         const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
@@ -892,27 +892,30 @@ INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t
         const __m512i w0 = _mm512_add_epi32(_mm512_unpacklo_epi32(v0, v1), _mm512_unpackhi_epi32(v0, v1));
         const __m512i w1 = _mm512_add_epi32(_mm512_unpacklo_epi32(v2, v2), _mm512_unpackhi_epi32(v2, v2));
         __m512i y = _mm512_add_epi32(_mm512_unpacklo_epi64(w0, w1), _mm512_unpackhi_epi64(w0, w1));
-        y = _mm512_add_epi32(y, _mm512_shuffle_i32x4(y, y, _MM_SHUFFLE(2, 3, 0, 1)));
-        const __m512 f = _mm512_cvtepi32_ps(y);
-        __m512 sf, mf;
+        /* output 0's sums (chunks 0 + 1) in lanes 0..3, output 1's (2 + 3) in 4..7 */
+        const __m256i z = _mm512_castsi512_si256(_mm512_add_epi32(_mm512_shuffle_i32x4(y, y, _MM_SHUFFLE(3, 1, 2, 0)),
+                                                                  _mm512_shuffle_i32x4(y, y, _MM_SHUFFLE(2, 0, 3, 1))));
+        const __m256 f = _mm256_cvtepi32_ps(z);
+        __m256 sf, mf;
         if (x8) {
             sf = f;
-            mf = _mm512_permute_ps(f, _MM_SHUFFLE(1, 1, 1, 1));
+            mf = _mm256_permute_ps(f, _MM_SHUFFLE(1, 1, 1, 1));
         } else {
-            sf = _mm512_fmadd_ps(f, _mm512_set1_ps(65536.0f), _mm512_permute_ps(f, _MM_SHUFFLE(1, 1, 1, 1)));
-            mf = _mm512_permute_ps(f, _MM_SHUFFLE(2, 2, 2, 2));
+            sf = _mm256_fmadd_ps(f, _mm256_set1_ps(65536.0f), _mm256_permute_ps(f, _MM_SHUFFLE(1, 1, 1, 1)));
+            mf = _mm256_permute_ps(f, _MM_SHUFFLE(2, 2, 2, 2));
         }
         int32_t h0, h1;
         memcpy(&h0, blk[0], 4);
         memcpy(&h1, blk[r1], 4);
-        const float u0 = *(const float *)(a[0] + a_d), u1 = *(const float *)(a[t1] + a_d);
-        /* d * unit, dmin * unit of output 0, then of output 1 */
-        const __m128 dd = _mm_mul_ps(_mm_cvtph_ps(_mm_setr_epi32(h0, h1, 0, 0)), _mm_setr_ps(u0, u0, u1, u1));
-        const __m512 dd5 = _mm512_zextps128_ps512(dd);
-        const __m512 du = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2), dd5);
-        const __m512 dmu = _mm512_permutexvar_ps(_mm512_setr_epi32(1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3), dd5);
-        accs[0] = _mm512_fmadd_ps(sf, du, accs[0]);
-        accs[0] = _mm512_fmadd_ps(mf, dmu, accs[0]);
+        /* the unit fills every lane of a's d: output 1's by a masked load */
+        __m256 u = _mm256_loadu_ps((const float *)(a[0] + a_d));
+        if (t1) u = _mm256_mask_loadu_ps(u, 0xf0, (const float *)(a[1] + a_d));
+        /* d * unit, dmin * unit of output 0 in lanes 0, 1, of output 1 in 4, 5 */
+        const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_setr_epi32(h0, 0, h1, 0)), u);
+        __m256 acc2 = _mm512_castps512_ps256(accs[0]);
+        acc2 = _mm256_fmadd_ps(sf, dd, acc2);
+        acc2 = _mm256_fmadd_ps(mf, _mm256_permute_ps(dd, _MM_SHUFFLE(1, 1, 1, 1)), acc2);
+        accs[0] = _mm512_castps256_ps512(acc2);
         return acc;
     }
     /* Three to eight outputs: pairs of them (2 g, 2 g + 1; an odd count's
@@ -1128,7 +1131,7 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
         _Alignas(64) float o[16];
         /* lane l < 4: output 2 l, 4 <= l < 8: output 2 (l - 4) + 1 (q4_k_sums) */
         _mm512_store_ps(o, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 0, 0, 0, 0, 0, 0, 0, 0), accq));
-        if (NR * NT <= 2) _mm512_store_ps(o, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), accs[0]));
+        if (NR * NT <= 2) _mm512_store_ps(o, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), accs[0]));
 #pragma GCC unroll 2
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
