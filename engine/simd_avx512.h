@@ -822,99 +822,72 @@ INLINE void q4_k_scales_mins_x2(const uint8_t *s0, const uint8_t *s1, __m512i *s
 
 DEFINE_DOT_PAIRS(k_dot_pairs, 2, K_TILE_NT)
 
-/* v[i]'s 16 lanes summed into lane i of the result (i < 16): pairs of
- * vectors by 32-bit, then 64-bit unpacks, then two rounds of 128-bit
- * shuffles, each round halving the vectors. */
-INLINE __m512i sum16_epi32(const __m512i v[16]) {
-    __m512i w[8], x[4], y[2];
-#pragma GCC unroll 8
-    for (int i = 0; i < 8; i++)
-        w[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]));
-#pragma GCC unroll 4
-    for (int i = 0; i < 4; i++)
-        x[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(w[2 * i], w[2 * i + 1]), _mm512_unpackhi_epi64(w[2 * i], w[2 * i + 1]));
-#pragma GCC unroll 2
-    for (int i = 0; i < 2; i++)
-        y[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                                _mm512_shuffle_i32x4(x[2 * i], x[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-    return _mm512_add_epi32(_mm512_shuffle_i32x4(y[0], y[1], _MM_SHUFFLE(2, 0, 2, 0)),
-                            _mm512_shuffle_i32x4(y[0], y[1], _MM_SHUFFLE(3, 1, 3, 1)));
-}
-
-/* a's lanes summed into lanes 0..7, b's into 8..15 */
-INLINE __m512i sum2_epi32(__m512i a, __m512i b) {
+/* Q4_K's two super-block products (blk0 against a0 with dots d0, blk1, a1,
+ * d1: two rows, two tokens or two super-blocks of one row; the same twice
+ * for one) packed into one vector: lanes 8 o + k take 32-element block k's
+ * dot (sub-blocks 2 k, 2 k + 1 share a scale and a minimum) times its
+ * scale, and its activation sum times its minimum. Three such vectors (S's
+ * high and low 16 bits at 16 bits, where S may pass 32 bits, S alone at 8;
+ * -M) are summed by one transposed tree; S = high * 65536 + low in one fused
+ * multiply-add, exactly (high < 2^17, low < 2^19) and rounded once, as the
+ * 64-bit sums elsewhere. Product o's S, -M, d * unit and dmin * unit in lane
+ * 4 o of *sf, *mf, *du and *dmu. */
+INLINE void q4_k_two(const bool x8, const uint8_t *blk0, const uint8_t *blk1, const uint8_t *a0, const uint8_t *a1,
+                     __m512i d0, __m512i d1, size_t a_d, __m256 *sf, __m256 *mf, __m256 *du, __m256 *dmu) {
+    const size_t a_nbs = x8 ? offsetof(kq8_k, nbs) : offsetof(kq16_k, nbs);
     const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-    __m512i x = _mm512_add_epi32(_mm512_permutex2var_epi32(a, even, b),
-                                 _mm512_permutex2var_epi32(a, _mm512_add_epi32(even, _mm512_set1_epi32(1)), b));
-    x = _mm512_add_epi32(x, _mm512_shuffle_i32x4(x, x, _MM_SHUFFLE(2, 3, 0, 1)));
-    x = _mm512_add_epi32(x, _mm512_shuffle_epi32(x, (_MM_PERM_ENUM)0x4e));
-    return _mm512_add_epi32(x, _mm512_shuffle_epi32(x, (_MM_PERM_ENUM)0xb1));
+    const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+    __m512i sc, mn;
+    q4_k_scales_mins_x2(blk0 + 4, blk1 + 4, &sc, &mn);
+    const __m512i pairs = _mm512_add_epi32(_mm512_permutex2var_epi32(d0, even, d1), _mm512_permutex2var_epi32(d0, odd, d1));
+    const __m512i nbs = _mm512_mask_loadu_epi32(_mm512_loadu_si512(a0 + a_nbs), 0xff00, a1 + a_nbs);
+    const __m512i m = _mm512_mullo_epi32(nbs, mn);
+    const __m512i p = _mm512_mullo_epi32(pairs, sc);
+    __m512i v0, v1, v2;
+    if (x8) v0 = p, v1 = m, v2 = _mm512_setzero_si512();
+    else v0 = _mm512_srai_epi32(p, 16), v1 = _mm512_and_si512(p, _mm512_set1_epi32(0xffff)), v2 = m;
+    /* 128-bit chunk c: dword i = the sum of v_i's lanes in chunk c */
+    const __m512i w0 = _mm512_add_epi32(_mm512_unpacklo_epi32(v0, v1), _mm512_unpackhi_epi32(v0, v1));
+    const __m512i w1 = _mm512_add_epi32(_mm512_unpacklo_epi32(v2, v2), _mm512_unpackhi_epi32(v2, v2));
+    const __m512i y = _mm512_add_epi32(_mm512_unpacklo_epi64(w0, w1), _mm512_unpackhi_epi64(w0, w1));
+    /* product 0's sums (chunks 0 + 1) in lanes 0..3, product 1's (2 + 3) in 4..7 */
+    const __m256i z = _mm512_castsi512_si256(_mm512_add_epi32(_mm512_shuffle_i32x4(y, y, _MM_SHUFFLE(3, 1, 2, 0)),
+                                                              _mm512_shuffle_i32x4(y, y, _MM_SHUFFLE(2, 0, 3, 1))));
+    const __m256 f = _mm256_cvtepi32_ps(z);
+    if (x8) {
+        *sf = f;
+        *mf = _mm256_permute_ps(f, _MM_SHUFFLE(1, 1, 1, 1));
+    } else {
+        *sf = _mm256_fmadd_ps(f, _mm256_set1_ps(65536.0f), _mm256_permute_ps(f, _MM_SHUFFLE(1, 1, 1, 1)));
+        *mf = _mm256_permute_ps(f, _MM_SHUFFLE(2, 2, 2, 2));
+    }
+    int32_t h0, h1;
+    memcpy(&h0, blk0, 4);
+    memcpy(&h1, blk1, 4);
+    /* the unit fills every lane of a's d: product 1's by a masked load */
+    const __m256 u = _mm256_mask_loadu_ps(_mm256_loadu_ps((const float *)(a0 + a_d)), 0xf0, (const float *)(a1 + a_d));
+    /* d * unit, dmin * unit of product 0 in lanes 0, 1, of product 1 in 4, 5 */
+    *du = _mm256_mul_ps(_mm256_cvtph_ps(_mm_setr_epi32(h0, 0, h1, 0)), u);
+    *dmu = _mm256_permute_ps(*du, _MM_SHUFFLE(1, 1, 1, 1));
 }
 
-/* Q4_K's super-block for a tile's n = NR x NT outputs (simd.h, kq16_k), in
- * lane r NT + t of acc: per output the exact integers S = sum of scale_j *
- * dot_j and M = sum of min_j * sum_j (sum_j from off: -32 times each
- * sub-block's), then acc += S * (d * unit), acc -= M * (dmin * unit), the
- * AMX rows' two float steps (simd_amx_k.h). At 16 bits S passes 32 bits at
- * the extremes (945 * 32767 * 256): its products (< 2^29 a lane) are summed
- * as high and low 16 bits apart, put together exactly in double and rounded
- * to float once, as the AMX rows round their 64-bit sum. */
+/* Q4_K's super-block for a tile's n = NR x NT outputs (simd.h, kq16_k): per
+ * output the exact integers S = sum of scale_j * dot_j and M = sum of min_j
+ * * sum_j, then acc += S * (d * unit), acc -= M * (dmin * unit), the AMX
+ * rows' two float steps (simd_amx_k.h). One or two outputs (a decode's):
+ * q4_k_two, output o in lane 4 o of accs[0]. */
 INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t *const blk[2], const uint8_t *const a[K_TILE_NT],
                         size_t a_d, size_t a_off, __m512i sub_scale, __m512i sub_min, __m512i dot[2][K_TILE_NT], __m512 acc,
                         __m512 accs[2]) {
     const int n = NR * NT;
     const size_t a_nbs = x8 ? offsetof(kq8_k, nbs) : offsetof(kq16_k, nbs);
     if (n <= 2) {
-        /* A decode's one or two outputs o (row o % NR, token o / NR % NT;
-         * one output does the work twice) packed into one vector: lanes
-         * 8 o + k take 32-element block k's dot (sub-blocks 2 k, 2 k + 1
-         * share a scale and a minimum) times its scale, and its activation
-         * sum times its minimum. Three such vectors (S's high and low 16
-         * bits at 16 bits, where S may pass 32 bits, S alone at 8; -M) are
-         * summed by one transposed tree; S = high * 65536 + low in one
-         * fused multiply-add, exactly (high < 2^17, low < 2^19) and rounded
-         * once, as the 64-bit sums elsewhere. Output o in lane 4 o of accs[0]. */
         const int r1 = n == 2 && NR == 2 ? 1 : 0, t1 = n == 2 && NT == 2 ? 1 : 0;
-        const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-        const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-        __m512i sc, mn;
-        q4_k_scales_mins_x2(blk[0] + 4, blk[r1] + 4, &sc, &mn);
-        const __m512i d0 = dot[0][0], d1 = dot[r1][t1];
-        const __m512i pairs = _mm512_add_epi32(_mm512_permutex2var_epi32(d0, even, d1), _mm512_permutex2var_epi32(d0, odd, d1));
-        const __m512i n0 = _mm512_loadu_si512(a[0] + a_nbs);
-        const __m512i nbs = t1 ? _mm512_mask_loadu_epi32(n0, 0xff00, a[1] + a_nbs) : n0;
-        const __m512i m = _mm512_mullo_epi32(nbs, mn);
-        const __m512i p = _mm512_mullo_epi32(pairs, sc);
-        __m512i v0, v1, v2;
-        if (x8) v0 = p, v1 = m, v2 = _mm512_setzero_si512();
-        else v0 = _mm512_srai_epi32(p, 16), v1 = _mm512_and_si512(p, _mm512_set1_epi32(0xffff)), v2 = m;
-        /* 128-bit chunk c: dword i = the sum of v_i's lanes in chunk c, then chunks 0 + 1 and 2 + 3 */
-        const __m512i w0 = _mm512_add_epi32(_mm512_unpacklo_epi32(v0, v1), _mm512_unpackhi_epi32(v0, v1));
-        const __m512i w1 = _mm512_add_epi32(_mm512_unpacklo_epi32(v2, v2), _mm512_unpackhi_epi32(v2, v2));
-        __m512i y = _mm512_add_epi32(_mm512_unpacklo_epi64(w0, w1), _mm512_unpackhi_epi64(w0, w1));
-        /* output 0's sums (chunks 0 + 1) in lanes 0..3, output 1's (2 + 3) in 4..7 */
-        const __m256i z = _mm512_castsi512_si256(_mm512_add_epi32(_mm512_shuffle_i32x4(y, y, _MM_SHUFFLE(3, 1, 2, 0)),
-                                                                  _mm512_shuffle_i32x4(y, y, _MM_SHUFFLE(2, 0, 3, 1))));
-        const __m256 f = _mm256_cvtepi32_ps(z);
-        __m256 sf, mf;
-        if (x8) {
-            sf = f;
-            mf = _mm256_permute_ps(f, _MM_SHUFFLE(1, 1, 1, 1));
-        } else {
-            sf = _mm256_fmadd_ps(f, _mm256_set1_ps(65536.0f), _mm256_permute_ps(f, _MM_SHUFFLE(1, 1, 1, 1)));
-            mf = _mm256_permute_ps(f, _MM_SHUFFLE(2, 2, 2, 2));
-        }
-        int32_t h0, h1;
-        memcpy(&h0, blk[0], 4);
-        memcpy(&h1, blk[r1], 4);
-        /* the unit fills every lane of a's d: output 1's by a masked load */
-        __m256 u = _mm256_loadu_ps((const float *)(a[0] + a_d));
-        if (t1) u = _mm256_mask_loadu_ps(u, 0xf0, (const float *)(a[1] + a_d));
-        /* d * unit, dmin * unit of output 0 in lanes 0, 1, of output 1 in 4, 5 */
-        const __m256 dd = _mm256_mul_ps(_mm256_cvtph_ps(_mm_setr_epi32(h0, 0, h1, 0)), u);
+        __m256 sf, mf, du, dmu;
+        q4_k_two(x8, blk[0], blk[r1], a[0], a[t1], dot[0][0], dot[r1][t1], a_d, &sf, &mf, &du, &dmu);
         __m256 acc2 = _mm512_castps512_ps256(accs[0]);
-        acc2 = _mm256_fmadd_ps(sf, dd, acc2);
-        acc2 = _mm256_fmadd_ps(mf, _mm256_permute_ps(dd, _MM_SHUFFLE(1, 1, 1, 1)), acc2);
+        acc2 = _mm256_fmadd_ps(sf, du, acc2);
+        acc2 = _mm256_fmadd_ps(mf, dmu, acc2);
         accs[0] = _mm512_castps256_ps512(acc2);
         return acc;
     }
@@ -1022,6 +995,8 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) acc[r][t] = _mm512_setzero_ps();
+    const uint8_t *pend_blk = NULL, *pend_a = NULL; /* Q4_K, one output: the super-block before, waiting */
+    __m512i pend_dot = _mm512_setzero_si512();
     for (int b = 0; b < nb; b++) {
         const uint8_t *blk[2], *a[K_TILE_NT];
         __m512i dot[2][K_TILE_NT], dot2[2][K_TILE_NT], fifth[2];
@@ -1093,6 +1068,22 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
             k_dot_pairs(NR, NT, dot, dot2, u0, u1, x, k, k + 4, false, k);
         }
         k_dot_pairs_join(NR, NT, dot, dot2);
+        if (q4 && NR * NT == 1 && !pend_blk && b + 1 < nb) { /* one output: two super-blocks a q4_k_two */
+            pend_blk = blk[0], pend_a = a[0], pend_dot = dot[0][0];
+            continue;
+        }
+        if (q4 && NR * NT == 1 && pend_blk) {
+            __m256 sf, mf, du, dmu;
+            q4_k_two(x8, pend_blk, blk[0], pend_a, a[0], pend_dot, dot[0][0], a_d, &sf, &mf, &du, &dmu);
+            __m128 acc1 = _mm512_castps512_ps128(accs[0]);
+            acc1 = _mm_fmadd_ps(_mm256_castps256_ps128(sf), _mm256_castps256_ps128(du), acc1);
+            acc1 = _mm_fmadd_ps(_mm256_castps256_ps128(mf), _mm256_castps256_ps128(dmu), acc1);
+            acc1 = _mm_fmadd_ps(_mm256_extractf128_ps(sf, 1), _mm256_extractf128_ps(du, 1), acc1);
+            acc1 = _mm_fmadd_ps(_mm256_extractf128_ps(mf, 1), _mm256_extractf128_ps(dmu, 1), acc1);
+            accs[0] = _mm512_castps128_ps512(acc1);
+            pend_blk = NULL;
+            continue;
+        }
         if (q4) {
             accq = q4_k_sums(x8, NR, NT, blk, a, a_d, a_off, sub_scale, sub_min, dot, accq, accs);
             continue;
