@@ -160,8 +160,7 @@ typedef struct kq16_k {
     int16_t q[8][32];         /* [v][2j + e]: element 16 j + 2 v + e, 256 q + q2 */
     float d[16];              /* the super-block's one unit (quantize_256's), in every lane: so Q4_K's
                                  sum over blocks of scale * dot stays one exact integer (tile_kq) */
-    int32_t off[16];          /* -32 times the sum of sub-block j's q[][]: Q6_K's dots start there, for its -32;
-                                 Q4_K's minimums take these sums as integers */
+    int32_t off[16];          /* -32 times the sum of sub-block j's q[][]: Q6_K's dots start there, for its -32 */
     float s[16];              /* even j: d[j] times the sum of sub-blocks j and j + 1 (a 32-element block,
                                  Q4_K's and Q5_K's minimums take it in one multiply-add); 0 for odd j */
     int32_t nbs[16];          /* lanes k and 8 + k: minus the sum of 32-element block k's q[][] (Q4_K's
