@@ -548,13 +548,14 @@ END_TEST
 START_TEST(decode_two_row_tiles_are_batch_invariant) {
     const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q5_0, GL_TYPE_Q5_1,
                               GL_TYPE_Q8_0, GL_TYPE_Q4_K, GL_TYPE_Q5_K, GL_TYPE_Q6_K};
-    const int64_t cols[] = {640, 576, 896, 768}, k_cols[] = {768, 1280};
+    /* K-quants: odd and even counts of super-blocks (a streamed Q4_K row takes them two at a time) */
+    const int64_t cols[] = {640, 576, 896, 768}, k_cols[] = {768, 1280, 1024};
     const int64_t rows[] = {1, 2, 3, 5, 38};
     for (int stream = 0; stream < 2; stream++) {
         if (stream) kern_note_weights(1LL << 40);
         for (size_t ti = 0; ti < 8; ti++) {
             const bool k = gl_type_get(types[ti])->block_size == 256;
-            for (size_t ci = 0; ci < (k ? 2 : 4); ci++)
+            for (size_t ci = 0; ci < (k ? 3 : 4); ci++)
                 for (size_t ri = 0; ri < 5; ri++)
                     for (int bits = 8; bits <= 16; bits += 8)
                         check_packed_batch_invariant(types[ti], bits, rows[ri], k ? k_cols[ci] : cols[ci], 3);
@@ -736,6 +737,7 @@ START_TEST(amx_k_rows_match_vnni) {
             for (size_t c = 0; c < 4; c++)
                 for (size_t n = 0; n < 5; n++) amx_case(types[ti], x8, c == 2 ? 16 : 21, cols[c], toks[n]);
             amx_case(types[ti], x8, 5, 512, 33);
+            amx_case(types[ti], x8, 5, 1024, 1); /* a one-token row alone: Q4_K's super-blocks two at a time */
         }
 }
 END_TEST
