@@ -1158,6 +1158,9 @@ static kern_rows_fn rows_x8_of(const kern_impl *impl, uint32_t type) {
 }
 
 /* How w is multiplied under impl: its rows function, weights and activation form. */
+#ifndef KERN_AMX_Q4_K_MIN_TOKENS
+#define KERN_AMX_Q4_K_MIN_TOKENS (getenv("Q4K_MIN") ? atoi(getenv("Q4K_MIN")) : 32)
+#endif
 static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int act_bits, int n_tokens,
                                matmul_part *part) {
     part->w = w;
@@ -1166,7 +1169,8 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
     part->weights = w->data;
     part->amx = NULL;
     /* Prompts on AMX: the same bits as the packed VNNI rows below, faster. */
-    const int amx_min = act_bits != 16 ? KERN_AMX_MIN_TOKENS
+    const int amx_min = w->type == GL_TYPE_Q4_K ? KERN_AMX_Q4_K_MIN_TOKENS
+                        : act_bits != 16 ? KERN_AMX_MIN_TOKENS
                         : w->type == GL_TYPE_Q5_0 ? KERN_AMX_Q5_0_MIN_TOKENS
                         : w->type == GL_TYPE_Q4_0 ? KERN_AMX_Q4_0_MIN_TOKENS : KERN_AMX_MIN_TOKENS;
     if (part->rows && w->packed && n_tokens >= amx_min &&

@@ -317,138 +317,184 @@ INLINE void amx_k_rows_short(const int type, const bool x8, const uint8_t *w, si
  * The activations' one unit per super-block (simd.h, kq16_k) lets a row's
  * super-block take one exact integer per token, S = sum of scale_j * dot_j,
  * and one for the minimums, M = sum of min_j * sum_j: the A tiles hold
- * w' = q * scale_j (<= 945) as two byte planes (low byte, high 0..3) and a
- * third of min_j per element, multiplied by tdpbusd 64 elements at a time
- * and accumulated in the tile over the whole super-block, then stored once.
+ * w' = q * scale_j (<= 945) as two byte planes (low byte, high 0..3),
+ * multiplied by tdpbusd 64 elements at a time and accumulated in the tile
+ * over the whole super-block, then stored once. M takes no tile: the
+ * blocks' activation sums (sum_j, per token) are taken once per call and
+ * token group, as 16-bit pairs, and each row's M is four vpdpwssd of them
+ * with its minimums' pairs (eight at 16 bits: coarse and residual apart).
  * Per output and super-block the VNNI tiles' (tile_kq) two float steps:
  * acc += S * (d * unit), acc -= M * (dmin * unit). 16 bits: S passes 32
  * bits at the extremes (945 * 32767 * 256), so it is put together in 64
  * bits from the coarse and residual parts' dots, exact, then rounded once,
  * as tile_kq rounds its 64-bit sum. */
 
-/* bytes of a super-block's three planes for 16 rows: [plane][64-element chunk][row][64] */
-#define AMX_Q4K_PLANES 12288
+/* bytes of a super-block's two planes for 16 rows: [plane][64-element chunk][row][64] */
+#define AMX_Q4K_PLANES 8192
+/* and of its d, dmin ([2][row] floats) and minimums' pairs ([pair][row] int32) */
+#define AMX_Q4K_ROWINFO 384
+/* bytes of a token group's block sums a super-block: [part][pair][token] int32 (two int16) */
+#define AMX_Q4K_BS(x8) ((x8) ? 256 : 512)
 
-/* Rows r0..r0+nr-1's super-block b into planes, their d and dmin into dd[0][row], dd[1][row]. */
-INLINE void amx_q4k_unpack(const uint8_t *w, size_t row_bytes, int nr, int b, uint8_t *planes, float dd[2][16]) {
+/* Rows r0..r0+nr-1's super-block b into planes, their d and dmin into dd[0][row], dd[1][row],
+ * minimums min_{2p} | min_{2p+1} << 16 into mp[p][row]. */
+INLINE void amx_q4k_unpack(const uint8_t *w, size_t row_bytes, int nr, int b, uint8_t *planes, float dd[2][16],
+                           int32_t mp[4][16]) {
     _Alignas(64) int8_t q[8][16][32]; /* [block][row][element]: unpack_super_block's A tiles */
     _Alignas(64) float unused[16];
     for (int r = 0; r < 16; r++) {
         if (r >= nr) {
-            for (int p = 0; p < 3; p++)
+            for (int p = 0; p < 2; p++)
                 for (int k = 0; k < 4; k++) memset(planes + 4096 * p + 1024 * k + 64 * r, 0, 64);
             dd[0][r] = dd[1][r] = 0;
+            for (int p = 0; p < 4; p++) mp[p][r] = 0;
             continue;
         }
         const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * 144;
         unpack_super_block(GL_TYPE_Q4_K, blk, &q[0][0][0] + 32 * r, unused);
         dd[0][r] = _cvtsh_ss(*(const uint16_t *)blk), dd[1][r] = _cvtsh_ss(*(const uint16_t *)(blk + 2));
         const uint8_t *sb = blk + 4; /* unpack_super_block's decoding of the 12 scale bytes */
+        int mn[8];
         for (int i = 0; i < 8; i++) {
             const int sc = i < 4 ? sb[i] & 63 : (sb[i + 4] & 0xf) | ((sb[i - 4] >> 6) << 4);
-            const int mn = i < 4 ? sb[i + 4] & 63 : (sb[i + 4] >> 4) | ((sb[i] >> 6) << 4);
+            mn[i] = i < 4 ? sb[i + 4] & 63 : (sb[i + 4] >> 4) | ((sb[i] >> 6) << 4);
             const __m512i wp = _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm256_load_si256((const __m256i *)q[i][r])),
                                                   _mm512_set1_epi16((short)sc));
             uint8_t *at = planes + 1024 * (i / 2) + 64 * r + 32 * (i % 2);
             _mm256_storeu_si256((__m256i *)at, _mm512_cvtepi16_epi8(wp));
             _mm256_storeu_si256((__m256i *)(at + 4096), _mm512_cvtepi16_epi8(_mm512_srli_epi16(wp, 8)));
-            _mm256_storeu_si256((__m256i *)(at + 8192), _mm256_set1_epi8((char)mn));
         }
+        for (int p = 0; p < 4; p++) mp[p][r] = mn[2 * p] | mn[2 * p + 1] << 16;
     }
 }
 
-/* scratch: nb * (AMX_Q4K_PLANES + 128) bytes (KERN_AMX_SCRATCH) */
+/* A token group's super-block a (kqa8_k or kqa16_k): each 32-element block's sum per token, of the coarse
+ * part (and the residual's at 16 bits), as int16 pairs of blocks 2 p, 2 p + 1 into bs[part][p][token]. */
+INLINE void amx_q4k_block_sums(const bool x8, const uint8_t *a, int32_t *bs) {
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int part = 0; part < (x8 ? 1 : 2); part++)
+        for (int p = 0; p < 4; p++) {
+            const int8_t *q = (const int8_t *)a + 4096 * part + 1024 * p; /* chunk p: [v][t][e], v < 8 block 2p */
+            __m512i s0 = _mm512_setzero_si512(), s1 = _mm512_setzero_si512();
+            for (int v = 0; v < 8; v++) {
+                s0 = _mm512_dpbusd_epi32(s0, ones, _mm512_load_si512(q + 64 * v));
+                s1 = _mm512_dpbusd_epi32(s1, ones, _mm512_load_si512(q + 64 * (v + 8)));
+            }
+            _mm512_store_si512(bs + 16 * (4 * part + p),
+                               _mm512_or_si512(_mm512_and_si512(s0, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(s1, 16)));
+        }
+}
+
+/* scratch: KERN_AMX_SCRATCH(n_cols) bytes: nb * (AMX_Q4K_PLANES + AMX_Q4K_ROWINFO) for the row tile, the rest
+ * for the token groups' block sums (as many groups at a time as fit) */
 INLINE void amx_q4k_rows(const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,
                          size_t act_stride, int n_tok, float *out, size_t out_stride, uint8_t *scratch) {
     const amx_k_geom sh = amx_k_geom_of(GL_TYPE_Q4_K, x8, n_cols, act_stride);
     const int nb = sh.nb;
     const size_t g_bytes = sh.g_bytes, a_bytes = sh.a_bytes, a_d = sh.a_d;
     uint8_t *planes = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); /* [super-block][AMX_Q4K_PLANES] */
-    float(*dd)[2][16] = (float(*)[2][16])(planes + (size_t)nb * AMX_Q4K_PLANES); /* [super-block][d, dmin][row] */
-    _Alignas(64) int32_t cb[5][16][16]; /* a super-block's sums: [tile][row][token] */
+    uint8_t *info = planes + (size_t)nb * AMX_Q4K_PLANES;                       /* [super-block][AMX_Q4K_ROWINFO] */
+    int32_t *bsums = (int32_t *)(info + (size_t)nb * AMX_Q4K_ROWINFO);          /* [group][super-block][AMX_Q4K_BS] */
+    const size_t used = (size_t)((uint8_t *)bsums - scratch), bs_group = (size_t)nb * AMX_Q4K_BS(x8);
+    const int n_groups = (n_tok + KQA_GROUP - 1) / KQA_GROUP;
+    int cap = (int)((KERN_AMX_SCRATCH(n_cols) - used) / bs_group);
+    if (cap < 1) cap = 1;
+    _Alignas(64) int32_t cb[3][16][16]; /* a super-block's sums: [tile][row][token] */
     _Alignas(64) amx_tilecfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (int i = 0; i < 8; i++) c.rows[i] = 16, c.colsb[i] = 64;
     _tile_loadconfig(&c);
-    for (int r0 = 0; r0 < n_rows; r0 += 16) {
-        const int nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
-        for (int b = 0; b < nb; b++)
-            amx_q4k_unpack(w + (size_t)r0 * row_bytes, row_bytes, nr, b, planes + (size_t)b * AMX_Q4K_PLANES, dd[b]);
-        for (int g = 0; g * KQA_GROUP < n_tok; g++) {
-            const uint8_t *ga = act + (size_t)g * g_bytes;
-            __m512 acc[16];
-#pragma GCC unroll 16
-            for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+    for (int g0 = 0; g0 < n_groups; g0 += cap) {
+        const int g1 = n_groups - g0 < cap ? n_groups : g0 + cap;
+        for (int g = g0; g < g1; g++)
+            for (int b = 0; b < nb; b++)
+                amx_q4k_block_sums(x8, act + (size_t)g * g_bytes + (size_t)b * a_bytes,
+                                   bsums + ((size_t)(g - g0) * nb + b) * (AMX_Q4K_BS(x8) / 4));
+        for (int r0 = 0; r0 < n_rows; r0 += 16) {
+            const int nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
             for (int b = 0; b < nb; b++) {
-                const uint8_t *a = ga + (size_t)b * a_bytes, *p = planes + (size_t)b * AMX_Q4K_PLANES;
-                _tile_zero(3);
-                _tile_zero(4);
-                _tile_zero(5);
-                if (x8) {
-                    /* 3: low plane, 4: high plane, 5: minimums */
-                    for (int k = 0; k < 4; k++) {
-                        _tile_loadd(1, a + 1024 * k, 64);
-                        _tile_loadd(0, p + 1024 * k, 64);
-                        _tile_dpbusd(3, 0, 1);
-                        _tile_loadd(7, p + 4096 + 1024 * k, 64);
-                        _tile_dpbusd(4, 7, 1);
-                        _tile_loadd(2, p + 8192 + 1024 * k, 64);
-                        _tile_dpbusd(5, 2, 1);
-                    }
-                    _tile_stored(3, cb[0], 64);
-                    _tile_stored(4, cb[1], 64);
-                    _tile_stored(5, cb[2], 64);
-                } else {
-                    /* 3: high plane x coarse, 4: low x coarse + high x residual (both 256 times the
-                     * residual's unit), 5: low x residual, 6 and 7: minimums x coarse, residual */
-                    _tile_zero(6);
-                    _tile_zero(7);
-                    for (int k = 0; k < 4; k++) {
-                        _tile_loadd(1, a + 1024 * k, 64);
-                        _tile_loadd(2, a + 4096 + 1024 * k, 64);
-                        _tile_loadd(0, p + 1024 * k, 64);
-                        _tile_dpbusd(4, 0, 1);
-                        _tile_dpbusd(5, 0, 2);
-                        _tile_loadd(0, p + 4096 + 1024 * k, 64);
-                        _tile_dpbusd(3, 0, 1);
-                        _tile_dpbusd(4, 0, 2);
-                        _tile_loadd(0, p + 8192 + 1024 * k, 64);
-                        _tile_dpbusd(6, 0, 1);
-                        _tile_dpbusd(7, 0, 2);
-                    }
-                    _tile_stored(3, cb[0], 64);
-                    _tile_stored(4, cb[1], 64);
-                    _tile_stored(5, cb[2], 64);
-                    _tile_stored(6, cb[3], 64);
-                    _tile_stored(7, cb[4], 64);
-                }
-                const __m512 u = _mm512_loadu_ps((const float *)(a + a_d)); /* d[0][token]: every lane's */
-#pragma GCC unroll 4
-                for (int r = 0; r < 16; r++) {
-                    __m512 v;
-                    __m512i m;
-                    if (x8) {
-                        v = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_load_si512(cb[0][r]), _mm512_slli_epi32(_mm512_load_si512(cb[1][r]), 8)));
-                        m = _mm512_load_si512(cb[2][r]);
-                    } else {
-                        const __m512i hi = _mm512_add_epi32(_mm512_load_si512(cb[1][r]), _mm512_slli_epi32(_mm512_load_si512(cb[0][r]), 8));
-                        const __m512i lo = _mm512_load_si512(cb[2][r]);
-                        const __m256 v0 = _mm512_cvtepi64_ps(_mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(hi)), 8),
-                                                                              _mm512_cvtepi32_epi64(_mm512_castsi512_si256(lo))));
-                        const __m256 v1 = _mm512_cvtepi64_ps(_mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(hi, 1)), 8),
-                                                                              _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(lo, 1))));
-                        v = _mm512_insertf32x8(_mm512_castps256_ps512(v0), v1, 1);
-                        m = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(cb[3][r]), 8), _mm512_load_si512(cb[4][r]));
-                    }
-                    acc[r] = _mm512_fmadd_ps(v, _mm512_mul_ps(_mm512_set1_ps(dd[b][0][r]), u), acc[r]);
-                    acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(_mm512_set1_ps(dd[b][1][r]), u), acc[r]);
-                }
+                uint8_t *ib = info + (size_t)b * AMX_Q4K_ROWINFO;
+                amx_q4k_unpack(w + (size_t)r0 * row_bytes, row_bytes, nr, b, planes + (size_t)b * AMX_Q4K_PLANES,
+                               (float(*)[16])ib, (int32_t(*)[16])(ib + 128));
             }
-            amx_transpose16(acc);
-            const __mmask16 km = (__mmask16)((1u << nr) - 1);
-            float *o = out + (size_t)g * KQA_GROUP * out_stride + r0;
-            for (int t = 0; t < n_tok - g * KQA_GROUP && t < KQA_GROUP; t++) _mm512_mask_storeu_ps(o + (size_t)t * out_stride, km, acc[t]);
+            for (int g = g0; g < g1; g++) {
+                const uint8_t *ga = act + (size_t)g * g_bytes;
+                __m512 acc[16];
+#pragma GCC unroll 16
+                for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+                for (int b = 0; b < nb; b++) {
+                    const uint8_t *a = ga + (size_t)b * a_bytes, *p = planes + (size_t)b * AMX_Q4K_PLANES;
+                    const uint8_t *ib = info + (size_t)b * AMX_Q4K_ROWINFO;
+                    const float(*dd)[16] = (const float(*)[16])ib;
+                    const int32_t(*mp)[16] = (const int32_t(*)[16])(ib + 128);
+                    const int32_t *bs = bsums + ((size_t)(g - g0) * nb + b) * (AMX_Q4K_BS(x8) / 4);
+                    _tile_zero(3);
+                    _tile_zero(4);
+                    if (x8) {
+                        /* 3: low plane, 4: high plane */
+                        for (int k = 0; k < 4; k++) {
+                            _tile_loadd(1, a + 1024 * k, 64);
+                            _tile_loadd(0, p + 1024 * k, 64);
+                            _tile_dpbusd(3, 0, 1);
+                            _tile_loadd(7, p + 4096 + 1024 * k, 64);
+                            _tile_dpbusd(4, 7, 1);
+                        }
+                        _tile_stored(3, cb[0], 64);
+                        _tile_stored(4, cb[1], 64);
+                    } else {
+                        /* 3: high plane x coarse, 4: low x coarse + high x residual (both 256 times the
+                         * residual's unit), 5: low x residual */
+                        _tile_zero(5);
+                        for (int k = 0; k < 4; k++) {
+                            _tile_loadd(1, a + 1024 * k, 64);
+                            _tile_loadd(2, a + 4096 + 1024 * k, 64);
+                            _tile_loadd(0, p + 1024 * k, 64);
+                            _tile_dpbusd(4, 0, 1);
+                            _tile_dpbusd(5, 0, 2);
+                            _tile_loadd(7, p + 4096 + 1024 * k, 64);
+                            _tile_dpbusd(3, 7, 1);
+                            _tile_dpbusd(4, 7, 2);
+                        }
+                        _tile_stored(3, cb[0], 64);
+                        _tile_stored(4, cb[1], 64);
+                        _tile_stored(5, cb[2], 64);
+                    }
+                    const __m512 u = _mm512_loadu_ps((const float *)(a + a_d)); /* d[0][token]: every lane's */
+                    const __m512i bc0 = _mm512_load_si512(bs), bc1 = _mm512_load_si512(bs + 16);
+                    const __m512i bc2 = _mm512_load_si512(bs + 32), bc3 = _mm512_load_si512(bs + 48);
+#pragma GCC unroll 4
+                    for (int r = 0; r < 16; r++) {
+                        __m512 v;
+                        __m512i m = _mm512_dpwssd_epi32(_mm512_setzero_si512(), bc0, _mm512_set1_epi32(mp[0][r]));
+                        m = _mm512_dpwssd_epi32(m, bc1, _mm512_set1_epi32(mp[1][r]));
+                        m = _mm512_dpwssd_epi32(m, bc2, _mm512_set1_epi32(mp[2][r]));
+                        m = _mm512_dpwssd_epi32(m, bc3, _mm512_set1_epi32(mp[3][r]));
+                        if (x8) {
+                            v = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_load_si512(cb[0][r]), _mm512_slli_epi32(_mm512_load_si512(cb[1][r]), 8)));
+                        } else {
+                            const __m512i hi = _mm512_add_epi32(_mm512_load_si512(cb[1][r]), _mm512_slli_epi32(_mm512_load_si512(cb[0][r]), 8));
+                            const __m512i lo = _mm512_load_si512(cb[2][r]);
+                            const __m256 v0 = _mm512_cvtepi64_ps(_mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(hi)), 8),
+                                                                                  _mm512_cvtepi32_epi64(_mm512_castsi512_si256(lo))));
+                            const __m256 v1 = _mm512_cvtepi64_ps(_mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(hi, 1)), 8),
+                                                                                  _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(lo, 1))));
+                            v = _mm512_insertf32x8(_mm512_castps256_ps512(v0), v1, 1);
+                            __m512i mr = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_load_si512(bs + 64), _mm512_set1_epi32(mp[0][r]));
+                            mr = _mm512_dpwssd_epi32(mr, _mm512_load_si512(bs + 80), _mm512_set1_epi32(mp[1][r]));
+                            mr = _mm512_dpwssd_epi32(mr, _mm512_load_si512(bs + 96), _mm512_set1_epi32(mp[2][r]));
+                            mr = _mm512_dpwssd_epi32(mr, _mm512_load_si512(bs + 112), _mm512_set1_epi32(mp[3][r]));
+                            m = _mm512_add_epi32(_mm512_slli_epi32(m, 8), mr);
+                        }
+                        acc[r] = _mm512_fmadd_ps(v, _mm512_mul_ps(_mm512_set1_ps(dd[0][r]), u), acc[r]);
+                        acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(_mm512_set1_ps(dd[1][r]), u), acc[r]);
+                    }
+                }
+                amx_transpose16(acc);
+                const __mmask16 km = (__mmask16)((1u << nr) - 1);
+                float *o = out + (size_t)g * KQA_GROUP * out_stride + r0;
+                for (int t = 0; t < n_tok - g * KQA_GROUP && t < KQA_GROUP; t++) _mm512_mask_storeu_ps(o + (size_t)t * out_stride, km, acc[t]);
+            }
         }
     }
     _tile_release();
