@@ -385,109 +385,89 @@ INLINE void amx_q4k_block_sums(const bool x8, const uint8_t *a, int32_t *bs) {
         }
 }
 
-/* One or two token groups' tile work for the row tile in planes (ga: the first group, the second g_bytes
- * after it): every super-block's sums into cb[b][tile][row][token] (tiles: 8 bits low and high plane of
- * the first group, then of the second; 16 bits, one group: high x coarse, low x coarse + high x residual,
- * low x residual). At 8 bits two groups share each weight tile's load. */
-INLINE void amx_q4k_dots(const bool x8, const int nb, const uint8_t *ga, size_t g_bytes, bool two, size_t a_bytes,
-                         const uint8_t *planes, int32_t (*cb)[4][16][16]) {
-    for (int b = 0; b < nb; b++) {
-        const uint8_t *a = ga + (size_t)b * a_bytes, *p = planes + (size_t)b * AMX_Q4K_PLANES;
-        if (x8) {
-            _tile_zero(3);
-            _tile_zero(4);
-            if (two) {
-                _tile_zero(5);
-                _tile_zero(6);
-            }
-            for (int k = 0; k < 4; k++) {
-                _tile_loadd(1, a + 1024 * k, 64);
-                _tile_loadd(0, p + 1024 * k, 64);
-                _tile_dpbusd(3, 0, 1);
-                _tile_loadd(7, p + 4096 + 1024 * k, 64);
-                _tile_dpbusd(4, 7, 1);
-                if (two) {
-                    _tile_loadd(2, a + g_bytes + 1024 * k, 64);
-                    _tile_dpbusd(5, 0, 2);
-                    _tile_dpbusd(6, 7, 2);
-                }
-            }
-            _tile_stored(3, cb[b][0], 64);
-            _tile_stored(4, cb[b][1], 64);
-            if (two) {
-                _tile_stored(5, cb[b][2], 64);
-                _tile_stored(6, cb[b][3], 64);
-            }
-        } else {
-            _tile_zero(3);
-            _tile_zero(4);
-            _tile_zero(5);
-            for (int k = 0; k < 4; k++) {
-                _tile_loadd(1, a + 1024 * k, 64);
-                _tile_loadd(2, a + 4096 + 1024 * k, 64);
-                _tile_loadd(0, p + 1024 * k, 64);
-                _tile_dpbusd(4, 0, 1);
-                _tile_dpbusd(5, 0, 2);
-                _tile_loadd(7, p + 4096 + 1024 * k, 64);
-                _tile_dpbusd(3, 7, 1);
-                _tile_dpbusd(4, 7, 2);
-            }
-            _tile_stored(3, cb[b][0], 64);
-            _tile_stored(4, cb[b][1], 64);
-            _tile_stored(5, cb[b][2], 64);
-        }
+/* Super-block b's tile work for one token group (a: its activations) against its planes p: the sums into
+ * cb[tile][row][token] (8 bits: low and high plane, in tiles 3, 4 or, odd, 5, 6; 16 bits: high x coarse,
+ * low x coarse + high x residual, low x residual). */
+INLINE void amx_q4k_dots(const bool x8, const bool odd, const uint8_t *a, const uint8_t *p, int32_t (*cb)[16][16]) {
+    if (x8) {
+#define Q4K_X8(C0, C1)                                                                                          \
+    do {                                                                                                    \
+        _tile_zero(C0);                                                                                     \
+        _tile_zero(C1);                                                                                     \
+        for (int k = 0; k < 4; k++) {                                                                       \
+            _tile_loadd(1, a + 1024 * k, 64);                                                               \
+            _tile_loadd(0, p + 1024 * k, 64);                                                               \
+            _tile_dpbusd(C0, 0, 1);                                                                         \
+            _tile_loadd(7, p + 4096 + 1024 * k, 64);                                                        \
+            _tile_dpbusd(C1, 7, 1);                                                                         \
+        }                                                                                                   \
+        _tile_stored(C0, cb[0], 64);                                                                        \
+        _tile_stored(C1, cb[1], 64);                                                                        \
+    } while (0)
+        if (odd) Q4K_X8(5, 6);
+        else Q4K_X8(3, 4);
+#undef Q4K_X8
+        return;
     }
+    _tile_zero(3);
+    _tile_zero(4);
+    _tile_zero(5);
+    for (int k = 0; k < 4; k++) {
+        _tile_loadd(1, a + 1024 * k, 64);
+        _tile_loadd(2, a + 4096 + 1024 * k, 64);
+        _tile_loadd(0, p + 1024 * k, 64);
+        _tile_dpbusd(4, 0, 1);
+        _tile_dpbusd(5, 0, 2);
+        _tile_loadd(7, p + 4096 + 1024 * k, 64);
+        _tile_dpbusd(3, 7, 1);
+        _tile_dpbusd(4, 7, 2);
+    }
+    _tile_stored(3, cb[0], 64);
+    _tile_stored(4, cb[1], 64);
+    _tile_stored(5, cb[2], 64);
 }
 
-/* One token group's outputs of the row tile from its sums (amx_q4k_dots), block sums bs and row info. */
-INLINE void amx_q4k_floats(const bool x8, const int nb, const uint8_t *ga, size_t a_bytes, size_t a_d, const uint8_t *info,
-                           const int32_t *bsg, const int32_t (*cb)[4][16][16], int c0, int nr, int n_tok, float *o,
-                           size_t out_stride) {
-    __m512 acc[16];
-#pragma GCC unroll 16
-    for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
-    for (int b = 0; b < nb; b++) {
-        const uint8_t *ib = info + (size_t)b * AMX_Q4K_ROWINFO;
-        const float(*dd)[16] = (const float(*)[16])ib;
-        const int32_t(*mp)[16] = (const int32_t(*)[16])(ib + 128);
-        const int32_t *bs = bsg + (size_t)b * (AMX_Q4K_BS(x8) / 4);
-        const __m512 u = _mm512_loadu_ps((const float *)(ga + (size_t)b * a_bytes + a_d)); /* d[0][token]: every lane's */
-        const __m512i bc0 = _mm512_load_si512(bs), bc1 = _mm512_load_si512(bs + 16);
-        const __m512i bc2 = _mm512_load_si512(bs + 32), bc3 = _mm512_load_si512(bs + 48);
+/* Super-block b's float steps for one token group into acc[row] (vector over tokens), in tile_kq's order:
+ * its sums cb (amx_q4k_dots), its row info ib and the group's block sums bs and units u of it. */
+INLINE void amx_q4k_floats(const bool x8, const uint8_t *ib, const int32_t *bs, const __m512 u, const int32_t (*cb)[16][16],
+                           __m512 acc[16]) {
+    const float(*dd)[16] = (const float(*)[16])ib;
+    const int32_t(*mp)[16] = (const int32_t(*)[16])(ib + 128);
+    const __m512i bc0 = _mm512_load_si512(bs), bc1 = _mm512_load_si512(bs + 16);
+    const __m512i bc2 = _mm512_load_si512(bs + 32), bc3 = _mm512_load_si512(bs + 48);
 #pragma GCC unroll 4
-        for (int r = 0; r < 16; r++) {
-            __m512 v;
-            __m512i m = _mm512_dpwssd_epi32(_mm512_setzero_si512(), bc0, _mm512_set1_epi32(mp[0][r]));
-            m = _mm512_dpwssd_epi32(m, bc1, _mm512_set1_epi32(mp[1][r]));
-            m = _mm512_dpwssd_epi32(m, bc2, _mm512_set1_epi32(mp[2][r]));
-            m = _mm512_dpwssd_epi32(m, bc3, _mm512_set1_epi32(mp[3][r]));
-            if (x8) {
-                v = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_load_si512(cb[b][c0][r]), _mm512_slli_epi32(_mm512_load_si512(cb[b][c0 + 1][r]), 8)));
-            } else {
-                const __m512i hi = _mm512_add_epi32(_mm512_load_si512(cb[b][1][r]), _mm512_slli_epi32(_mm512_load_si512(cb[b][0][r]), 8));
-                const __m512i lo = _mm512_load_si512(cb[b][2][r]);
-                const __m256 v0 = _mm512_cvtepi64_ps(_mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(hi)), 8),
-                                                                      _mm512_cvtepi32_epi64(_mm512_castsi512_si256(lo))));
-                const __m256 v1 = _mm512_cvtepi64_ps(_mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(hi, 1)), 8),
-                                                                      _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(lo, 1))));
-                v = _mm512_insertf32x8(_mm512_castps256_ps512(v0), v1, 1);
-                __m512i mr = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_load_si512(bs + 64), _mm512_set1_epi32(mp[0][r]));
-                mr = _mm512_dpwssd_epi32(mr, _mm512_load_si512(bs + 80), _mm512_set1_epi32(mp[1][r]));
-                mr = _mm512_dpwssd_epi32(mr, _mm512_load_si512(bs + 96), _mm512_set1_epi32(mp[2][r]));
-                mr = _mm512_dpwssd_epi32(mr, _mm512_load_si512(bs + 112), _mm512_set1_epi32(mp[3][r]));
-                m = _mm512_add_epi32(_mm512_slli_epi32(m, 8), mr);
-            }
-            acc[r] = _mm512_fmadd_ps(v, _mm512_mul_ps(_mm512_set1_ps(dd[0][r]), u), acc[r]);
-            acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(_mm512_set1_ps(dd[1][r]), u), acc[r]);
+    for (int r = 0; r < 16; r++) {
+        __m512 v;
+        __m512i m = _mm512_dpwssd_epi32(_mm512_setzero_si512(), bc0, _mm512_set1_epi32(mp[0][r]));
+        m = _mm512_dpwssd_epi32(m, bc1, _mm512_set1_epi32(mp[1][r]));
+        m = _mm512_dpwssd_epi32(m, bc2, _mm512_set1_epi32(mp[2][r]));
+        m = _mm512_dpwssd_epi32(m, bc3, _mm512_set1_epi32(mp[3][r]));
+        if (x8) {
+            v = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_load_si512(cb[0][r]), _mm512_slli_epi32(_mm512_load_si512(cb[1][r]), 8)));
+        } else {
+            const __m512i hi = _mm512_add_epi32(_mm512_load_si512(cb[1][r]), _mm512_slli_epi32(_mm512_load_si512(cb[0][r]), 8));
+            const __m512i lo = _mm512_load_si512(cb[2][r]);
+            const __m256 v0 = _mm512_cvtepi64_ps(_mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(hi)), 8),
+                                                                  _mm512_cvtepi32_epi64(_mm512_castsi512_si256(lo))));
+            const __m256 v1 = _mm512_cvtepi64_ps(_mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(hi, 1)), 8),
+                                                                  _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(lo, 1))));
+            v = _mm512_insertf32x8(_mm512_castps256_ps512(v0), v1, 1);
+            __m512i mr = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_load_si512(bs + 64), _mm512_set1_epi32(mp[0][r]));
+            mr = _mm512_dpwssd_epi32(mr, _mm512_load_si512(bs + 80), _mm512_set1_epi32(mp[1][r]));
+            mr = _mm512_dpwssd_epi32(mr, _mm512_load_si512(bs + 96), _mm512_set1_epi32(mp[2][r]));
+            mr = _mm512_dpwssd_epi32(mr, _mm512_load_si512(bs + 112), _mm512_set1_epi32(mp[3][r]));
+            m = _mm512_add_epi32(_mm512_slli_epi32(m, 8), mr);
         }
+        acc[r] = _mm512_fmadd_ps(v, _mm512_mul_ps(_mm512_set1_ps(dd[0][r]), u), acc[r]);
+        acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(m), _mm512_mul_ps(_mm512_set1_ps(dd[1][r]), u), acc[r]);
     }
-    amx_transpose16(acc);
-    const __mmask16 km = (__mmask16)((1u << nr) - 1);
-    for (int t = 0; t < n_tok && t < KQA_GROUP; t++) _mm512_mask_storeu_ps(o + (size_t)t * out_stride, km, acc[t]);
 }
 
-/* scratch: KERN_AMX_SCRATCH(n_cols) bytes: nb * (AMX_Q4K_PLANES + AMX_Q4K_ROWINFO + 4 KiB) for the row tile
- * and its sums, the rest for the token groups' block sums (as many groups at a time as fit). */
+/* scratch: KERN_AMX_SCRATCH(n_cols) bytes: nb * (AMX_Q4K_PLANES + AMX_Q4K_ROWINFO) for the row tile, the rest
+ * for the token groups' block sums (as many groups at a time as fit). The (group, super-block) steps run
+ * software-pipelined: a step's tile work is issued before the float steps of the step before it, so the
+ * tile unit and the vector units overlap (issued a whole group apart, the float steps filled the reorder
+ * buffer behind the tile work and the two ran one after the other). */
 INLINE void amx_q4k_rows(const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,
                          size_t act_stride, int n_tok, float *out, size_t out_stride, uint8_t *scratch) {
     const amx_k_geom sh = amx_k_geom_of(GL_TYPE_Q4_K, x8, n_cols, act_stride);
@@ -495,19 +475,19 @@ INLINE void amx_q4k_rows(const bool x8, const uint8_t *w, size_t row_bytes, int 
     const size_t g_bytes = sh.g_bytes, a_bytes = sh.a_bytes, a_d = sh.a_d;
     uint8_t *planes = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); /* [super-block][AMX_Q4K_PLANES] */
     uint8_t *info = planes + (size_t)nb * AMX_Q4K_PLANES;                       /* [super-block][AMX_Q4K_ROWINFO] */
-    int32_t(*cb)[4][16][16] = (int32_t(*)[4][16][16])(info + (size_t)nb * AMX_Q4K_ROWINFO); /* [super-block] */
-    int32_t *bsums = (int32_t *)(cb + nb);                                      /* [group][super-block][AMX_Q4K_BS] */
+    int32_t *bsums = (int32_t *)(info + (size_t)nb * AMX_Q4K_ROWINFO);          /* [group][super-block][AMX_Q4K_BS] */
     const size_t used = (size_t)((uint8_t *)bsums - scratch), bs_group = (size_t)nb * AMX_Q4K_BS(x8);
     const int n_groups = (n_tok + KQA_GROUP - 1) / KQA_GROUP;
     int cap = (int)((KERN_AMX_SCRATCH(n_cols) - used) / bs_group);
     if (cap < 1) cap = 1;
+    _Alignas(64) int32_t cb[2][3][16][16]; /* two steps' sums: [step parity][tile][row][token] */
     _Alignas(64) amx_tilecfg c;
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (int i = 0; i < 8; i++) c.rows[i] = 16, c.colsb[i] = 64;
     _tile_loadconfig(&c);
     for (int g0 = 0; g0 < n_groups; g0 += cap) {
-        const int g1 = n_groups - g0 < cap ? n_groups : g0 + cap;
+        const int g1 = n_groups - g0 < cap ? n_groups : g0 + cap, n_steps = (g1 - g0) * nb;
         for (int g = g0; g < g1; g++)
             for (int b = 0; b < nb; b++)
                 amx_q4k_block_sums(x8, act + (size_t)g * g_bytes + (size_t)b * a_bytes,
@@ -519,13 +499,30 @@ INLINE void amx_q4k_rows(const bool x8, const uint8_t *w, size_t row_bytes, int 
                 amx_q4k_unpack(w + (size_t)r0 * row_bytes, row_bytes, nr, b, planes + (size_t)b * AMX_Q4K_PLANES,
                                (float(*)[16])ib, (int32_t(*)[16])(ib + 128));
             }
-            for (int g = g0; g < g1;) {
-                const int n_g = x8 && g + 1 < g1 ? 2 : 1;
-                amx_q4k_dots(x8, nb, act + (size_t)g * g_bytes, g_bytes, n_g == 2, a_bytes, planes, cb);
-                for (int e = 0; e < n_g; e++, g++)
-                    amx_q4k_floats(x8, nb, act + (size_t)g * g_bytes, a_bytes, a_d, info,
-                                   bsums + (size_t)(g - g0) * nb * (AMX_Q4K_BS(x8) / 4), (const int32_t(*)[4][16][16])cb,
-                                   2 * e, nr, n_tok - g * KQA_GROUP, out + (size_t)g * KQA_GROUP * out_stride + r0, out_stride);
+            __m512 acc[16];
+#pragma GCC unroll 16
+            for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+            amx_q4k_dots(x8, false, act + (size_t)g0 * g_bytes, planes, cb[0]);
+            for (int s = 0, g = g0, b = 0; s < n_steps; s++) {
+                if (s + 1 < n_steps) {
+                    const int g_ = b + 1 < nb ? g : g + 1, b_ = b + 1 < nb ? b + 1 : 0;
+                    amx_q4k_dots(x8, (s + 1) & 1, act + (size_t)g_ * g_bytes + (size_t)b_ * a_bytes,
+                                 planes + (size_t)b_ * AMX_Q4K_PLANES, cb[(s + 1) & 1]);
+                }
+                const uint8_t *a = act + (size_t)g * g_bytes + (size_t)b * a_bytes;
+                amx_q4k_floats(x8, info + (size_t)b * AMX_Q4K_ROWINFO,
+                               bsums + ((size_t)(g - g0) * nb + b) * (AMX_Q4K_BS(x8) / 4),
+                               _mm512_loadu_ps((const float *)(a + a_d)), (const int32_t(*)[16][16])cb[s & 1], acc);
+                if (++b == nb) {
+                    amx_transpose16(acc);
+                    const __mmask16 km = (__mmask16)((1u << nr) - 1);
+                    float *o = out + (size_t)g * KQA_GROUP * out_stride + r0;
+                    for (int t = 0; t < n_tok - g * KQA_GROUP && t < KQA_GROUP; t++)
+                        _mm512_mask_storeu_ps(o + (size_t)t * out_stride, km, acc[t]);
+#pragma GCC unroll 16
+                    for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+                    b = 0, g++;
+                }
             }
         }
     }
