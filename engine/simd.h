@@ -245,9 +245,9 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
 typedef void (*kern_amx_rows_fn)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride,
                                  int n_tok, float *out, size_t out_stride, uint8_t *scratch);
 
-/* (the K-quants' rows take 40 bytes a column: two row tiles unpacked; Q4_K's 57.5: two byte planes of 16 rows
- * and two token groups' sums, the rest its token groups' block sums, 2 bytes a column a group at 16 bits) */
-#define KERN_AMX_SCRATCH(n_cols) ((size_t)(n_cols) * 64 + 196608)
+/* (the K-quants' rows take 40 bytes a column: two row tiles unpacked; Q4_K's 33.5 a row tile, up to 256 KiB
+ * (AMX_Q4K_PASS_BYTES), the rest its token groups' block sums, 2 bytes a column a group at 16 bits) */
+#define KERN_AMX_SCRATCH(n_cols) ((size_t)(n_cols) * 64 + ((size_t)448 << 10))
 
 /* One block position (block j of chunk c) of 16 tokens as AMX B tiles:
  * q[v][4 t + e] = element 4 v + e of token t's block (kq8_chunk's q[v][4j + e]). */

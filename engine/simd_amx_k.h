@@ -463,19 +463,28 @@ INLINE void amx_q4k_floats(const bool x8, const uint8_t *ib, const int32_t *bs, 
     }
 }
 
-/* scratch: KERN_AMX_SCRATCH(n_cols) bytes: nb * (AMX_Q4K_PLANES + AMX_Q4K_ROWINFO) for the row tile, the rest
- * for the token groups' block sums (as many groups at a time as fit). The (group, super-block) steps run
+/* Row tiles whose planes one pass unpacks, at most (and at most AMX_Q4K_PASS_BYTES of planes): a pass runs
+ * each token group over all its row tiles, so a token's outputs are written AMX_Q4K_PASS_TILES * 64 bytes
+ * in a row. One row tile at a time, a row tile's 16 outputs of every token in turn (a cache line each,
+ * a row of the output apart) were a third of the call's time: bench_matmul q4_k 2048 x 768 512 tokens. */
+#define AMX_Q4K_PASS_TILES 8
+#define AMX_Q4K_PASS_BYTES (256 << 10)
+
+/* scratch: KERN_AMX_SCRATCH(n_cols) bytes: a pass's planes and row info, the rest for the token groups'
+ * block sums (as many groups at a time as fit). The (group, row tile, super-block) steps run
  * software-pipelined: a step's tile work is issued before the float steps of the step before it, so the
- * tile unit and the vector units overlap (issued a whole group apart, the float steps filled the reorder
- * buffer behind the tile work and the two ran one after the other). */
+ * tile unit and the vector units overlap. */
 INLINE void amx_q4k_rows(const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,
                          size_t act_stride, int n_tok, float *out, size_t out_stride, uint8_t *scratch) {
     const amx_k_geom sh = amx_k_geom_of(GL_TYPE_Q4_K, x8, n_cols, act_stride);
     const int nb = sh.nb;
     const size_t g_bytes = sh.g_bytes, a_bytes = sh.a_bytes, a_d = sh.a_d;
-    uint8_t *planes = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); /* [super-block][AMX_Q4K_PLANES] */
-    uint8_t *info = planes + (size_t)nb * AMX_Q4K_PLANES;                       /* [super-block][AMX_Q4K_ROWINFO] */
-    int32_t *bsums = (int32_t *)(info + (size_t)nb * AMX_Q4K_ROWINFO);          /* [group][super-block][AMX_Q4K_BS] */
+    int pass = AMX_Q4K_PASS_BYTES / (nb * AMX_Q4K_PLANES); /* row tiles a pass */
+    pass = pass < 1 ? 1 : pass > AMX_Q4K_PASS_TILES ? AMX_Q4K_PASS_TILES : pass;
+    const size_t tile_planes = (size_t)nb * AMX_Q4K_PLANES, tile_info = (size_t)nb * AMX_Q4K_ROWINFO;
+    uint8_t *planes = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63); /* [row tile][super-block][AMX_Q4K_PLANES] */
+    uint8_t *info = planes + (size_t)pass * tile_planes;                        /* [row tile][super-block][AMX_Q4K_ROWINFO] */
+    int32_t *bsums = (int32_t *)(info + (size_t)pass * tile_info);              /* [group][super-block][AMX_Q4K_BS] */
     const size_t used = (size_t)((uint8_t *)bsums - scratch), bs_group = (size_t)nb * AMX_Q4K_BS(x8);
     const int n_groups = (n_tok + KQA_GROUP - 1) / KQA_GROUP;
     int cap = (int)((KERN_AMX_SCRATCH(n_cols) - used) / bs_group);
@@ -487,41 +496,49 @@ INLINE void amx_q4k_rows(const bool x8, const uint8_t *w, size_t row_bytes, int 
     for (int i = 0; i < 8; i++) c.rows[i] = 16, c.colsb[i] = 64;
     _tile_loadconfig(&c);
     for (int g0 = 0; g0 < n_groups; g0 += cap) {
-        const int g1 = n_groups - g0 < cap ? n_groups : g0 + cap, n_steps = (g1 - g0) * nb;
+        const int g1 = n_groups - g0 < cap ? n_groups : g0 + cap;
         for (int g = g0; g < g1; g++)
             for (int b = 0; b < nb; b++)
                 amx_q4k_block_sums(x8, act + (size_t)g * g_bytes + (size_t)b * a_bytes,
                                    bsums + ((size_t)(g - g0) * nb + b) * (AMX_Q4K_BS(x8) / 4));
-        for (int r0 = 0; r0 < n_rows; r0 += 16) {
-            const int nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
-            for (int b = 0; b < nb; b++) {
-                uint8_t *ib = info + (size_t)b * AMX_Q4K_ROWINFO;
-                amx_q4k_unpack(w + (size_t)r0 * row_bytes, row_bytes, nr, b, planes + (size_t)b * AMX_Q4K_PLANES,
-                               (float(*)[16])ib, (int32_t(*)[16])(ib + 128));
+        for (int p0 = 0; p0 < n_rows; p0 += 16 * pass) {
+            const int n_t = (n_rows - p0 + 15) / 16 < pass ? (n_rows - p0 + 15) / 16 : pass;
+            for (int t = 0; t < n_t; t++) {
+                const int r0 = p0 + 16 * t, nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
+                for (int b = 0; b < nb; b++) {
+                    uint8_t *ib = info + t * tile_info + (size_t)b * AMX_Q4K_ROWINFO;
+                    amx_q4k_unpack(w + (size_t)r0 * row_bytes, row_bytes, nr, b, planes + t * tile_planes + (size_t)b * AMX_Q4K_PLANES,
+                                   (float(*)[16])ib, (int32_t(*)[16])(ib + 128));
+                }
             }
             __m512 acc[16];
 #pragma GCC unroll 16
             for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
+            const int n_steps = (g1 - g0) * n_t * nb;
             amx_q4k_dots(x8, false, act + (size_t)g0 * g_bytes, planes, cb[0]);
-            for (int s = 0, g = g0, b = 0; s < n_steps; s++) {
-                if (s + 1 < n_steps) {
-                    const int g_ = b + 1 < nb ? g : g + 1, b_ = b + 1 < nb ? b + 1 : 0;
+            for (int s = 0, g = g0, t = 0, b = 0; s < n_steps; s++) {
+                if (s + 1 < n_steps) { /* the next step: super-block, then row tile, then group */
+                    int b_ = b + 1, t_ = t, g_ = g;
+                    if (b_ == nb) b_ = 0, t_++;
+                    if (t_ == n_t) t_ = 0, g_++;
                     amx_q4k_dots(x8, (s + 1) & 1, act + (size_t)g_ * g_bytes + (size_t)b_ * a_bytes,
-                                 planes + (size_t)b_ * AMX_Q4K_PLANES, cb[(s + 1) & 1]);
+                                 planes + t_ * tile_planes + (size_t)b_ * AMX_Q4K_PLANES, cb[(s + 1) & 1]);
                 }
                 const uint8_t *a = act + (size_t)g * g_bytes + (size_t)b * a_bytes;
-                amx_q4k_floats(x8, info + (size_t)b * AMX_Q4K_ROWINFO,
+                amx_q4k_floats(x8, info + t * tile_info + (size_t)b * AMX_Q4K_ROWINFO,
                                bsums + ((size_t)(g - g0) * nb + b) * (AMX_Q4K_BS(x8) / 4),
                                _mm512_loadu_ps((const float *)(a + a_d)), (const int32_t(*)[16][16])cb[s & 1], acc);
                 if (++b == nb) {
+                    const int r0 = p0 + 16 * t, nr = n_rows - r0 < 16 ? n_rows - r0 : 16;
                     amx_transpose16(acc);
                     const __mmask16 km = (__mmask16)((1u << nr) - 1);
                     float *o = out + (size_t)g * KQA_GROUP * out_stride + r0;
-                    for (int t = 0; t < n_tok - g * KQA_GROUP && t < KQA_GROUP; t++)
-                        _mm512_mask_storeu_ps(o + (size_t)t * out_stride, km, acc[t]);
+                    for (int u = 0; u < n_tok - g * KQA_GROUP && u < KQA_GROUP; u++)
+                        _mm512_mask_storeu_ps(o + (size_t)u * out_stride, km, acc[u]);
 #pragma GCC unroll 16
                     for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
-                    b = 0, g++;
+                    b = 0;
+                    if (++t == n_t) t = 0, g++;
                 }
             }
         }
