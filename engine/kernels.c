@@ -1158,9 +1158,6 @@ static kern_rows_fn rows_x8_of(const kern_impl *impl, uint32_t type) {
 }
 
 /* How w is multiplied under impl: its rows function, weights and activation form. */
-#ifndef KERN_AMX_Q4_K_MIN_TOKENS
-#define KERN_AMX_Q4_K_MIN_TOKENS (getenv("Q4K_MIN") ? atoi(getenv("Q4K_MIN")) : 32)
-#endif
 static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int act_bits, int n_tokens,
                                matmul_part *part) {
     part->w = w;

@@ -238,6 +238,11 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
  * 5632 88 -> 112, 2048 x 2048 92 -> 109, 256 x 2048 72 -> 84; 14 tokens 86
  * -> 94, 12 tokens 93 -> 81 (a group of 16 costs the same at any count). */
 #define KERN_AMX_Q4_0_MIN_TOKENS 14
+/* Q4_K at 16 and 8 bits: its VNNI tiles sum each super-block's scaled dots across lanes (the scales
+ * folded in, simd_avx512.h), its AMX rows in the tiles; bench_matmul q4_k, 1 thread, CPU ms, 16
+ * tokens, VNNI -> AMX: 16 bits 2048 x 768 0.375 -> 0.24 (main's VNNI before the fold 0.28), 768 x 2048
+ * 0.38 -> 0.26 (0.285); 8 bits 0.247 -> 0.20 (0.224), 0.25 -> 0.22 (0.213). */
+#define KERN_AMX_Q4_K_MIN_TOKENS 16
 
 /* Rows r0..r1-1 of w (w->data and, when packed, w->packed) against act:
  * out[t * out_stride + r] for t < n_tok. The tile configuration is the
