@@ -1283,7 +1283,7 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* pa
  * two rows. */
 #define PACKED_K_ROWS_REST(TILE, TYPE)                                                      \
     case 1:                                                                                 \
-        if (one_token_row_pairs()) ROWS_PASS(TILE, TYPE, 2, 1);                             \
+        if (TYPE == GL_TYPE_Q4_K || one_token_row_pairs()) ROWS_PASS(TILE, TYPE, 2, 1);     \
         else ROWS_PASS(TILE, TYPE, 1, 1);                                                   \
         break;                                                                              \
     case 2: ROWS_PASS(TILE, TYPE, 1, 2); break;     \
