@@ -739,6 +739,13 @@ START_TEST(amx_k_rows_match_vnni) {
             amx_case(types[ti], x8, 5, 512, 33);
             amx_case(types[ti], x8, 5, 1024, 1); /* a one-token row alone: Q4_K's super-blocks two at a time */
         }
+    /* Q4_K's passes (simd_amx_k.h, amx_q4k_rows): 19 row tiles, the last of 12 rows, in passes of 8; a
+     * pass of one row tile (36 super-blocks); more token groups than the block sums' room (42 > 40) */
+    for (int x8 = 0; x8 < 2; x8++) {
+        amx_case(GL_TYPE_Q4_K, x8, 300, 768, 40);
+        amx_case(GL_TYPE_Q4_K, x8, 21, 9216, 20);
+    }
+    amx_case(GL_TYPE_Q4_K, false, 17, 9216, 660);
 }
 END_TEST
 
