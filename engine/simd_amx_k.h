@@ -445,13 +445,14 @@ INLINE void amx_q4k_floats(const bool x8, const uint8_t *ib, const int32_t *bs, 
         if (x8) {
             v = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_load_si512(cb[0][r]), _mm512_slli_epi32(_mm512_load_si512(cb[1][r]), 8)));
         } else {
+            /* S = 256 hi + lo (past 32 bits) as 65536 A + C, A < 2^17 and 0 <= C < 2^16 exact floats: one fused
+             * multiply-add rounds S once, as the 64-bit conversion would */
             const __m512i hi = _mm512_add_epi32(_mm512_load_si512(cb[1][r]), _mm512_slli_epi32(_mm512_load_si512(cb[0][r]), 8));
-            const __m512i lo = _mm512_load_si512(cb[2][r]);
-            const __m256 v0 = _mm512_cvtepi64_ps(_mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(hi)), 8),
-                                                                  _mm512_cvtepi32_epi64(_mm512_castsi512_si256(lo))));
-            const __m256 v1 = _mm512_cvtepi64_ps(_mm512_add_epi64(_mm512_slli_epi64(_mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(hi, 1)), 8),
-                                                                  _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(lo, 1))));
-            v = _mm512_insertf32x8(_mm512_castps256_ps512(v0), v1, 1);
+            const __m512i t = _mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(0xff)), 8),
+                                               _mm512_load_si512(cb[2][r]));
+            const __m512i ah = _mm512_add_epi32(_mm512_srai_epi32(hi, 8), _mm512_srai_epi32(t, 16));
+            v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(ah), _mm512_set1_ps(65536.0f),
+                                _mm512_cvtepi32_ps(_mm512_and_si512(t, _mm512_set1_epi32(0xffff))));
             __m512i mr = _mm512_dpwssd_epi32(_mm512_setzero_si512(), _mm512_load_si512(bs + 64), _mm512_set1_epi32(mp[0][r]));
             mr = _mm512_dpwssd_epi32(mr, _mm512_load_si512(bs + 80), _mm512_set1_epi32(mp[1][r]));
             mr = _mm512_dpwssd_epi32(mr, _mm512_load_si512(bs + 96), _mm512_set1_epi32(mp[2][r]));
