@@ -82,9 +82,13 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
  * tiles, compute-bound, keep L1 (their prefill was slower with L2).
  * Prefetches never fault, so running past the end of the weights is harmless. */
 #define PF_DECODE_L1 1024 /* the pair's L1 distance; prefetch_distance gives it only to streamed decode rows */
+/* One token's rows this short are read two a tile when streamed too: the
+ * two rows lie end to end, one stream still, and the tile shares the
+ * activations' loads and the row's fixed costs. */
+#define PF_PAIR_ROW_BYTES 1024
 INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead, const int NR, const int NT) {
     for (int off = 0; off < n_bytes; off += 64) {
-        if (NR == 1 && NT <= 2 && ahead == PF_DECODE_L1) {
+        if (NR <= 2 && NT <= 2 && ahead == PF_DECODE_L1) {
             _mm_prefetch((const char *)p + ahead + off, _MM_HINT_T0);
             _mm_prefetch((const char *)p + 3 * ahead + off, _MM_HINT_T1);
         } else if (NT <= 2) {
@@ -101,7 +105,9 @@ INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead, const in
  * first at least 6 KiB on. A single row's stream is contiguous (the rows
  * follow each other), so a decode row's distance is exact. */
 INLINE size_t prefetch_distance(int NR, int NT, size_t row_bytes) {
-    if (NR == 1 && NT <= 2 && atomic_load_explicit(&kern_weights_stream, memory_order_relaxed)) return PF_DECODE_L1;
+    if (((NR == 1 && NT <= 2) || (NR == 2 && NT == 1 && row_bytes <= PF_PAIR_ROW_BYTES)) &&
+        atomic_load_explicit(&kern_weights_stream, memory_order_relaxed))
+        return PF_DECODE_L1;
     size_t tile = (size_t)NR * row_bytes;
     return (6144 + tile - 1) / tile * tile;
 }
