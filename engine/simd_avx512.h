@@ -1239,7 +1239,7 @@ INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *
     if (use_split)
         for (int c = 0; c < n_split; c++) split_x16_chunk((const kq16_chunk *)act + c, &split[c]);
     int r = 0;
-    if (one_token_row_pairs() || row_bytes <= PF_PAIR_ROW_BYTES)
+    if (one_token_row_pairs() || (is_q5(type) && row_bytes <= PF_PAIR_ROW_BYTES))
         for (; r + 2 <= n_rows; r += 2)
             chunk_tile(type, x8, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 2, 1, out + r, 0, NULL, 0, sp);
     for (; r + 4 <= n_rows; r += 4) {
