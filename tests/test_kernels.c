@@ -541,7 +541,8 @@ END_TEST
 
 /* One token runs two rows a tile from the caches and one row a tile (four
  * rows' shared reduce) when the weights are noted as streaming
- * (packed_rows_one_token, the K-quants' one-token pass), an odd last row
+ * (packed_rows_one_token, the K-quants' one-token pass), but Q5 rows of at
+ * most PF_PAIR_ROW_BYTES (all of these) two a tile streaming too, an odd last row
  * alone: either way a token alone gives the batch's bits for every row
  * count, through short tails (640 columns: 4 blocks, 576: 2), a last chunk
  * of 12 blocks (896), a half tail (768), at 16 and 8 bits. */
