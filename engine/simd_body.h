@@ -85,8 +85,8 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
 /* One token's Q5 rows this short (Qwen2.5's 896 columns, 616 bytes) are
  * read two a tile when streamed too: the two rows lie end to end, one
  * stream still, and the tile shares the split activations' loads and a
- * row's fixed costs over Q5's dearer unpack (q5_0 4864 x 896, 1 thread,
- * streamed: 13.1 -> 14.0 GB/s; 2 threads 27.4 -> 30.0). Q4_0's 1152-byte
+ * row's fixed costs over Q5's dearer unpack (q5_0 4864 x 896 streamed,
+ * medians of 4: 1 thread 12.6 -> 13.2 GB/s, 2 threads 24.9 -> 26.5). Q4_0's 1152-byte
  * rows lost so (TinyLlama 2048 x 2048: 17.5 -> 15.8), Q8_0's 952 neither
  * won nor lost clearly. */
 #define PF_PAIR_ROW_BYTES 1024
