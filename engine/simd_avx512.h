@@ -111,6 +111,15 @@ INLINE __m512 chunk_offsets(const int type, const uint8_t *chunk, int m, __m512 
 
 INLINE bool is_q5(const int type) { return type == GL_TYPE_Q5_0 || type == GL_TYPE_Q5_1; }
 
+/* prefetch_distance, but a streamed one-token pair of short Q5 rows (PF_PAIR_ROW_BYTES)
+ * gets the single row's pair: its two rows are one stream. */
+INLINE size_t q5_prefetch_distance(const int type, int NR, int NT, size_t row_bytes) {
+    if (is_q5(type) && NR == 2 && NT == 1 && row_bytes <= PF_PAIR_ROW_BYTES &&
+        atomic_load_explicit(&kern_weights_stream, memory_order_relaxed))
+        return PF_DECODE_L1;
+    return prefetch_distance(NR, NT, row_bytes);
+}
+
 /* Q4_0 and Q5_0 against 16-bit activations take their offset (-8, -16)
  * in integer: sum((q - 8) a) is exact in int32 (and in float: |dot| <
  * 2^24), so each block's dot starts at -8 (-16) times the activations'
@@ -551,7 +560,7 @@ INLINE void x16_chunk(const int type, const uint8_t *w, size_t row_bytes, const 
 INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                            size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
                            float *state, int mode, const kq16_split *split) {
-    const size_t ahead = prefetch_distance(NR, NT, row_bytes);
+    const size_t ahead = q5_prefetch_distance(type, NR, NT, row_bytes);
     const int bb = block32_bytes(type);
     const int hdr = chunk_hdr(type);
     const bool q8 = type == GL_TYPE_Q8_0, five = is_q5(type);
@@ -724,7 +733,7 @@ INLINE void x8_chunk(const int type, const int NR, const int NT, const uint8_t *
 INLINE void tile_x8_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                           size_t act_stride, const int NR, const int NT, float *out, size_t out_stride, float *state,
                           int mode) {
-    const size_t ahead = prefetch_distance(NR, NT, row_bytes);
+    const size_t ahead = q5_prefetch_distance(type, NR, NT, row_bytes);
     const int bb = block32_bytes(type);
     const int nb = (int)(n_cols / 32), n_full = nb / 16, last = nb % 16 > KQ_SHORT_TAIL ? nb % 16 : 0;
     __m512 acc[4][4];

@@ -83,8 +83,8 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
  * Prefetches never fault, so running past the end of the weights is harmless. */
 #define PF_DECODE_L1 1024 /* the pair's L1 distance; prefetch_distance gives it only to streamed decode rows */
 /* One token's Q5 rows this short (Qwen2.5's 896 columns, 616 bytes) are
- * read two a tile when streamed too: the two rows lie end to end, one
- * stream still, and the tile shares the split activations' loads and a
+ * read two a tile when streamed too, with the single row's prefetch pair
+ * (q5_prefetch_distance): the two rows lie end to end, one stream still, and the tile shares the split activations' loads and a
  * row's fixed costs over Q5's dearer unpack (q5_0 4864 x 896 streamed,
  * medians of 4: 1 thread 12.6 -> 13.2 GB/s, 2 threads 24.9 -> 26.5). Q4_0's 1152-byte
  * rows lost so (TinyLlama 2048 x 2048: 17.5 -> 15.8), Q8_0's 952 neither
@@ -109,9 +109,7 @@ INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead, const in
  * first at least 6 KiB on. A single row's stream is contiguous (the rows
  * follow each other), so a decode row's distance is exact. */
 INLINE size_t prefetch_distance(int NR, int NT, size_t row_bytes) {
-    if (((NR == 1 && NT <= 2) || (NR == 2 && NT == 1 && row_bytes <= PF_PAIR_ROW_BYTES)) &&
-        atomic_load_explicit(&kern_weights_stream, memory_order_relaxed))
-        return PF_DECODE_L1;
+    if (NR == 1 && NT <= 2 && atomic_load_explicit(&kern_weights_stream, memory_order_relaxed)) return PF_DECODE_L1;
     size_t tile = (size_t)NR * row_bytes;
     return (6144 + tile - 1) / tile * tile;
 }
