@@ -1230,12 +1230,17 @@ INLINE int packed_chunk_panels(const int type, const bool x8, const uint8_t *w, 
  * slower from L2: q8_0 2048 x 640 33.5 -> 42.8 GB/s, q4_0 2048 x 896 18.7
  * -> 23.4; SmolLM2 tg +13%). Streaming, each row alone (one stream from
  * memory, with the decode prefetch pair): two rows of TinyLlama's 3 KiB rows
- * lost 9% of tg, their 3 KiB-ahead requests landing in the row beside.
+ * lost 9% of tg, their 3 KiB-ahead requests landing in the row beside; but
+ * short Q5 rows (PF_PAIR_ROW_BYTES) and Q4_K rows pair streaming too.
  * Alone, four rows' accumulators are reduced at once by sum4_ps's shared
  * tree, bit for bit each row's own reduce. Each output's operations are
  * those of any tile. */
 #define SPLIT_MAX_CHUNKS 64
-INLINE bool one_token_row_pairs(void) { return !atomic_load_explicit(&kern_weights_stream, memory_order_relaxed); }
+/* The one rule for two rows a one-token tile (packed and K-quant rows). */
+INLINE bool one_token_row_pairs(const int type, size_t row_bytes) {
+    if (!atomic_load_explicit(&kern_weights_stream, memory_order_relaxed)) return true;
+    return type == GL_TYPE_Q4_K || (is_q5(type) && row_bytes <= PF_PAIR_ROW_BYTES);
+}
 INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows,
                                   int64_t n_cols, const uint8_t *act, float *out) {
     _Alignas(64) float state[4 * 64];
@@ -1248,7 +1253,7 @@ INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *
     if (use_split)
         for (int c = 0; c < n_split; c++) split_x16_chunk((const kq16_chunk *)act + c, &split[c]);
     int r = 0;
-    if (one_token_row_pairs() || (is_q5(type) && row_bytes <= PF_PAIR_ROW_BYTES))
+    if (one_token_row_pairs(type, row_bytes))
         for (; r + 2 <= n_rows; r += 2)
             chunk_tile(type, x8, w + (size_t)r * row_bytes, row_bytes, n_cols, act, 0, 2, 1, out + r, 0, NULL, 0, sp);
     for (; r + 4 <= n_rows; r += 4) {
@@ -1295,7 +1300,7 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* pa
  * 2048 x 768 16-bit 0.054 -> 0.041 ms, 8-bit 0.044 -> 0.032). */
 #define PACKED_K_ROWS_REST(TILE, TYPE)                                                      \
     case 1:                                                                                 \
-        if (TYPE == GL_TYPE_Q4_K || one_token_row_pairs()) ROWS_PASS(TILE, TYPE, 2, 1);     \
+        if (one_token_row_pairs(TYPE, row_bytes)) ROWS_PASS(TILE, TYPE, 2, 1);              \
         else ROWS_PASS(TILE, TYPE, 1, 1);                                                   \
         break;                                                                              \
     case 2: ROWS_PASS(TILE, TYPE, 1, 2); break;     \
