@@ -19,10 +19,10 @@
 
 /* Every function below is compiled for the target; gcc and clang spell it apart. */
 #ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,amx-tile,amx-int8"))), \
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8"))), \
                              apply_to = function)
 #else
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,amx-tile,amx-int8")
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")
 #endif
 #define SIMD_NAME avx512
 #define SIMD_NAME_STR "avx512"
@@ -40,7 +40,6 @@
 
 const kern_impl *kern_impl_avx512(void) {
     if (kern_cpu_has_avx2_base() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
         return &impl_avx512;
     return NULL;
