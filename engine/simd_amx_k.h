@@ -1,6 +1,6 @@
 /* simd_amx_k.h -- packed Q4_K, Q5_K and Q6_K prompt rows on AMX (Sapphire
- * Rapids and later; Q4_K folds its scales into the weights, amx_q4k_rows
- * below, the rest of this head is Q5_K's and Q6_K's): tdpbssd gives the exact integer dots of 16 rows'
+ * Rapids and later). Q4_K folds its scales into the weights (amx_q4k_rows
+ * below); for Q5_K and Q6_K tdpbssd gives the exact integer dots of 16 rows'
  * sub-block j with 16 tokens at once (K = 16, one sub-block: a quarter of
  * the unit's peak, still ~7x vpdpbusd), and the float steps after it are the
  * VNNI tiles' (simd_avx512.h, tile_kq) with the accumulators transposed:
@@ -325,9 +325,9 @@ INLINE void amx_k_rows_short(const int type, const bool x8, const uint8_t *w, si
  * with its minimums' pairs (eight at 16 bits: coarse and residual apart).
  * Per output and super-block the VNNI tiles' (tile_kq) two float steps:
  * acc += S * (d * unit), acc -= M * (dmin * unit). 16 bits: S passes 32
- * bits at the extremes (945 * 32767 * 256), so it is put together in 64
- * bits from the coarse and residual parts' dots, exact, then rounded once,
- * as tile_kq rounds its 64-bit sum. */
+ * bits at the extremes (945 * 32767 * 256), so it is put together from the
+ * coarse and residual parts' dots as 65536 A + C, two exact floats joined
+ * by one fused multiply-add: rounded once, as tile_kq's (q4_k_two). */
 
 /* bytes of a super-block's two planes for 16 rows: [plane][64-element chunk][row][64] */
 #define AMX_Q4K_PLANES 8192
@@ -446,7 +446,7 @@ INLINE void amx_q4k_floats(const bool x8, const uint8_t *ib, const int32_t *bs, 
             v = _mm512_cvtepi32_ps(_mm512_add_epi32(_mm512_load_si512(cb[0][r]), _mm512_slli_epi32(_mm512_load_si512(cb[1][r]), 8)));
         } else {
             /* S = 256 hi + lo (past 32 bits) as 65536 A + C, A < 2^17 and 0 <= C < 2^16 exact floats: one fused
-             * multiply-add rounds S once, as the 64-bit conversion would */
+             * multiply-add rounds S once, as q4_k_two does */
             const __m512i hi = _mm512_add_epi32(_mm512_load_si512(cb[1][r]), _mm512_slli_epi32(_mm512_load_si512(cb[0][r]), 8));
             const __m512i t = _mm512_add_epi32(_mm512_slli_epi32(_mm512_and_si512(hi, _mm512_set1_epi32(0xff)), 8),
                                                _mm512_load_si512(cb[2][r]));

@@ -839,7 +839,7 @@ DEFINE_DOT_PAIRS(k_dot_pairs, 2, K_TILE_NT)
  * high and low 16 bits at 16 bits, where S may pass 32 bits, S alone at 8;
  * -M) are summed by one transposed tree; S = high * 65536 + low in one fused
  * multiply-add, exactly (high < 2^17, low < 2^19) and rounded once, as the
- * AMX rows' 64-bit sums. Product o's S, -M, d * unit and dmin * unit in lane
+ * AMX rows' (amx_q4k_floats). Product o's S, -M, d * unit and dmin * unit in lane
  * 4 o of *sf, *mf, *du and *dmu. */
 INLINE void q4_k_two(const bool x8, const uint8_t *blk0, const uint8_t *blk1, const uint8_t *a0, const uint8_t *a1,
                      __m512i d0, __m512i d1, size_t a_d, __m256 *sf, __m256 *mf, __m256 *du, __m256 *dmu) {
