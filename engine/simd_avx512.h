@@ -886,7 +886,7 @@ INLINE void q4_k_two(const bool x8, const uint8_t *blk0, const uint8_t *blk1, co
  * rows' two float steps (simd_amx_k.h). One or two outputs (a decode's):
  * q4_k_two, output o in lane 4 o of accs[0]. */
 INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t *const blk[2], const uint8_t *const a[K_TILE_NT],
-                        size_t a_d, size_t a_off, __m512i sub_scale, __m512i sub_min, __m512i dot[2][K_TILE_NT], __m512 acc,
+                        size_t a_d, __m512i dot[2][K_TILE_NT], __m512 acc,
                         __m512 accs[2]) {
     const int n = NR * NT;
     const size_t a_nbs = x8 ? offsetof(kq8_k, nbs) : offsetof(kq16_k, nbs);
@@ -1094,7 +1094,7 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
             continue;
         }
         if (q4) {
-            accq = q4_k_sums(x8, NR, NT, blk, a, a_d, a_off, sub_scale, sub_min, dot, accq, accs);
+            accq = q4_k_sums(x8, NR, NT, blk, a, a_d, dot, accq, accs);
             continue;
         }
 #pragma GCC unroll 2

@@ -84,11 +84,12 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
 #define PF_DECODE_L1 1024 /* the pair's L1 distance; prefetch_distance gives it only to streamed decode rows */
 /* One token's Q5 rows this short (Qwen2.5's 896 columns, 616 bytes) are
  * read two a tile when streamed too, with the single row's prefetch pair
- * (q5_prefetch_distance): the two rows lie end to end, one stream still, and the tile shares the split activations' loads and a
- * row's fixed costs over Q5's dearer unpack (q5_0 4864 x 896 streamed,
- * medians of 4: 1 thread 12.6 -> 13.2 GB/s, 2 threads 24.9 -> 26.5). Q4_0's 1152-byte
- * rows lost so (TinyLlama 2048 x 2048: 17.5 -> 15.8), Q8_0's 952 neither
- * won nor lost clearly. */
+ * (q5_prefetch_distance): the two rows lie end to end, one stream still,
+ * and the tile shares the split activations' loads and a row's fixed costs
+ * over Q5's dearer unpack (q5_0 4864 x 896 streamed, medians of 4: 1
+ * thread 12.6 -> 13.2 GB/s, 2 threads 24.9 -> 26.5). Q4_0's 1152-byte rows
+ * lost so (TinyLlama 2048 x 2048: 17.5 -> 15.8), Q8_0's 952 neither won
+ * nor lost clearly. */
 #define PF_PAIR_ROW_BYTES 1024
 INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead, const int NR, const int NT) {
     for (int off = 0; off < n_bytes; off += 64) {

@@ -11,7 +11,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import SOURCE_DIR
+from conftest import SOURCE_DIR, build_dir
 from server_util import binary, tiny_model
 
 SCRIPT = SOURCE_DIR / "scripts" / "bench-vs-llamacpp"
@@ -197,7 +197,6 @@ def test_perplexity_script_compares_kv_types_and_activation_bits(tmp_path):
 
 def test_exact_agreement_script_against_the_reference(tmp_path):
     """scripts/exact-agreement sets the engine's prefill logits against the float64 reference, window by window."""
-    from conftest import build_dir
     text = tmp_path / "text.txt"
     text.write_text("Once upon a time, there was a little girl named Lily. She liked to play in the park. " * 12)
     r = subprocess.run([sys.executable, str(SOURCE_DIR / "scripts" / "exact-agreement"), "-m", tiny_model(), "-f",
