@@ -426,8 +426,9 @@ void kern_quantize_256_coarse(const kern_impl *impl, const float *x, kq8_256 *y,
 }
 
 /* A short tail's m blocks (tmp) into lanes (simd.h): the coarse parts into
- * q, the residuals into q2 and each lane's -128 (256 q + q2) sum into off
- * when there is room for them, block j's unit (its d times unit_scale) into d. */
+ * q, the residuals into q2 when there is room for them (16 bits), each
+ * lane's sum of its values (256 q + q2, or the coarse q alone) times -128
+ * into off, block j's unit (its d times unit_scale) into d. */
 static void fill_short_tail(const kq8_32 *tmp, int m, int8_t q[2][64], int8_t q2[2][64], int32_t off[16], float d[16],
                             float unit_scale) {
     for (int j = 0; j < m; j++) d[j] = tmp[j].d * unit_scale;
@@ -436,9 +437,8 @@ static void fill_short_tail(const kq8_32 *tmp, int m, int8_t q[2][64], int8_t q2
             int j = 0, e0 = 0;
             if (!kq_tail_lane(m, v, lane, &j, &e0)) continue;
             memcpy(&q[v][4 * lane], &tmp[j].q[e0], 4);
-            if (!q2) continue;
-            memcpy(&q2[v][4 * lane], &tmp[j].q2[e0], 4);
-            for (int e = 0; e < 4; e++) off[lane] -= 128 * (256 * tmp[j].q[e0 + e] + tmp[j].q2[e0 + e]);
+            if (q2) memcpy(&q2[v][4 * lane], &tmp[j].q2[e0], 4);
+            for (int e = 0; e < 4; e++) off[lane] -= 128 * (q2 ? 256 * tmp[j].q[e0 + e] + tmp[j].q2[e0 + e] : tmp[j].q[e0 + e]);
         }
 }
 
@@ -555,12 +555,13 @@ void kern_quantize_qa(const kern_impl *impl, const float *x, uint8_t *group, int
     }
 }
 
-/* A block's coarse part alone: its unit, and the unit times its sum. */
-static float coarse_unit(const kq8_32 *b, float *s) {
+/* A block's coarse part alone: its unit, the unit times its sum, and -8 times the sum. */
+static float coarse_unit(const kq8_32 *b, float *s, int32_t *off) {
     int sum = 0;
     for (int i = 0; i < 32; i++) sum += b->q[i];
     float d = b->d * coarse_step;
     *s = d * (float)sum;
+    *off = -8 * sum;
     return d;
 }
 
@@ -581,15 +582,16 @@ void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t
         impl->quantize_32(x, tmp, 32 * (int64_t)mc);
         for (int j = 0; j < mc; j++) {
             for (int v = 0; v < 8; v++) memcpy(&ch[c].q[v][4 * j], &tmp[j].q[4 * v], 4);
-            ch[c].d[j] = coarse_unit(&tmp[j], &ch[c].s[j]);
+            ch[c].d[j] = coarse_unit(&tmp[j], &ch[c].s[j], &ch[c].off[j]);
         }
     }
     if (m > 0 && m <= KQ_SHORT_TAIL) {
         kq8_tail *tail = (kq8_tail *)(ch + n_full);
         memset(tail, 0, sizeof *tail);
         impl->quantize_32(x, tmp, 32 * (int64_t)m);
-        for (int j = 0; j < m; j++) (void)coarse_unit(&tmp[j], &tail->s[j]);
-        fill_short_tail(tmp, m, tail->q, NULL, NULL, tail->d, coarse_step);
+        int32_t block_off;
+        for (int j = 0; j < m; j++) (void)coarse_unit(&tmp[j], &tail->s[j], &block_off);
+        fill_short_tail(tmp, m, tail->q, NULL, tail->off, tail->d, coarse_step);
     }
 }
 

@@ -86,7 +86,7 @@ static inline int64_t kq16_chunks(int64_t n_cols) { return (n_cols / 32 + 15) / 
  * vpdpbusd does twice the multiply-adds of vpdpwssd. A weight vector gets
  * the same lanes from two groups of the packed layout by one word permute:
  * block j's bytes of groups g and g + 1, that is elements 2g..2g+3 (Q8_0;
- * its signed bytes offset by 128 to be unsigned, taken back through s), or
+ * its signed bytes offset by 128 to be unsigned, taken back through off), or
  * in their low nibbles elements 2g..2g+3 and in their high ones 16+2g..
  * 16+2g+3 (Q4). A row's chunks come in this form, a last one of m < 16
  * blocks with zeros past the row (its groups are 2m bytes apart, so the
@@ -95,6 +95,8 @@ typedef struct kq8_chunk {
     int8_t q[8][64];          /* [v][4j + e]: element 4v + e of block j */
     float d[16];              /* unit of block j: x ~ d * q */
     float s[16];              /* d * sum of block j's q */
+    int32_t off[16];          /* -8 times the sum of block j's q: Q4_0's offset (Q5_0's twice it, Q8_0's +128
+                                 16 times it) goes into the dot in integer, as kq16_chunk's */
 } kq8_chunk;
 
 /* A short tail's activations, at 8 bits (kq8_tail) or 16 (kq16_tail, in
@@ -112,6 +114,7 @@ typedef struct kq8_tail {
     int8_t q[2][64];          /* [v][4L + e]: element e0 + e of block j, by kq_tail_lane; 0 in empty lanes */
     float d[16];              /* unit of block j (x ~ d * q), 0 past the row */
     float s[16];              /* d * sum of block j's q, 0 past the row */
+    int32_t off[16];          /* lane L: -128 times the sum of its q over both vectors, as kq16_tail's */
 } kq8_tail;
 
 typedef struct kq16_tail {
@@ -259,7 +262,7 @@ typedef void (*kern_amx_rows_fn)(const gl_tensor *w, long r0, long r1, const uin
 typedef struct kamx8_blk {
     int8_t q[8][64];
     float d[16];              /* token t's unit of the block, as kq8_chunk's d[j] */
-    float s[16];              /* as kq8_chunk's s[j] */
+    float s[16];              /* as kq8_chunk's s[j] (the tiles' signed dots need no off: simd_amx.h) */
 } kamx8_blk;
 
 /* The same of kq16_chunk's 256 q + q2: its coarse and residual bytes apart. */

@@ -12,13 +12,13 @@
  * transposed accumulators: for row r and lane j a vector over the 16 tokens.
  * The lanes' tree then is vertical adds in the same order. A short tail's
  * blocks are ordinary blocks here: add_short_tail gives each its exact dot
- * and a chunk's float steps in lane j, so its 16-bit Q8_0, Q4_0 and Q5_0
- * take the signed dots (Q8_0's +128 and Q4_0's / Q5_0's offsets taken in
- * integer) and no offset term, as a chunk's.
+ * and a chunk's float steps in lane j, so its Q8_0, Q4_0 and Q5_0 take the
+ * signed dots (Q8_0's +128 and Q4_0's / Q5_0's offsets taken in integer)
+ * and no offset term, as a chunk's.
  *
  * The float work per block and output is VNNI's own (the bits ask for it),
- * so AMX saves the integer dots only (and at 16 bits Q4_0's and Q5_0's
- * offset multiply-add, folded into their signed weight bytes); the weights' unpacking, once per 16
+ * so AMX saves the integer dots only (Q8_0's, Q4_0's and Q5_0's offsets are
+ * in their signed weight bytes, which tdpbssd takes as they are); the weights' unpacking, once per 16
  * rows and call, is why short calls (under KERN_AMX_MIN_TOKENS; 16-bit Q5_0:
  * KERN_AMX_Q5_0_MIN_TOKENS, Q4_0: KERN_AMX_Q4_0_MIN_TOKENS) stay on VNNI. */
 
@@ -45,16 +45,13 @@ static void amx_config(void) {
 }
 
 /* One raw block (the file's layout) as 32 bytes in element order: Q8_0
- * signed (x16) or +128 (x8, as the VNNI tiles take it), Q4_0 and Q5_0
- * signed (q - 8, q - 16: folds_offset) at x16, else Q4 and Q5 unsigned;
- * its scale and offset as chunk_offsets gives them. */
-INLINE void amx_unpack_block(const int type, const bool x16, const uint8_t *blk, int8_t *dst, float *dw, float *mw) {
+ * as it is, Q4_0 and Q5_0 signed (q - 8, q - 16: folds_offset), Q4_1
+ * and Q5_1 unsigned; its scale and offset as chunk_offsets gives them. */
+INLINE void amx_unpack_block(const int type, const uint8_t *blk, int8_t *dst, float *dw, float *mw) {
     const float d = f16_at(blk);
     *dw = d;
     if (type == GL_TYPE_Q8_0) {
-        __m256i v = load256(blk + 2);
-        if (!x16) v = _mm256_xor_si256(v, _mm256_set1_epi8((char)0x80));
-        _mm256_storeu_si256((__m256i *)dst, v);
+        _mm256_storeu_si256((__m256i *)dst, load256(blk + 2));
         *mw = d * -128.0f;
         return;
     }
@@ -67,7 +64,7 @@ INLINE void amx_unpack_block(const int type, const bool x16, const uint8_t *blk,
         memcpy(&qh, blk + qs - 4, 4);
         v = _mm256_mask_add_epi8(v, (__mmask32)qh, v, _mm256_set1_epi8(0x10));
     }
-    if (x16 && folds_offset(type)) v = _mm256_sub_epi8(v, _mm256_set1_epi8(type == GL_TYPE_Q5_0 ? 16 : 8));
+    if (folds_offset(type)) v = _mm256_sub_epi8(v, _mm256_set1_epi8(type == GL_TYPE_Q5_0 ? 16 : 8));
     _mm256_storeu_si256((__m256i *)dst, v);
     *mw = has_min ? f16_at(blk + 2) : d * (type == GL_TYPE_Q5_0 ? -16.0f : -8.0f);
 }
@@ -79,14 +76,14 @@ INLINE void amx_unpack_block(const int type, const bool x16, const uint8_t *blk,
  * The same bytes and floats as amx_unpack_block, in a third of the work,
  * which at 16 tokens was half the call (bench_matmul q4_0 5632 x 2048, 16
  * tokens, 1 thread, CPU time: 82 GMAC/s, 188 without the unpacking). */
-INLINE void amx_unpack_q4_0_16(const bool x16, const uint8_t *data, size_t row_bytes, long rt, int64_t nb, int8_t *a,
-                               float *dw, float *mw) {
+INLINE void amx_unpack_q4_0_16(const uint8_t *data, size_t row_bytes, long rt, int64_t nb, int8_t *a, float *dw,
+                               float *mw) {
     const uint8_t *base = data + (size_t)rt * row_bytes;
     const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                             _mm512_set1_epi32((int)row_bytes));
     const long long k4 = 0x0004000400040004LL; /* every word of 128-bit lanes 1 and 3: the high nibbles */
     const __m512i shift = _mm512_set_epi64(k4, k4, 0, 0, k4, k4, 0, 0), m4 = _mm512_set1_epi8(0x0f);
-    const __m512i off = _mm512_set1_epi8(x16 ? 8 : 0);
+    const __m512i off = _mm512_set1_epi8(8);
     const __m512 neg8 = _mm512_set1_ps(-8.0f);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = base + (size_t)b * 18; /* a Q4_0 block: F16 scale, 16 bytes of nibbles */
@@ -108,11 +105,11 @@ INLINE void amx_unpack_q4_0_16(const bool x16, const uint8_t *data, size_t row_b
 
 /* Rows rt..rt+nr-1 (nr <= 16; rows past them zero) into A tiles, block b's at
  * a + 512 b, and their scales and offsets [b][16]. */
-INLINE void amx_unpack_rows(const int type, const bool x16, const uint8_t *data, size_t row_bytes, long rt, int nr,
-                            int64_t nb, int8_t *a, float *dw, float *mw) {
+INLINE void amx_unpack_rows(const int type, const uint8_t *data, size_t row_bytes, long rt, int nr, int64_t nb,
+                            int8_t *a, float *dw, float *mw) {
     const int bb = block32_bytes(type);
     if (type == GL_TYPE_Q4_0 && nr == 16 && (size_t)15 * row_bytes <= INT32_MAX) {
-        amx_unpack_q4_0_16(x16, data, row_bytes, rt, nb, a, dw, mw);
+        amx_unpack_q4_0_16(data, row_bytes, rt, nb, a, dw, mw);
         return;
     }
     for (int r = 0; r < 16; r++) {
@@ -125,16 +122,16 @@ INLINE void amx_unpack_rows(const int type, const bool x16, const uint8_t *data,
         }
         const uint8_t *row = data + (size_t)(rt + r) * row_bytes;
         for (int64_t b = 0; b < nb; b++)
-            amx_unpack_block(type, x16, row + (size_t)b * bb, a + 512 * b + 32 * r, &dw[16 * b + r], &mw[16 * b + r]);
+            amx_unpack_block(type, row + (size_t)b * bb, a + 512 * b + 32 * r, &dw[16 * b + r], &mw[16 * b + r]);
     }
 }
 
 /* Block b's float operations on lane j's accumulators of 16 rows, as the
- * VNNI tiles do them for block j of a chunk: 16-bit Q8_0, Q4_0 and Q5_0
- * have signed dots (sgn) and no offset term. */
+ * VNNI tiles do them for block j of a chunk: Q8_0, Q4_0 and Q5_0 have
+ * signed dots (sgn) and no offset term. */
 INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, const float *mwv, const uint8_t *x,
                              int64_t b, const int32_t *c, __m512 acc[16]) {
-    const bool sgn = x16_signed(type);
+    const bool sgn = signed_dots(type);
     const __m512 da = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512)));
     const __m512 s = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512) + 64));
 #pragma GCC unroll 16
@@ -143,7 +140,7 @@ INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, c
         if (x16) dot = _mm512_add_epi32(_mm512_slli_epi32(dot, 8), _mm512_load_si512(c + 256 + 16 * r));
         const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(dwv[16 * b + r]), da);
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
-        if (!(x16 && sgn)) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwv[16 * b + r]), s, acc[r]);
+        if (!sgn) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwv[16 * b + r]), s, acc[r]);
     }
 }
 
@@ -173,7 +170,7 @@ INLINE void amx_prefetch(const uint8_t *grp, const uint8_t *next, size_t rec, co
 INLINE void amx_group(const int type, const bool x16, const int8_t *a, const float *dwv, const float *mwv,
                       const uint8_t *grp, const uint8_t *next, const int16_t *items, int n_items, int32_t *c,
                       float *acct) {
-    const bool sgn = x16_signed(type); /* x16: signed weight bytes */
+    const bool sgn = signed_dots(type); /* signed weight bytes */
     const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
     __m512 acc[16];
 #pragma GCC unroll 16
@@ -184,7 +181,8 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
         _tile_loadd(TA, a + 512 * (size_t)items[k], 32);                                                        \
         _tile_loadd(TB, grp + (size_t)items[k] * rec, 64);                                                      \
         _tile_zero(CQ);                                                                                         \
-        _tile_dpbusd(CQ, TA, TB);                                                                               \
+        if (sgn) _tile_dpbssd(CQ, TA, TB);                                                                      \
+        else _tile_dpbusd(CQ, TA, TB);                                                                          \
         _tile_stored(CQ, c + 256 * ((k) % 4), 64);                                                              \
     } while (0)
         AMX_ISSUE8(0, 4, 6, 0);
@@ -332,7 +330,7 @@ INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0
     amx_config();
     for (long rt = r0; rt < r1; rt += 16) {
         const int nr = r1 - rt < 16 ? (int)(r1 - rt) : 16;
-        amx_unpack_rows(type, x16, w->data, row_bytes, rt, nr, nb, a, dwv, mwv);
+        amx_unpack_rows(type, w->data, row_bytes, rt, nr, nb, a, dwv, mwv);
         for (int t0 = 0; t0 < n_tok; t0 += 16) {
             const int nt = n_tok - t0 < 16 ? n_tok - t0 : 16;
             const uint8_t *grp = region + (size_t)(t0 / 16) * group_bytes;

@@ -120,21 +120,22 @@ INLINE size_t q5_prefetch_distance(const int type, int NR, int NT, size_t row_by
     return prefetch_distance(NR, NT, row_bytes);
 }
 
-/* Q4_0 and Q5_0 against 16-bit activations take their offset (-8, -16)
- * in integer: sum((q - 8) a) is exact in int32 (and in float: |dot| <
- * 2^24), so each block's dot starts at -8 (-16) times the activations'
- * integer block sum and needs no float offset term (one rounding fewer). */
+/* Q4_0 and Q5_0 take their offset (-8, -16) in integer: sum((q - 8) a) is
+ * exact in int32 (and in float: |dot| < 2^24), so each block's dot starts
+ * at -8 (-16) times the activations' integer block sum and needs no float
+ * offset term (one rounding fewer, and one multiply-add fewer per block). */
 INLINE bool folds_offset(const int type) { return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q5_0; }
 INLINE int offset_shift(const int type) { return type == GL_TYPE_Q5_0 ? 4 : 3; }
-/* 16-bit dots that are signed sums (Q8_0's +128 and these offsets taken in
- * integer): no float offset term */
-INLINE bool x16_signed(const int type) { return type == GL_TYPE_Q8_0 || folds_offset(type); }
+/* Dots that are signed sums (these offsets, and Q8_0's +128 where vpdpbusd
+ * needs its bytes unsigned, taken in integer): no float offset term */
+INLINE bool signed_dots(const int type) { return type == GL_TYPE_Q8_0 || folds_offset(type); }
 
-/* Where a chunk's dots start: kq16_chunk's off (-8 times the sums), Q5_0's twice it. */
-INLINE __m512i chunk_dot_start(const int type, const kq16_chunk *a) {
-    if (!folds_offset(type)) return _mm512_setzero_si512();
-    const __m512i off = _mm512_loadu_si512(a->off);
-    return type == GL_TYPE_Q5_0 ? _mm512_add_epi32(off, off) : off;
+/* Where a chunk's dots start, from its off (-8 times the block sums): Q4_0
+ * there, Q5_0 twice it, and at 8 bits Q8_0 (+128 on its bytes) 16 times it. */
+INLINE __m512i chunk_dot_start(const int type, const bool x8, const int32_t *block_off) {
+    if (!folds_offset(type) && !(x8 && type == GL_TYPE_Q8_0)) return _mm512_setzero_si512();
+    const __m512i off = _mm512_loadu_si512(block_off);
+    return type == GL_TYPE_Q4_0 ? off : _mm512_slli_epi32(off, type == GL_TYPE_Q5_0 ? 1 : 4);
 }
 
 /* Bytes per block before a packed chunk's quants: its scale, Q4_1's and
@@ -350,18 +351,19 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
             x2[v] = x16 ? _mm512_loadu_si512(a16->q2[v]) : x[v];
         }
         const __m512 da = _mm512_loadu_ps(x16 ? a16->d : a8->d), s = _mm512_loadu_ps(x16 ? a16->s : a8->s);
-        /* off is -128 times each lane's sum: Q4_0's and Q5_0's -8 and -16 times it by an exact shift */
-        const __m512i off = !x16                ? _mm512_setzero_si512()
-                            : q8                ? _mm512_loadu_si512(a16->off)
-                            : folds_offset(type) ? _mm512_srai_epi32(_mm512_loadu_si512(a16->off), 7 - offset_shift(type))
-                                                : _mm512_setzero_si512();
+        /* off is -128 times each lane's sum: Q4_0's and Q5_0's -8 and -16 times it by an exact shift
+         * (Q8_0's 16-bit dots take it too: their tail bytes go +128 through vpdpbusd as the 8-bit ones) */
+        const int32_t *lane_off = x16 ? a16->off : a8->off;
+        const __m512i off = q8                 ? _mm512_loadu_si512(lane_off)
+                            : folds_offset(type) ? _mm512_srai_epi32(_mm512_loadu_si512(lane_off), 7 - offset_shift(type))
+                                                 : _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            __m512i idot = _mm512_dpbusd_epi32(_mm512_setzero_si512(), u[r][0], x[0]);
+            __m512i idot = _mm512_dpbusd_epi32(x16 ? _mm512_setzero_si512() : off, u[r][0], x[0]);
             if (n_vec > 1) idot = _mm512_dpbusd_epi32(idot, u[r][1], x[1]);
             if (x16) {
                 idot = _mm512_slli_epi32(idot, 8);
-                if (x16_signed(type)) idot = _mm512_add_epi32(idot, off);
+                idot = _mm512_add_epi32(idot, off);
                 idot = _mm512_dpbusd_epi32(idot, u[r][0], x2[0]);
                 if (n_vec > 1) idot = _mm512_dpbusd_epi32(idot, u[r][1], x2[1]);
             }
@@ -370,7 +372,7 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
             idot = _mm512_add_epi32(idot, _mm512_shuffle_i32x4(idot, idot, _MM_SHUFFLE(2, 3, 0, 1)));
             if (kq_tail_stride(m) == 2) idot = _mm512_add_epi32(idot, _mm512_shuffle_epi32(idot, _MM_PERM_BADC));
             acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(dw[r], da), acc[r][t], km);
-            if (!(x16 && x16_signed(type))) acc[r][t] = _mm512_mask3_fmadd_ps(mw[r], s, acc[r][t], km);
+            if (!signed_dots(type)) acc[r][t] = _mm512_mask3_fmadd_ps(mw[r], s, acc[r][t], km);
         }
     }
 }
@@ -491,7 +493,7 @@ INLINE void x16_chunk(const int type, const uint8_t *w, size_t row_bytes, const 
     for (int t = 0; t < NT; t++) {
         a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
         x[t] = (const uint8_t *)&a[t]->q[0][0];
-        start[t] = chunk_dot_start(type, a[t]);
+        start[t] = chunk_dot_start(type, false, a[t]->off);
     }
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
@@ -552,7 +554,7 @@ INLINE void x16_chunk(const int type, const uint8_t *w, size_t row_bytes, const 
         for (int t = 0; t < NT; t++) {
             __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
             acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), sc, acc[r][t]);
-            if (!x16_signed(type)) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
+            if (!signed_dots(type)) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
         }
     }
 }
@@ -595,7 +597,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
         for (int t = 0; t < NT; t++) {
             a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
             x[t] = (const uint8_t *)&a[t]->q[0][0];
-            const __m512i start = chunk_dot_start(type, a[t]); /* lane 8 + j repeats lane j, as the pairs */
+            const __m512i start = chunk_dot_start(type, false, a[t]->off); /* lane 8 + j repeats lane j, as the pairs */
 #pragma GCC unroll 4
             for (int p = 0; p < NP; p++) dot[p][t] = start, dot2[p][t] = _mm512_setzero_si512();
         }
@@ -643,7 +645,7 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
                 if (r % 2) d = _mm512_shuffle_f32x4(d, d, 0xee);
                 __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
                 acc[r][t] = _mm512_mask3_fmadd_ps(d, sc, acc[r][t], 0xff);
-                if (!x16_signed(type)) acc[r][t] = _mm512_mask3_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t], 0xff);
+                if (!signed_dots(type)) acc[r][t] = _mm512_mask3_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t], 0xff);
             }
         }
     }
@@ -679,7 +681,7 @@ INLINE void x8_chunk(const int type, const int NR, const int NT, const uint8_t *
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) dot[r][t] = dot2[r][t] = _mm512_setzero_si512();
+        for (int t = 0; t < NT; t++) dot[r][t] = chunk_dot_start(type, true, a[t]->off), dot2[r][t] = _mm512_setzero_si512();
     dot_pairs_slots(NR, NT, dot, dot2);
 #pragma GCC unroll 4
     for (int t = 0; t < NT; t++) x[t] = (const uint8_t *)&a[t]->q[0][0];
@@ -725,7 +727,7 @@ INLINE void x8_chunk(const int type, const int NR, const int NT, const uint8_t *
         for (int t = 0; t < NT; t++) {
             __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
             acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), sc, acc[r][t]);
-            acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
+            if (!signed_dots(type)) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
         }
     }
 }
@@ -1399,6 +1401,7 @@ static void FN(quantize_x8)(const float *x, kq8_chunk *ch) {
         _mm256_storeu_si256((__m256i *)quads[j], quant_coarse(x + 32 * j, &unit, &lo, &hi));
         ch->d[j] = unit * 256.0f;
         ch->s[j] = ch->d[j] * (float)(lo + hi);
+        ch->off[j] = -8 * (lo + hi);
     }
     const __m512i idx = _mm512_setr_epi32(0, 8, 16, 24, 32, 40, 48, 56, 64, 72, 80, 88, 96, 104, 112, 120);
     for (int v = 0; v < 8; v++)
