@@ -905,21 +905,9 @@ void kern_quantize_amx(const kern_impl *impl, const float *x, int64_t n, int nt,
         }
         return;
     }
-    /* Whole chunks straight; a last chunk of m < 16 blocks and a short tail as the
-     * per-token rows have them (quantize_32's bits), each a row of its blocks alone. */
-    const int64_t nw = nb / 16 * 16;
-    const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
-    impl->quantize_amx(x, (size_t)n, nt, nw, group, x16);
-    if (nw == nb) return;
-    _Alignas(64) kq16_chunk part; /* room for a kq16_chunk, kq8_chunk, kq16_tail or kq8_tail */
-    const int m = (int)(nb - nw);
-    for (int t = 0; t < nt; t++) {
-        const float *xt = x + (size_t)t * (size_t)n + 32 * nw;
-        if (x16) kern_quantize_x16(impl, xt, &part, 32 * m);
-        else kern_quantize_x8(impl, xt, (uint8_t *)&part, 32 * m);
-        if (m > KQ_SHORT_TAIL) amx_fill_chunk(x16, (const uint8_t *)&part, m, group + (size_t)nw * rec, t);
-        else amx_fill_tail(x16, (const uint8_t *)&part, m, group + (size_t)nw * rec, t);
-    }
+    /* every block straight: a block's codes, unit and sum are quantize_32's whichever chunk or tail
+     * of the per-token rows holds it, and in the AMX form each block is a record of its own */
+    impl->quantize_amx(x, (size_t)n, nt, nb, group, x16);
 }
 
 static int act_reserve(kern_pool *p, size_t bytes) {

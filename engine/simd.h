@@ -314,8 +314,8 @@ typedef struct kern_impl {
     /* kern_quantize_x16 of one whole chunk (512 floats) in one pass, the same bits; NULL = through quantize_32 */
     void (*quantize_x16)(const float *x, kq16_chunk *y);
     void (*quantize_x8)(const float *x, kq8_chunk *y);  /* the same for kern_quantize_x8 */
-    /* kern_quantize_amx's blocks (not a short tail) of a group straight from the floats, the
-     * same bits; NULL = through the per-token rows */
+    /* kern_quantize_amx's blocks of a group straight from the floats, the same bits; NULL =
+     * through the per-token rows */
     void (*quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na, uint8_t *group, bool x16);
     kern_rows_fn rows[GL_TYPE_COUNT];                  /* by gl_type; NULL = scalar path */
     kern_rows_fn rows_x8[GL_TYPE_COUNT];               /* the same against the *_COARSE kinds; NULL = none */

@@ -1432,8 +1432,8 @@ INLINE void transpose_16x8(const int32_t *m, __m512i out[8]) {
 }
 
 /* quantize_amx_avx512: tokens 0..nt-1 (x rows x_stride floats apart) into
- * blocks 0..na-1 (whole chunks) of one group: kamx16_blk (x16) or
- * kamx8_blk; tokens nt..15 zero. */
+ * blocks 0..na-1 of one group: kamx16_blk (x16) or kamx8_blk; tokens
+ * nt..15 zero. */
 static void FN(quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na, uint8_t *group, bool x16) {
     _Alignas(64) int32_t qt[16][8], q2t[16][8];
     _Alignas(64) float dt[16], st[16];
