@@ -531,7 +531,8 @@ void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n
     }
 }
 
-void kern_quantize_qa(const kern_impl *impl, const float *x, uint8_t *group, int t, int64_t n, bool x8) {
+/* Token t's part of an AMX group. */
+static void quantize_qa_token(const kern_impl *impl, const float *x, uint8_t *group, int t, int64_t n, bool x8) {
     for (int64_t b = 0; b < n / 256; b++, x += 256) {
         kq8_256 tmp;
         impl->quantize_256(x, &tmp, 256);
@@ -553,6 +554,14 @@ void kern_quantize_qa(const kern_impl *impl, const float *x, uint8_t *group, int
             sv[j + 1][t] = 0;
         }
     }
+}
+
+void kern_quantize_qa(const kern_impl *impl, const float *x, int64_t n, int nt, uint8_t *group, bool x8) {
+    if (impl->quantize_qa) {
+        impl->quantize_qa(x, (size_t)n, nt, n / 256, group, x8);
+        return;
+    }
+    for (int t = 0; t < nt; t++) quantize_qa_token(impl, x + (size_t)t * (size_t)n, group, t, n, x8);
 }
 
 /* A block's coarse part alone: its unit, the unit times its sum, and -8 times the sum. */
@@ -989,6 +998,15 @@ static void quantize_rows(matmul_job *job) {
                               (uint8_t *)job->act + (size_t)t * job->act_stride, job->act_stride, x16);
         }
     }
+    if (is_qa_kind(job->act_kind)) { /* the K-quants' form is its groups alone */
+        for (;;) {
+            int t = atomic_fetch_add_explicit(&job->next_tok, KQA_GROUP, memory_order_relaxed);
+            if (t >= job->n_tokens) return;
+            int nt = job->n_tokens - t < KQA_GROUP ? job->n_tokens - t : KQA_GROUP;
+            kern_quantize_qa(job->impl, job->x + (size_t)t * (size_t)n, n, nt, (uint8_t *)job->act + (size_t)t * job->act_stride,
+                             job->act_kind == KERN_ACT_QA_K8);
+        }
+    }
     for (int t = 0, end = 0;; t++) {
         if (t == end) {
             t = atomic_fetch_add_explicit(&job->next_tok, step, memory_order_relaxed);
@@ -1011,9 +1029,6 @@ static void quantize_rows(matmul_job *job) {
             kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_K) {
             kern_quantize_k8(job->impl, x, (kq8_k *)dst, n);
-        } else if (job->act_kind == KERN_ACT_QA_K16 || job->act_kind == KERN_ACT_QA_K8) {
-            uint8_t *group = (uint8_t *)job->act + (size_t)(t / KQA_GROUP) * KQA_GROUP * job->act_stride;
-            kern_quantize_qa(job->impl, x, group, t % KQA_GROUP, n, job->act_kind == KERN_ACT_QA_K8);
         } else if (job->act_kind == KERN_ACT_Q8_32_COARSE) {
             kern_quantize_32_coarse(job->impl, x, (kq8_32 *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_256_COARSE) {

@@ -317,6 +317,8 @@ typedef struct kern_impl {
     /* kern_quantize_amx's blocks of a group straight from the floats, the same bits; NULL =
      * through the per-token rows */
     void (*quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na, uint8_t *group, bool x16);
+    /* kern_quantize_qa's group straight from the floats, the same bits; NULL = token by token */
+    void (*quantize_qa)(const float *x, size_t x_stride, int nt, int64_t n_sb, uint8_t *group, bool x8);
     kern_rows_fn rows[GL_TYPE_COUNT];                  /* by gl_type; NULL = scalar path */
     kern_rows_fn rows_x8[GL_TYPE_COUNT];               /* the same against the *_COARSE kinds; NULL = none */
     kern_rows_fn packed_rows[GL_TYPE_COUNT];           /* by gl_type, for kern_pack'ed weights; NULL = none */
@@ -358,9 +360,11 @@ typedef struct kqa8_k {
     float d[16][16];          /* as kq8_k's */
     float s[16][16];
 } kqa8_k;
-/* Token t's part of an AMX group (kqa16_k or kqa8_k at group, x8 for the
- * second), from quantize_256 as kern_quantize_k16 / kern_quantize_k8. */
-void kern_quantize_qa(const kern_impl *impl, const float *x, uint8_t *group, int t, int64_t n, bool x8);
+/* Tokens 0..nt-1 (nt <= KQA_GROUP, rows n floats apart) into one AMX group
+ * (kqa16_k or kqa8_k at group, x8 for the second), from quantize_256 as
+ * kern_quantize_k16 / kern_quantize_k8; tokens nt..15 are left as they are
+ * or, from impl->quantize_qa, written zero. */
+void kern_quantize_qa(const kern_impl *impl, const float *x, int64_t n, int nt, uint8_t *group, bool x8);
 
 /* What both x86 implementations need: AVX2, FMA and F16C (F16C through
  * cpuid: clang has no __builtin_cpu_supports("f16c")). */

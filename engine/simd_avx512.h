@@ -1328,18 +1328,31 @@ DEFINE_PACKED_K_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_
 /* One 32-element block: its 16 pairs (elements 2p, 2p + 1 in dword p), its
  * unit, and the sums of 256 q + q2 over its two halves. */
 /* Its coarse parts q[h] and residuals q2[h] by half, and its unit. */
-INLINE void quant_parts(const float *x, float *unit, __m512i q[2], __m512i q2[2]) {
-    __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
-    float d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1))) / 127.0f;
+/* 32 floats against the step d (quant8's operations): their coarse codes, and the residual
+ * ones where q2 is not NULL. */
+INLINE void quant_with(const float *x, float d, __m512i q[2], __m512i *q2) {
     float idf = d != 0.0f ? 1.0f / d : 0.0f;
     __m512 dv = _mm512_set1_ps(d), id = _mm512_set1_ps(idf), id2 = _mm512_set1_ps(idf * 256.0f);
     for (int h = 0; h < 2; h++) {
-        __m512 xv = h ? x1 : x0;
+        __m512 xv = _mm512_loadu_ps(x + 16 * h);
         q[h] = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(xv, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        if (!q2) continue;
         __m512 r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(q[h]), dv, xv);
         q2[h] = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(r, id2), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         q2[h] = _mm512_max_epi32(_mm512_min_epi32(q2[h], _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
     }
+}
+
+/* The largest magnitude of n floats (n % 16 == 0) over 127: quantize_32's and quantize_256's step. */
+INLINE float quant_step(const float *x, int n) {
+    __m512 m = _mm512_setzero_ps();
+    for (int i = 0; i < n; i += 16) m = _mm512_max_ps(m, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+    return _mm512_reduce_max_ps(m) / 127.0f;
+}
+
+INLINE void quant_parts(const float *x, float *unit, __m512i q[2], __m512i q2[2]) {
+    const float d = quant_step(x, 32);
+    quant_with(x, d, q, q2);
     *unit = d * (1.0f / 256.0f);
 }
 
@@ -1370,11 +1383,8 @@ static void FN(quantize_x16)(const float *x, kq16_chunk *ch) {
 /* One 32-element block's coarse part alone (the q of quant_pairs): its 32
  * codes, its unit (that of kq8_32) and the sums of q over its two halves. */
 INLINE void quant_coarse_parts(const float *x, float *unit, __m512i q[2]) {
-    __m512 x0 = _mm512_loadu_ps(x), x1 = _mm512_loadu_ps(x + 16);
-    float d = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1))) / 127.0f;
-    __m512 id = _mm512_set1_ps(d != 0.0f ? 1.0f / d : 0.0f);
-    q[0] = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x0, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-    q[1] = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x1, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+    const float d = quant_step(x, 32);
+    quant_with(x, d, q, NULL);
     *unit = d * (1.0f / 256.0f);
 }
 
@@ -1476,6 +1486,53 @@ static void FN(quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na
         }
         _mm512_storeu_ps(d, _mm512_load_ps(dt));
         _mm512_storeu_ps(s, _mm512_load_ps(st));
+    }
+}
+
+/* quantize_qa_avx512: tokens 0..nt-1 (x rows x_stride floats apart) into one
+ * group of the K-quants' AMX form (kqa16_k, or kqa8_k with x8) of n_sb
+ * super-blocks, kern_quantize_qa's bits: a super-block's step from its
+ * largest magnitude (quantize_256's), each 32-element block's codes by
+ * quant_with against it. A block's 8 dwords of codes a token, transposed,
+ * are the 8 lines of its two sub-blocks; tokens nt..15 zero. */
+static void FN(quantize_qa)(const float *x, size_t x_stride, int nt, int64_t n_sb, uint8_t *group, bool x8) {
+    _Alignas(64) int32_t qt[8][16][8], q2t[8][16][8];
+    _Alignas(64) float dt[16], st[8][16];
+    memset(qt, 0, sizeof qt), memset(q2t, 0, sizeof q2t), memset(dt, 0, sizeof dt), memset(st, 0, sizeof st);
+    for (int64_t b = 0; b < n_sb; b++) {
+        for (int t = 0; t < nt; t++) {
+            const float *xs = x + (size_t)t * x_stride + 256 * b;
+            const float d = quant_step(xs, 256), unit = d * (1.0f / 256.0f);
+            dt[t] = x8 ? unit * 256.0f : unit;
+            for (int i = 0; i < 8; i++) {
+                __m512i q[2], q2[2];
+                quant_with(xs + 32 * i, d, q, x8 ? NULL : q2);
+                /* the block's sum of its codes (x8) or of 256 q + q2, as kern_quantize_qa's */
+                __m512i v = x8 ? _mm512_add_epi32(q[0], q[1])
+                               : _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q[0], 8), q2[0]),
+                                                  _mm512_add_epi32(_mm512_slli_epi32(q[1], 8), q2[1]));
+                _mm256_store_si256((__m256i *)qt[i][t], codes_epi8(q));
+                if (!x8) _mm256_store_si256((__m256i *)q2t[i][t], codes_epi8(q2));
+                st[i][t] = dt[t] * (float)_mm512_reduce_add_epi32(v);
+            }
+        }
+        kqa16_k *y16 = (kqa16_k *)group + b;
+        kqa8_k *y8 = (kqa8_k *)group + b;
+        for (int i = 0; i < 8; i++) {
+            __m512i q[8];
+            transpose_16x8(&qt[i][0][0], q);
+            int8_t *lines = x8 ? &y8->q[2 * i][0][0][0] : &y16->q[2 * i][0][0][0];
+            for (int v = 0; v < 8; v++) _mm512_storeu_si512(lines + 64 * v, q[v]);
+            if (!x8) {
+                transpose_16x8(&q2t[i][0][0], q);
+                for (int v = 0; v < 8; v++) _mm512_storeu_si512(&y16->q2[2 * i][0][0][0] + 64 * v, q[v]);
+            }
+            float (*dv)[16] = x8 ? y8->d : y16->d, (*sv)[16] = x8 ? y8->s : y16->s;
+            _mm512_storeu_ps(dv[2 * i], _mm512_load_ps(dt));
+            _mm512_storeu_ps(dv[2 * i + 1], _mm512_load_ps(dt));
+            _mm512_storeu_ps(sv[2 * i], _mm512_load_ps(st[i]));
+            _mm512_storeu_ps(sv[2 * i + 1], _mm512_setzero_ps());
+        }
     }
 }
 

@@ -221,20 +221,22 @@ END_TEST
 /* The AMX form straight from the floats (quantize_amx) gives what the
  * per-token rows and their fill give, byte for byte: rows of whole chunks,
  * of a last chunk of m < 16 blocks, of a short tail, a group of 1..16
- * tokens; zeros, exact ties, tiny (subnormal units) and huge values. */
+ * tokens; zeros, exact ties, tiny (subnormal units) and huge values. So
+ * does the K-quants' form (quantize_qa) against its token-by-token fill. */
 START_TEST(amx_form_matches_per_token_rows) {
     find_impls();
-    static const int64_t cols[] = {32, 160, 512, 576, 640, 768, 896, 1056, 2048, 2080};
+    static const int64_t cols[] = {32, 160, 256, 512, 576, 640, 768, 896, 1056, 2048, 2080, 2304};
     static const int nts[] = {1, 5, 15, 16};
-    const int64_t max_n = 2080;
+    const int64_t max_n = 2304;
     float *x = malloc((size_t)16 * (size_t)max_n * sizeof *x);
-    const size_t max_group = kern_amx_group_bytes(max_n, true);
+    const size_t max_group = (size_t)(max_n / 256) * sizeof(kqa16_k);
     uint8_t *g1 = aligned_alloc(64, max_group), *g2 = aligned_alloc(64, max_group);
     uint8_t *rows = malloc((size_t)16 * (size_t)kq16_chunks(max_n) * sizeof(kq16_chunk));
     for (int k = 0; k < n_impls; k++) {
         if (!impls[k]->quantize_amx) continue;
         kern_impl plain = *impls[k];
         plain.quantize_amx = NULL;
+        plain.quantize_qa = NULL;
         for (int round = 0; round < 5; round++) {
             fill_acts(x, 16 * max_n);
             for (int64_t i = 0; i < 16 * max_n; i++) {
@@ -252,6 +254,13 @@ START_TEST(amx_form_matches_per_token_rows) {
                         kern_quantize_amx(impls[k], x, n, nts[ni], g1, rows, stride, x16);
                         kern_quantize_amx(&plain, x, n, nts[ni], g2, rows, stride, x16);
                         ck_assert_msg(!memcmp(g1, g2, bytes), "%s quantize_amx of %d x %d (%d-bit) differs (round %d)",
+                                      impls[k]->name, nts[ni], (int)n, x16 ? 16 : 8, round);
+                        if (n % 256 || !impls[k]->quantize_qa) continue;
+                        const size_t qa_bytes = (size_t)(n / 256) * (x16 ? sizeof(kqa16_k) : sizeof(kqa8_k));
+                        memset(g1, 0, qa_bytes), memset(g2, 0, qa_bytes);
+                        kern_quantize_qa(impls[k], x, n, nts[ni], g1, !x16);
+                        kern_quantize_qa(&plain, x, n, nts[ni], g2, !x16);
+                        ck_assert_msg(!memcmp(g1, g2, qa_bytes), "%s quantize_qa of %d x %d (%d-bit) differs (round %d)",
                                       impls[k]->name, nts[ni], (int)n, x16 ? 16 : 8, round);
                     }
         }
@@ -697,8 +706,10 @@ static void amx_case(uint32_t type, bool x8, int64_t n_rows, int64_t n_cols, int
         const float *xt = x + (size_t)t * (size_t)n_cols;
         if (x8) kern_quantize_k8(vnni, xt, (kq8_k *)(av + (size_t)t * vs), n_cols);
         else kern_quantize_k16(vnni, xt, (kq16_k *)(av + (size_t)t * vs), n_cols);
-        kern_quantize_qa(vnni, xt, aa + (size_t)(t / KQA_GROUP) * KQA_GROUP * as, t % KQA_GROUP, n_cols, x8);
     }
+    for (int t = 0; t < n_tok; t += KQA_GROUP)
+        kern_quantize_qa(vnni, x + (size_t)t * (size_t)n_cols, n_cols, n_tok - t < KQA_GROUP ? n_tok - t : KQA_GROUP,
+                         aa + (size_t)t * as, x8);
     size_t n_out = (size_t)n_tok * (size_t)n_rows;
     float *ov = malloc(n_out * sizeof *ov), *oa = malloc(n_out * sizeof *oa);
     memset(ov, 0xff, n_out * sizeof *ov);
