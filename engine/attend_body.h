@@ -100,14 +100,18 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
     const float *q[KERN_ATTEND_MAX_ROWS];
     float *out[KERN_ATTEND_MAX_ROWS], *seg_out[KERN_ATTEND_MAX_ROWS];
     int pos[KERN_ATTEND_MAX_ROWS], n[KERN_ATTEND_MAX_ROWS], lo[KERN_ATTEND_MAX_ROWS];
-    /* scratch: row; [nr] maxima and sums of the segment and of those before; [nr][ss] scores; [nr][hd] a later segment's outputs */
-    float *row = scratch, *mx = row + kern_attend_row_floats(hd, bs), *sum = mx + nr, *run_mx = sum + nr;
-    float *run_sum = run_mx + nr, *score = run_sum + nr, *later = score + (size_t)nr * ss;
+    /* scratch: row; [nr][ss] scores; [nr][hd] the outputs so far and [nr][hd] a later segment's; [nr] maxima and
+     * sums of the segment and of those before. The outputs build up here and go to a->out (or part) once at the
+     * end: the threads' rows share cache lines there (a head's 64 floats need not start one), and adding
+     * into them block by block had the two threads of a prompt wait on each other's lines (10 of 40 ms). */
+    float *row = scratch, *score = row + kern_attend_row_floats(hd, bs), *acc = score + (size_t)nr * ss;
+    float *later = acc + (size_t)nr * hd, *mx = later + (size_t)nr * hd, *sum = mx + nr, *run_mx = sum + nr;
+    float *run_sum = run_mx + nr;
     float scale = 1.0f / sqrtf((float)hd);
     for (int r = 0; r < nr; r++) {
         int t = t0 + r / nh;
         q[r] = a->q + (size_t)t * tok_stride + (size_t)(h0 + r % nh) * hd;
-        out[r] = part ? part + (size_t)r * (hd + 2) : a->out + (size_t)t * tok_stride + (size_t)(h0 + r % nh) * hd;
+        out[r] = acc + (size_t)r * hd;
         pos[r] = a->positions[t];
         lo[r] = a->window > 0 && pos[r] >= a->window ? pos[r] - a->window + 1 : 0; /* first visible position */
     }
@@ -176,11 +180,15 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
         }
     }
     for (int r = 0; r < nr; r++) {
+        int t = t0 + r / nh;
         if (!part) {
-            ATTEND_SCALE(out[r], 1.0f / run_sum[r], hd);
+            float *dst = a->out + (size_t)t * tok_stride + (size_t)(h0 + r % nh) * hd, inv = 1.0f / run_sum[r];
+            for (int i = 0; i < hd; i++) dst[i] = out[r][i] * inv;
         } else {
-            out[r][hd] = run_mx[r];
-            out[r][hd + 1] = run_sum[r];
+            float *dst = part + (size_t)r * (hd + 2);
+            memcpy(dst, out[r], (size_t)hd * sizeof *dst);
+            dst[hd] = run_mx[r];
+            dst[hd + 1] = run_sum[r];
         }
     }
 }

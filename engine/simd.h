@@ -431,7 +431,7 @@ static inline size_t kern_attend_row_floats(int head_dim, int block_size) {
 /* Scratch floats an attend function needs for nr rows (token x head). */
 static inline size_t kern_attend_scratch(int nr, int head_dim, int block_size) {
     return kern_attend_row_floats(head_dim, block_size) + 4 * (size_t)nr +
-           (size_t)nr * (size_t)(kern_attend_score_stride(block_size) + head_dim);
+           (size_t)nr * (size_t)(kern_attend_score_stride(block_size) + 2 * head_dim);
 }
 
 #endif
