@@ -22,14 +22,12 @@
 #define ATTEND_CAT(a, b) ATTEND_CAT2(a, b)
 #define ATTEND_BLOCK_SCORES ATTEND_CAT(ATTEND_NAME, generic_scores)
 #define ATTEND_BLOCK_PV ATTEND_CAT(ATTEND_NAME, generic_pv)
-#define ATTEND_BLOCK_ROWS ATTEND_CAT(ATTEND_NAME, block_rows)
-#define ATTEND_PV_SEGMENT_GENERIC ATTEND_CAT(ATTEND_NAME, generic_pv_segment)
 
 /* The generic block steps, from the helpers (NAME_generic_scores and
- * NAME_generic_pv); an implementation may define its own ATTEND_SCORES
- * (same arguments) before including, and fall back to these. A "row" is
- * one query head of one token; all rows of a call share the block. Row g's
- * scores are ss floats after row g - 1's.
+ * NAME_generic_pv); an implementation may define its own ATTEND_SCORES /
+ * ATTEND_PV (same arguments) before including, and fall back to these. A
+ * "row" is one query head of one token; all rows of a call share the block.
+ * Row g's scores are ss floats after row g - 1's.
  *   scores: score[g * ss + j] = sum_d q[g][d] * K[d][j] for j < n, K channel d at k + d * k_stride
  *           (Q8_0: its scales at ks + (d / qc) * bs)
  *   pv:     out[g][i] += sum_{j < n[g]} score[g * ss + j] * V_j[i], V_j at v + j * v_stride
@@ -56,38 +54,8 @@ static void ATTEND_BLOCK_PV(const uint8_t *v, const uint16_t *vs, size_t v_strid
             if (j < n[g]) ATTEND_AXPY(out[g], score[(size_t)g * ss + j], row, hd);
     }
 }
-
-/* Rows *r0..*r1-1 read the segment's block at position j0: those whose
- * positions b0[r]..b1[r] of the segment (b0 a block's first; both rise
- * with r) hold it, n[r] of its positions each. *r0 and *r1 go on from the
- * block before's. */
-static void ATTEND_BLOCK_ROWS(const int *b0, const int *b1, int nr, int bs, int j0, int *r0, int *r1, int *n) {
-    while (*r0 < nr && b1[*r0] < j0) (*r0)++;
-    while (*r1 < nr && b0[*r1] <= j0) (*r1)++;
-    for (int r = *r0; r < *r1; r++) n[r] = b1[r] - j0 + 1 < bs ? b1[r] - j0 + 1 : bs;
-}
-
-/* One segment's weighting of V, block by block:
- *   out[g][i] = sum_{j = b0[g]..b1[g]} score[g * ss + j] * V_j[i], j in order from 0
- * with the segment's block j / bs at v + tbl[j / bs] * block_bytes (its
- * Q8_0 scales at vs + the same). An implementation may define its own
- * ATTEND_PV_SEGMENT (same arguments; the same sums, each in this order). */
-static void ATTEND_PV_SEGMENT_GENERIC(const uint8_t *v, const uint8_t *vs, const int32_t *tbl, size_t block_bytes,
-                                      int bs, const float *score, int ss, int nr, const int *b0, const int *b1, int hd,
-                                      gl_kv_type type, int qc, float *const *out, float *row) {
-    size_t v_stride = (size_t)hd * (type == GL_KV_F32 ? 4 : type == GL_KV_Q8_0 ? 1 : 2);
-    int n[KERN_ATTEND_MAX_ROWS];
-    for (int g = 0; g < nr; g++) memset(out[g], 0, (size_t)hd * sizeof *out[g]);
-    for (int j0 = b0[0], r0 = 0, r1 = 0; j0 <= b1[nr - 1]; j0 += bs) {
-        ATTEND_BLOCK_ROWS(b0, b1, nr, bs, j0, &r0, &r1, n);
-        if (r0 >= r1) continue;
-        size_t at = (size_t)tbl[j0 / bs] * block_bytes;
-        ATTEND_BLOCK_PV(v + at, (const uint16_t *)(vs + at), v_stride, score + (size_t)r0 * ss + j0, ss, r1 - r0,
-                        n + r0, hd, type, qc, out + r0, row);
-    }
-}
-#ifndef ATTEND_PV_SEGMENT
-#define ATTEND_PV_SEGMENT ATTEND_PV_SEGMENT_GENERIC
+#ifndef ATTEND_PV
+#define ATTEND_PV ATTEND_BLOCK_PV
 #endif
 
 /* One row's scores of a segment, positions b0..b1-1 of it (those before
@@ -132,7 +100,6 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
     const float *q[KERN_ATTEND_MAX_ROWS];
     float *out[KERN_ATTEND_MAX_ROWS], *seg_out[KERN_ATTEND_MAX_ROWS];
     int pos[KERN_ATTEND_MAX_ROWS], n[KERN_ATTEND_MAX_ROWS], lo[KERN_ATTEND_MAX_ROWS];
-    int b0[KERN_ATTEND_MAX_ROWS], b1[KERN_ATTEND_MAX_ROWS]; /* each row's positions of a segment, from its start */
     /* scratch: row; [nr][ss] scores; [nr][hd] the outputs so far and [nr][hd] a later segment's; [nr] maxima and
      * sums of the segment and of those before. The outputs build up here and go to a->out (or part) once at the
      * end: the threads' rows share cache lines there (a head's 64 floats need not start one), and adding
@@ -151,52 +118,62 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
     int last = pos[nr - 1], s_first = seg < 0 ? 0 : seg, s_last = seg < 0 ? last / seg_len : seg;
     for (int sg = s_first; sg <= s_last; sg++) {
         int p_begin = sg * seg_len, p_end = p_begin + seg_len - 1 < last ? p_begin + seg_len - 1 : last;
-        const int32_t *tbl = table + p_begin / bs; /* the segment's blocks */
-        /* Each row's positions of the segment: from its first block read
-         * (a sliding window skips the blocks before it) to its own position.
-         * Positions and windows rise with r, so rows r0..r1-1 read a block. */
         for (int r = 0; r < nr; r++) {
             seg_out[r] = sg == s_first ? out[r] : later + (size_t)r * hd;
-            b0[r] = (lo[r] / bs * bs > p_begin ? lo[r] / bs * bs : p_begin) - p_begin;
-            b1[r] = (pos[r] < p_end ? pos[r] : p_end) - p_begin;
+            memset(seg_out[r], 0, (size_t)hd * sizeof *seg_out[r]);
         }
-        for (int j0 = b0[0], r0 = 0, r1 = 0; j0 <= b1[nr - 1]; j0 += bs) {
-            ATTEND_BLOCK_ROWS(b0, b1, nr, bs, j0, &r0, &r1, n);
-            if (r0 >= r1) continue;
-            size_t at = (size_t)tbl[j0 / bs] * block_bytes;
-            /* The next block is anywhere in the pool, so no hardware
-             * prefetcher guesses it: ask for its K and V while this
-             * block's scores run (the segment's V stays in L2 for the
-             * weighting pass; asking for V only then, at the same
-             * distance, was 10% slower on a decode step reading its
-             * cache from memory). Into L2, not L1: the 64 lines of a
-             * block hold L1's few miss buffers, and the requests past
-             * them are as good as dropped (into L1 was no better than no
-             * prefetch; two or three blocks ahead no better than one). */
-            if (j0 + bs <= b1[nr - 1]) {
-                size_t next = (size_t)tbl[j0 / bs + 1] * block_bytes;
-                for (size_t off = 0; off < (size_t)hd * (size_t)bs * es; off += 64) {
-                    __builtin_prefetch(k0 + next + off, 0, 2);
-                    __builtin_prefetch(v0 + next + off, 0, 2);
+        /* A sliding window: blocks before every row's window are skipped;
+         * rows r0..r1-1 read a block (positions and windows rise with r). */
+        int p_first = lo[0] / bs * bs > p_begin ? lo[0] / bs * bs : p_begin;
+        for (int pass = 0; pass < 2; pass++) {
+            for (int p0 = p_first, r0 = 0, r1 = 0; p0 <= p_end; p0 += bs) {
+                while (pos[r0] < p0) r0++; /* rows r0.. still read this block */
+                while (r1 < nr && lo[r1] < p0 + bs) r1++; /* rows ..r1-1 have begun their window */
+                if (r0 >= r1) continue;
+                for (int r = r0; r < r1; r++) n[r] = pos[r] + 1 - p0 < bs ? pos[r] + 1 - p0 : bs;
+                size_t at = (size_t)table[p0 / bs] * block_bytes;
+                /* The next block is anywhere in the pool, so no hardware
+                 * prefetcher guesses it: ask for its K and V while this
+                 * block's scores run (the segment's V stays in L2 for the
+                 * weighting pass; asking for V only then, at the same
+                 * distance, was 10% slower on a decode step reading its
+                 * cache from memory). Into L2, not L1: the 64 lines of a
+                 * block hold L1's few miss buffers, and the requests past
+                 * them are as good as dropped (into L1 was no better than no
+                 * prefetch; two or three blocks ahead no better than one). */
+                if (pass == 0 && p0 + bs <= p_end) {
+                    size_t next = (size_t)table[p0 / bs + 1] * block_bytes;
+                    for (size_t off = 0; off < (size_t)hd * (size_t)bs * es; off += 64) {
+                        __builtin_prefetch(k0 + next + off, 0, 2);
+                        __builtin_prefetch(v0 + next + off, 0, 2);
+                    }
+                    for (size_t off = 0; off < sc_bytes; off += 64) {
+                        __builtin_prefetch(ks0 + next + off, 0, 2);
+                        __builtin_prefetch(vs0 + next + off, 0, 2);
+                    }
                 }
-                for (size_t off = 0; off < sc_bytes; off += 64) {
-                    __builtin_prefetch(ks0 + next + off, 0, 2);
-                    __builtin_prefetch(vs0 + next + off, 0, 2);
+                float *sb = score + (size_t)r0 * ss + (p0 - p_begin);
+                if (pass == 0) {
+                    ATTEND_SCORES(k0 + at, (const uint16_t *)(ks0 + at), (size_t)bs * es, q + r0, r1 - r0, hd,
+                                  n[r1 - 1], a->type, qc, sb, ss, bs, row);
+                    /* Positions before a row's window score -inf: exp gives
+                     * them exactly 0, so they add nothing to the sum or the output. */
+                    for (int r = r0; r < r1; r++)
+                        for (int j = 0; j < lo[r] - p0; j++) score[(size_t)r * ss + (p0 - p_begin) + j] = -INFINITY;
+                } else {
+                    ATTEND_PV(v0 + at, (const uint16_t *)(vs0 + at), (size_t)hd * es, sb, ss, r1 - r0, n + r0, hd,
+                              a->type, qc, seg_out + r0, row);
                 }
             }
-            ATTEND_SCORES(k0 + at, (const uint16_t *)(ks0 + at), (size_t)bs * es, q + r0, r1 - r0, hd, n[r1 - 1],
-                          a->type, qc, score + (size_t)r0 * ss + j0, ss, bs, row);
-            /* Positions before a row's window score -inf: exp gives
-             * them exactly 0, so they add nothing to the sum or the output. */
-            for (int r = r0; r < r1; r++)
-                for (int j = 0; j < lo[r] - (p_begin + j0); j++) score[(size_t)r * ss + j0 + j] = -INFINITY;
+            if (pass > 0) break;
+            /* Each row's positions of the segment: from its first block read to its own position. */
+            for (int r = 0; r < nr; r++) {
+                int b0 = lo[r] / bs * bs > p_begin ? lo[r] / bs * bs : p_begin, b1 = pos[r] < p_end ? pos[r] : p_end;
+                mx[r] = -INFINITY;
+                sum[r] = 0;
+                if (b0 <= b1) ATTEND_SOFTMAX(score + (size_t)r * ss, b0 - p_begin, b1 + 1 - p_begin, scale, &mx[r], &sum[r]);
+            }
         }
-        for (int r = 0; r < nr; r++) {
-            mx[r] = -INFINITY;
-            sum[r] = 0;
-            if (b0[r] <= b1[r]) ATTEND_SOFTMAX(score + (size_t)r * ss, b0[r], b1[r] + 1, scale, &mx[r], &sum[r]);
-        }
-        ATTEND_PV_SEGMENT(v0, vs0, tbl, block_bytes, bs, score, ss, nr, b0, b1, hd, a->type, qc, seg_out, row);
         for (int r = 0; r < nr; r++) {
             if (sg == s_first) run_mx[r] = mx[r], run_sum[r] = sum[r];
             else kern_attend_merge(out[r], &run_mx[r], &run_sum[r], seg_out[r], mx[r], sum[r], hd);
@@ -221,9 +198,7 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
 #undef ATTEND_ROW_Q8
 #undef ATTEND_EXP_SUM
 #undef ATTEND_SCORES
-#undef ATTEND_PV_SEGMENT
-#undef ATTEND_PV_SEGMENT_GENERIC
-#undef ATTEND_BLOCK_ROWS
+#undef ATTEND_PV
 #undef ATTEND_SOFTMAX
 #undef ATTEND_BLOCK_SCORES
 #undef ATTEND_BLOCK_PV

@@ -301,7 +301,6 @@ typedef void (*kern_attend_fn)(const kern_attn *a, int t0, int nt, int h0, int n
 static inline int kern_attend_segment(int block_size) {
     return block_size >= 256 ? block_size : 256 / block_size * block_size;
 }
-#define KERN_ATTEND_MAX_SEGMENT 1024 /* kern_attend_segment of the largest block engine_new takes */
 
 /* out, *mx, *sum (a row's segments so far) take in the next segment's
  * outputs o2, maximum m2 and sum s2. Plain C in one place, so every caller

@@ -1543,11 +1543,8 @@ static void FN(quantize_qa)(const float *x, size_t x_stride, int nt, int64_t n_s
 static void CAT(FN(attend), generic_scores)(const uint8_t *k, const uint16_t *ks, size_t k_stride, const float *const *q,
                                             int nr, int hd, int n, gl_kv_type type, int qc, float *score, int ss, int bs,
                                             float *row);
-static void CAT(FN(attend), block_rows)(const int *b0, const int *b1, int nr, int bs, int j0, int *r0, int *r1, int *n);
-static void CAT(FN(attend), generic_pv_segment)(const uint8_t *v, const uint8_t *vs, const int32_t *tbl,
-                                                size_t block_bytes, int bs, const float *score, int ss, int nr,
-                                                const int *b0, const int *b1, int hd, gl_kv_type type, int qc,
-                                                float *const *out, float *row);
+static void CAT(FN(attend), generic_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss,
+                                        int nr, const int *n, int hd, gl_kv_type type, int qc, float *const *out, float *row);
 
 /* KT, the element type, is a constant in each copy of the tiles below. */
 INLINE __m512 k_channel(const uint8_t *k, __mmask16 km, const gl_kv_type KT, __m512 scale) {
@@ -1704,11 +1701,11 @@ static void FN(attend_softmax)(float *s, int b0, int b1, float scale, float *mx,
 }
 
 /* Position j's V row (channels from vj; Q8_0 scales of this tile's channels
- * from sj) into the outputs of rows 0..NG-1, each weighted by its score;
- * with check, only the rows whose positions b0[g]..b1[g] hold j. */
+ * from sj) into the outputs of heads g_first..NG-1, each weighted by its
+ * score; with check, only the heads whose count n[g] reaches j. */
 INLINE void attend_pv_position(const uint8_t *vj, const uint16_t *sj, int qc, const float *score, int j, int ss,
-                               const int NG, const int NC, const gl_kv_type KT, const bool check, const int *b0,
-                               const int *b1, __m512 o[16][4]) {
+                               const int g_first, const int NG, const int NC, const gl_kv_type KT, const bool check,
+                               const int *n, __m512 o[8][4]) {
     __m512 vv[4] = {0}; /* zeros only for the compiler's warnings: the copies never read them */
 #pragma GCC unroll 4
     for (int c = 0; c < NC; c++) {
@@ -1718,135 +1715,90 @@ INLINE void attend_pv_position(const uint8_t *vj, const uint16_t *sj, int qc, co
         else if (KT == GL_KV_F16) vv[c] = _mm512_cvtph_ps(load256(vj + 32 * c));
         else vv[c] = _mm512_loadu_ps((const float *)vj + 16 * c);
     }
-#pragma GCC unroll 16
-    for (int g = 0; g < NG; g++) {
-        if (check && (j < b0[g] || j > b1[g])) continue;
+#pragma GCC unroll 8
+    for (int g = g_first; g < NG; g++) {
+        if (check && j >= n[g]) continue;
         __m512 pj = _mm512_set1_ps(score[(size_t)g * ss + j]);
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) o[g][c] = _mm512_fmadd_ps(pj, vv[c], o[g][c]);
     }
 }
 
-/* out += p V for NG rows (1-16) over NC vectors of channels from c0 (NG,
+/* out += p V for NG heads (1-8) over NC vectors of channels from c0 (NG,
  * NC and the element type constants in the usual copies, as above; NG * NC
- * at most 16), over all the segment's positions: the outputs stay in
- * registers while the V rows go by (position j's at vrow[j], its Q8_0
- * scales at srow[j]), each V vector converted once for all the rows. Rows
- * come in token order, so their positions b0[g]..b1[g] rise with g; the
- * positions all of them read run without per-row tests. */
-INLINE void attend_pv_tile(const uint8_t *const *vrow, const uint16_t *const *srow, const float *score, int ss,
-                           const int NG, const int *b0, const int *b1, int qc, int c0, const int NC,
-                           const gl_kv_type KT, float *const *out) {
-    __m512 o[16][4];
-#pragma GCC unroll 16
-    for (int g = 0; g < 16; g++)
+ * at most 16): the
+ * outputs stay in registers while the block's V rows go by. Rows come in
+ * token order, so their counts n[g] never fall; the positions all of them
+ * read run without per-head tests. */
+INLINE void attend_pv_tile(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss,
+                           const int NG, const int *n, int hd, int qc, int c0, const int NC, const gl_kv_type KT,
+                           float *const *out) {
+    __m512 o[8][4];
+#pragma GCC unroll 8
+    for (int g = 0; g < 8; g++)
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) o[g][c] = g < NG && c < NC ? _mm512_loadu_ps(out[g] + c0 + 16 * c) : _mm512_setzero_ps();
-    size_t at = (size_t)c0 * (KT == GL_KV_F32 ? 4 : KT == GL_KV_F16 ? 2 : 1); /* this tile's channels in a V row */
-    int sat = KT == GL_KV_Q8_0 ? c0 / qc : 0, end = b1[NG - 1], j = b0[0];
-    int f0 = b0[NG - 1] > j ? b0[NG - 1] : j, f1 = b1[0]; /* positions every row reads */
-    if (f0 > f1) f0 = end + 1, f1 = end;
-    for (; j < f0; j++)
-        attend_pv_position(vrow[j] + at, srow[j] + sat, qc, score, j, ss, NG, NC, KT, true, b0, b1, o);
-    for (; j <= f1; j++)
-        attend_pv_position(vrow[j] + at, srow[j] + sat, qc, score, j, ss, NG, NC, KT, false, b0, b1, o);
-    for (; j <= end; j++)
-        attend_pv_position(vrow[j] + at, srow[j] + sat, qc, score, j, ss, NG, NC, KT, true, b0, b1, o);
-#pragma GCC unroll 16
+    const uint8_t *vc = v + (size_t)c0 * (KT == GL_KV_F32 ? 4 : KT == GL_KV_F16 ? 2 : 1);
+    int spr = KT == GL_KV_Q8_0 ? hd / qc : 0; /* scales per V row */
+    const uint16_t *sc = KT == GL_KV_Q8_0 ? vs + c0 / qc : vs;
+    int j = 0;
+    for (; j < n[0]; j++)
+        attend_pv_position(vc + (size_t)j * v_stride, sc + (size_t)j * spr, qc, score, j, ss, 0, NG, NC, KT, false, n, o);
+    for (; j < n[NG - 1]; j++)
+        attend_pv_position(vc + (size_t)j * v_stride, sc + (size_t)j * spr, qc, score, j, ss, 1, NG, NC, KT, true, n, o);
+#pragma GCC unroll 8
     for (int g = 0; g < NG; g++)
 #pragma GCC unroll 4
         for (int c = 0; c < NC; c++) _mm512_storeu_ps(out[g] + c0 + 16 * c, o[g][c]);
 }
 
-#define SCORE_SS16 256 /* kern_attend_score_stride(16); attend_pv_segment checks ss against it */
+#define SCORE_SS16 256 /* kern_attend_score_stride(16); attend_pv checks ss against it */
 
-/* The tiles over rows 0..nr-1: groups of up to 4 rows take 64 channels a
- * tile, up to 8 take 32, up to 16 take 16 (a prompt's 16 tokens of a head
- * convert each V vector once). */
-static void attend_pv_tiles(const uint8_t *const *vrow, const uint16_t *const *srow, const float *score, int ss, int nr,
-                            const int *b0, const int *b1, int hd, gl_kv_type type, int qc, float *const *out) {
-    for (int g0 = 0; g0 < nr; g0 += 16) {
-        int ng = nr - g0 < 16 ? nr - g0 : 16, chunks = ng > 8 ? 1 : ng > 4 ? 2 : 4; /* vectors of channels a tile */
-        const float *sg = score + (size_t)g0 * ss;
-        for (int c0 = 0; c0 < hd; c0 += 16 * chunks) {
-            int nc = (hd - c0) / 16 < chunks ? (hd - c0) / 16 : chunks;
+/* attend_pv_avx512: up to 4 heads take 64 channels a tile, up to 8 take
+ * 32, each tile converting its F16 V rows itself; Q8_0 past two tiles is
+ * converted to floats once (the values the tiles would make), and every
+ * tile reads those. */
+INLINE void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride, const float *score, int ss, int nr,
+                          const int *n, int hd, gl_kv_type type, int qc, float *const *out, float *row) {
+    if (hd % 16 || hd > 256 || (type == GL_KV_Q8_0 && qc % 16)) {
+        CAT(FN(attend), generic_pv)(v, vs, v_stride, score, ss, nr, n, hd, type, qc, out, row);
+        return;
+    }
+    if (type == GL_KV_Q8_0 && nr > 16) {
+        for (int j = 0; j < n[nr - 1]; j++) {
+            const uint8_t *vj = v + (size_t)j * v_stride;
+            for (int c = 0; c < hd; c += 16) {
+                __m512 x = type == GL_KV_F16 ? _mm512_cvtph_ps(load256(vj + 2 * c))
+                           : _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(vj + c)))),
+                                           _mm512_set1_ps(f16_at((const uint8_t *)(vs + (size_t)j * (hd / qc) + c / qc))));
+                _mm512_storeu_ps(row + (size_t)j * hd + c, x);
+            }
+        }
+        v = (const uint8_t *)row, v_stride = (size_t)hd * 4, type = GL_KV_F32;
+    }
+    int rows = nr > 4 ? 8 : 4, chunks = nr > 4 ? 2 : 4; /* a tile's heads and vectors of channels */
+    for (int c0 = 0; c0 < hd; c0 += 16 * chunks) {
+        int nc = (hd - c0) / 16 < chunks ? (hd - c0) / 16 : chunks;
+        for (int g0 = 0; g0 < nr; g0 += rows) {
+            int ng = nr - g0 < rows ? nr - g0 : rows;
+            const float *sg = score + (size_t)g0 * ss;
             /* the score stride a constant (that of blocks of 16), so each
-             * row's scores are one displacement from a shared pointer
+             * head's scores are one displacement from a shared pointer
              * rather than an offset the loop reloads from the stack */
-#define PV_TILE(NG, NC, KT) \
-    attend_pv_tile(vrow, srow, sg, SCORE_SS16, NG, b0 + g0, b1 + g0, qc, c0, NC, KT, out + g0)
-#define PV_TILES(KT)                    \
-    switch (ng) {                       \
-    case 1: PV_TILE(1, 4, KT); break;   \
-    case 2: PV_TILE(2, 4, KT); break;   \
-    case 3: PV_TILE(3, 4, KT); break;   \
-    case 4: PV_TILE(4, 4, KT); break;   \
-    case 5: PV_TILE(5, 2, KT); break;   \
-    case 6: PV_TILE(6, 2, KT); break;   \
-    case 7: PV_TILE(7, 2, KT); break;   \
-    case 8: PV_TILE(8, 2, KT); break;   \
-    case 9: PV_TILE(9, 1, KT); break;   \
-    case 10: PV_TILE(10, 1, KT); break; \
-    case 11: PV_TILE(11, 1, KT); break; \
-    case 12: PV_TILE(12, 1, KT); break; \
-    case 13: PV_TILE(13, 1, KT); break; \
-    case 14: PV_TILE(14, 1, KT); break; \
-    case 15: PV_TILE(15, 1, KT); break; \
-    default: PV_TILE(16, 1, KT); break; \
-    }
+#define PV_CALL4(NG, KT) attend_pv_tile(v, vs, v_stride, sg, SCORE_SS16, NG <= 4 ? NG : 4, n + g0, hd, qc, c0, 4, KT, out + g0)
+#define PV_CALL2(NG, KT) attend_pv_tile(v, vs, v_stride, sg, SCORE_SS16, NG, n + g0, hd, qc, c0, 2, KT, out + g0)
             if (nc < chunks || ss != SCORE_SS16) /* the channels' tail, other block sizes */
-                attend_pv_tile(vrow, srow, sg, ss, ng, b0 + g0, b1 + g0, qc, c0, nc, type, out + g0);
-            else if (type == GL_KV_F16) PV_TILES(GL_KV_F16)
-            else if (type == GL_KV_Q8_0) PV_TILES(GL_KV_Q8_0)
-            else PV_TILES(GL_KV_F32)
-#undef PV_TILES
-#undef PV_TILE
+                attend_pv_tile(v, vs, v_stride, sg, ss, ng, n + g0, hd, qc, c0, nc, type, out + g0);
+            else if (chunks == 4) ATTEND_TYPE_CASES(PV_CALL4)
+            else ATTEND_TYPE_CASES(PV_CALL2)
+#undef PV_CALL4
+#undef PV_CALL2
         }
-    }
-}
-
-/* attend_pv_segment_avx512: the tiles run through the segment's blocks in
- * one loop, each position's V row (and Q8_0 scales) found once. Q8_0 past
- * a tile of rows goes block by block instead, the block's V rows converted
- * to floats once (the values the tiles would make) for every tile to read. */
-static void FN(attend_pv_segment)(const uint8_t *v, const uint8_t *vs, const int32_t *tbl, size_t block_bytes, int bs,
-                                  const float *score, int ss, int nr, const int *b0, const int *b1, int hd,
-                                  gl_kv_type type, int qc, float *const *out, float *row) {
-    if (hd % 16 || hd > 256 || (type == GL_KV_Q8_0 && qc % 16) || kern_attend_segment(bs) > KERN_ATTEND_MAX_SEGMENT) {
-        CAT(FN(attend), generic_pv_segment)(v, vs, tbl, block_bytes, bs, score, ss, nr, b0, b1, hd, type, qc, out, row);
-        return;
-    }
-    const uint8_t *vrow[KERN_ATTEND_MAX_SEGMENT];
-    const uint16_t *srow[KERN_ATTEND_MAX_SEGMENT];
-    size_t v_stride = (size_t)hd * (type == GL_KV_F32 ? 4 : type == GL_KV_F16 ? 2 : 1);
-    for (int j = b0[0]; j <= b1[nr - 1]; j++) {
-        size_t at = (size_t)tbl[j / bs] * block_bytes;
-        vrow[j] = v + at + (size_t)(j % bs) * v_stride;
-        srow[j] = (const uint16_t *)(vs + at) + (size_t)(j % bs) * (type == GL_KV_Q8_0 ? hd / qc : 0);
-    }
-    for (int g = 0; g < nr; g++) memset(out[g], 0, (size_t)hd * sizeof *out[g]);
-    if (type != GL_KV_Q8_0 || nr <= 16) {
-        attend_pv_tiles(vrow, srow, score, ss, nr, b0, b1, hd, type, qc, out);
-        return;
-    }
-    int n[KERN_ATTEND_MAX_ROWS], c0[KERN_ATTEND_MAX_ROWS], c1[KERN_ATTEND_MAX_ROWS]; /* a block's rows and positions */
-    for (int j0 = b0[0], r0 = 0, r1 = 0; j0 <= b1[nr - 1]; j0 += bs) {
-        CAT(FN(attend), block_rows)(b0, b1, nr, bs, j0, &r0, &r1, n);
-        if (r0 >= r1) continue;
-        for (int j = j0; j < j0 + n[r1 - 1]; j++) {
-            float *x = row + (size_t)(j - j0) * hd;
-            for (int c = 0; c < hd; c += 16)
-                _mm512_storeu_ps(x + c, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(vrow[j] + c)))),
-                                                      _mm512_set1_ps(f16_at((const uint8_t *)(srow[j] + c / qc)))));
-            vrow[j] = (const uint8_t *)x;
-        }
-        for (int r = r0; r < r1; r++) c0[r] = j0, c1[r] = j0 + n[r] - 1;
-        attend_pv_tiles(vrow, srow, score + (size_t)r0 * ss, ss, r1 - r0, c0 + r0, c1 + r0, hd, GL_KV_F32, qc, out + r0);
     }
 }
 #undef ATTEND_TILE_CASES
 #undef ATTEND_TYPE_CASES
 #undef SCORE_SS16
 #define ATTEND_SCORES FN(attend_scores)
-#define ATTEND_PV_SEGMENT FN(attend_pv_segment)
+#define ATTEND_PV FN(attend_pv)
 #define ATTEND_SOFTMAX FN(attend_softmax)
