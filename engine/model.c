@@ -445,8 +445,14 @@ typedef struct rope_store_job {
     int layer;
     int rope_kind;            /* ROPE_GLOBAL or ROPE_SWA */
     bool compute_angles;      /* the first layer of this kind in the pass */
-    atomic_int next;          /* next token */
+    atomic_int next;          /* next group of STORE_TOKENS tokens */
 } rope_store_job;
+
+/* Tokens go to the threads a cache block's worth at a time: K is
+ * channel-major in a block, so consecutive tokens write into the same
+ * lines (each channel's 16 positions side by side), and handed out one by
+ * one, the two threads of a prompt wrote into each other's lines. */
+enum { STORE_TOKENS = 16 };
 
 static void add_bias(float *x, const gl_tensor *bias, int n) {
     const float *b = bias->data;
@@ -458,8 +464,7 @@ static void head_norms(float *x, int n_heads, int head_dim, const gl_tensor *wei
         kern_rmsnorm(x + (size_t)h * head_dim, x + (size_t)h * head_dim, weight->data, head_dim, eps);
 }
 
-static void rope_store_worker(void *arg, int ith, int nth) {
-    rope_store_job *job = arg;
+static void rope_store_token(const rope_store_job *job, int t) {
     const gl_config *c = job->c;
     const gl_arch *a = c->arch;
     const gl_layer_weights *L = job->L;
@@ -467,30 +472,36 @@ static void rope_store_worker(void *arg, int ith, int nth) {
     int kv_dim = c->n_kv_heads * c->head_dim;
     float freq_scale = job->rope_kind == ROPE_SWA ? 1.0f : c->rope_freq_scale;
     void (*rope)(float *, int, int, int, const float *) = a->rope_neox ? kern_rope_neox : kern_rope;
+    int pos = job->b->positions[t];
+    float *q = rs->q + (size_t)t * (size_t)c->q_dim, *k = rs->k + (size_t)t * (size_t)kv_dim;
+    float *v = rs->v + (size_t)t * (size_t)kv_dim;
+    if (a->qkv_bias) {
+        add_bias(q, &L->bq, c->q_dim);
+        add_bias(k, &L->bk, kv_dim);
+        add_bias(v, &L->bv, kv_dim);
+    }
+    if (a->qk_norm) {
+        head_norms(q, c->n_heads, c->head_dim, &L->q_norm, c->rms_eps);
+        head_norms(k, c->n_kv_heads, c->head_dim, &L->k_norm, c->rms_eps);
+    }
+    float *cs = rs->rope_cs[job->rope_kind] + (size_t)t * (size_t)c->rope_dim;
+    if (job->compute_angles)
+        kern_rope_angles(cs, c->rope_dim, pos, rs->rope_inv_freq[job->rope_kind], freq_scale);
+    rope(q, c->n_heads, c->head_dim, c->rope_dim, cs);
+    rope(k, c->n_kv_heads, c->head_dim, c->rope_dim, cs);
+    if (c->q_scale != 1.0f)
+        for (int i = 0; i < c->q_dim; i++) q[i] *= c->q_scale;
+    const int32_t *table = job->b->block_tables[job->b->seq_of_token[t]];
+    kv_store(job->kv, job->layer, table[pos / job->kv->block_size], pos % job->kv->block_size, k, v);
+}
+
+static void rope_store_worker(void *arg, int ith, int nth) {
+    rope_store_job *job = arg;
     for (;;) {
-        int t = atomic_fetch_add_explicit(&job->next, 1, memory_order_relaxed);
-        if (t >= job->b->n_tokens) break;
-        int pos = job->b->positions[t];
-        float *q = rs->q + (size_t)t * (size_t)c->q_dim, *k = rs->k + (size_t)t * (size_t)kv_dim;
-        float *v = rs->v + (size_t)t * (size_t)kv_dim;
-        if (a->qkv_bias) {
-            add_bias(q, &L->bq, c->q_dim);
-            add_bias(k, &L->bk, kv_dim);
-            add_bias(v, &L->bv, kv_dim);
-        }
-        if (a->qk_norm) {
-            head_norms(q, c->n_heads, c->head_dim, &L->q_norm, c->rms_eps);
-            head_norms(k, c->n_kv_heads, c->head_dim, &L->k_norm, c->rms_eps);
-        }
-        float *cs = rs->rope_cs[job->rope_kind] + (size_t)t * (size_t)c->rope_dim;
-        if (job->compute_angles)
-            kern_rope_angles(cs, c->rope_dim, pos, rs->rope_inv_freq[job->rope_kind], freq_scale);
-        rope(q, c->n_heads, c->head_dim, c->rope_dim, cs);
-        rope(k, c->n_kv_heads, c->head_dim, c->rope_dim, cs);
-        if (c->q_scale != 1.0f)
-            for (int i = 0; i < c->q_dim; i++) q[i] *= c->q_scale;
-        const int32_t *table = job->b->block_tables[job->b->seq_of_token[t]];
-        kv_store(job->kv, job->layer, table[pos / job->kv->block_size], pos % job->kv->block_size, k, v);
+        int t0 = atomic_fetch_add_explicit(&job->next, STORE_TOKENS, memory_order_relaxed);
+        if (t0 >= job->b->n_tokens) break;
+        int t1 = t0 + STORE_TOKENS < job->b->n_tokens ? t0 + STORE_TOKENS : job->b->n_tokens;
+        for (int t = t0; t < t1; t++) rope_store_token(job, t);
     }
     (void)ith, (void)nth;
 }
