@@ -378,6 +378,14 @@ struct gl_run_state {
     float *rope_cs[ROPE_KINDS];       /* [T][rope_dim] each token's cos, sin pairs */
 };
 
+/* The per-token buffers start on a cache line: the pool's threads write
+ * neighbouring pieces of them (a matmul's rows in multiples of 16 floats,
+ * a prompt's tokens), and from malloc's 16-byte alignment every piece's
+ * boundary line was written by two threads. */
+static float *floats_alloc(size_t n) {
+    return aligned_alloc(64, n ? (n * sizeof(float) + 63) & ~(size_t)63 : 64);
+}
+
 gl_run_state *model_run_state_create(const gl_model *m, int max_tokens, int max_logits, gl_error *err) {
     const gl_config *c = &m->config;
     gl_run_state *rs = calloc(1, sizeof *rs);
@@ -385,16 +393,16 @@ gl_run_state *model_run_state_create(const gl_model *m, int max_tokens, int max_
     size_t T = (size_t)max_tokens, kv_dim = (size_t)(c->n_kv_heads * c->head_dim);
     rs->max_tokens = max_tokens;
     rs->max_logits = max_logits;
-    rs->x = malloc(T * (size_t)c->n_embd * sizeof(float));
-    rs->xb = malloc(T * (size_t)c->n_embd * sizeof(float));
-    rs->q = malloc(T * (size_t)c->q_dim * sizeof(float));
-    rs->k = malloc(T * kv_dim * sizeof(float));
-    rs->v = malloc(T * kv_dim * sizeof(float));
-    rs->att = malloc(T * (size_t)c->q_dim * sizeof(float));
-    rs->proj = malloc(T * (size_t)c->n_embd * sizeof(float));
-    rs->gate = malloc(T * (size_t)c->n_ff * sizeof(float));
-    rs->up = malloc(T * (size_t)c->n_ff * sizeof(float));
-    rs->out_rows = malloc((size_t)max_logits * (size_t)c->n_embd * sizeof(float));
+    rs->x = floats_alloc(T * (size_t)c->n_embd);
+    rs->xb = floats_alloc(T * (size_t)c->n_embd);
+    rs->q = floats_alloc(T * (size_t)c->q_dim);
+    rs->k = floats_alloc(T * kv_dim);
+    rs->v = floats_alloc(T * kv_dim);
+    rs->att = floats_alloc(T * (size_t)c->q_dim);
+    rs->proj = floats_alloc(T * (size_t)c->n_embd);
+    rs->gate = floats_alloc(T * (size_t)c->n_ff);
+    rs->up = floats_alloc(T * (size_t)c->n_ff);
+    rs->out_rows = floats_alloc((size_t)max_logits * (size_t)c->n_embd);
     if (!rs->x || !rs->xb || !rs->q || !rs->k || !rs->v || !rs->att || !rs->proj || !rs->gate || !rs->up ||
         !rs->out_rows)
         goto oom;
