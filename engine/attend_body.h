@@ -103,7 +103,7 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
     /* scratch: row; [nr][ss] scores; [nr][hd] the outputs so far and [nr][hd] a later segment's; [nr] maxima and
      * sums of the segment and of those before. The outputs build up here and go to a->out (or part) once at the
      * end: the threads' rows share cache lines there (a head's 64 floats need not start one), and adding
-     * into them block by block had the two threads of a prompt wait on each other's lines (10 of 40 ms). */
+     * into them block by block had the two threads of a prompt wait on each other's lines. */
     float *row = scratch, *score = row + kern_attend_row_floats(hd, bs), *acc = score + (size_t)nr * ss;
     float *later = acc + (size_t)nr * hd, *mx = later + (size_t)nr * hd, *sum = mx + nr, *run_mx = sum + nr;
     float *run_sum = run_mx + nr;

@@ -564,13 +564,13 @@ void kern_quantize_qa(const kern_impl *impl, const float *x, int64_t n, int nt, 
     for (int t = 0; t < nt; t++) quantize_qa_token(impl, x + (size_t)t * (size_t)n, group, t, n, x8);
 }
 
-/* A block's coarse part alone: its unit, the unit times its sum, and -8 times the sum. */
+/* A block's coarse part alone: its unit, the unit times its sum, and (off not NULL) -8 times the sum. */
 static float coarse_unit(const kq8_32 *b, float *s, int32_t *off) {
     int sum = 0;
     for (int i = 0; i < 32; i++) sum += b->q[i];
     float d = b->d * coarse_step;
     *s = d * (float)sum;
-    *off = -8 * sum;
+    if (off) *off = -8 * sum;
     return d;
 }
 
@@ -598,8 +598,7 @@ void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t
         kq8_tail *tail = (kq8_tail *)(ch + n_full);
         memset(tail, 0, sizeof *tail);
         impl->quantize_32(x, tmp, 32 * (int64_t)m);
-        int32_t block_off;
-        for (int j = 0; j < m; j++) (void)coarse_unit(&tmp[j], &tail->s[j], &block_off);
+        for (int j = 0; j < m; j++) (void)coarse_unit(&tmp[j], &tail->s[j], NULL);
         fill_short_tail(tmp, m, tail->q, NULL, tail->off, tail->d, coarse_step);
     }
 }
