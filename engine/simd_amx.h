@@ -46,13 +46,14 @@ static void amx_config(void) {
 
 /* One raw block (the file's layout) as 32 bytes in element order: Q8_0
  * as it is, Q4_0 and Q5_0 signed (q - 8, q - 16: folds_offset), Q4_1
- * and Q5_1 unsigned; its scale and offset as chunk_offsets gives them. */
+ * and Q5_1 unsigned; its scale, and Q4_1's and Q5_1's minimum (the other
+ * types' offsets are in their signed bytes: 0). */
 INLINE void amx_unpack_block(const int type, const uint8_t *blk, int8_t *dst, float *dw, float *mw) {
     const float d = f16_at(blk);
     *dw = d;
     if (type == GL_TYPE_Q8_0) {
         _mm256_storeu_si256((__m256i *)dst, load256(blk + 2));
-        *mw = d * -128.0f;
+        *mw = 0;
         return;
     }
     const bool has_min = type == GL_TYPE_Q4_1 || type == GL_TYPE_Q5_1;
@@ -66,31 +67,29 @@ INLINE void amx_unpack_block(const int type, const uint8_t *blk, int8_t *dst, fl
     }
     if (folds_offset(type)) v = _mm256_sub_epi8(v, _mm256_set1_epi8(type == GL_TYPE_Q5_0 ? 16 : 8));
     _mm256_storeu_si256((__m256i *)dst, v);
-    *mw = has_min ? f16_at(blk + 2) : d * (type == GL_TYPE_Q5_0 ? -16.0f : -8.0f);
+    *mw = has_min ? f16_at(blk + 2) : 0;
 }
 
 /* amx_unpack_rows of 16 whole Q4_0 rows, block by block: one gather takes
  * the 16 rows' scales (one F16 conversion for all), and each pair of rows'
  * quants (16 bytes a row) is broadcast to [r, r, r + 1, r + 1], shifted by
  * 0 or 4 bits per lane and masked: two A tile rows in one 64-byte store.
- * The same bytes and floats as amx_unpack_block, in a third of the work,
+ * The same bytes and scales as amx_unpack_block (no offsets: they are in
+ * the signed bytes, and no tile reads them), in a third of the work,
  * which at 16 tokens was half the call (bench_matmul q4_0 5632 x 2048, 16
  * tokens, 1 thread, CPU time: 82 GMAC/s, 188 without the unpacking). */
-INLINE void amx_unpack_q4_0_16(const uint8_t *data, size_t row_bytes, long rt, int64_t nb, int8_t *a, float *dw,
-                               float *mw) {
+INLINE void amx_unpack_q4_0_16(const uint8_t *data, size_t row_bytes, long rt, int64_t nb, int8_t *a, float *dw) {
     const uint8_t *base = data + (size_t)rt * row_bytes;
     const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                             _mm512_set1_epi32((int)row_bytes));
     const long long k4 = 0x0004000400040004LL; /* every word of 128-bit lanes 1 and 3: the high nibbles */
     const __m512i shift = _mm512_set_epi64(k4, k4, 0, 0, k4, k4, 0, 0), m4 = _mm512_set1_epi8(0x0f);
     const __m512i off = _mm512_set1_epi8(8);
-    const __m512 neg8 = _mm512_set1_ps(-8.0f);
     for (int64_t b = 0; b < nb; b++) {
         const uint8_t *blk = base + (size_t)b * 18; /* a Q4_0 block: F16 scale, 16 bytes of nibbles */
         const __m512i h = _mm512_i32gather_epi32(rows, blk, 1);
         const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
         _mm512_store_ps(dw + 16 * b, d);
-        _mm512_store_ps(mw + 16 * b, _mm512_mul_ps(d, neg8));
         const uint8_t *q = blk + 2;
         int8_t *dst = a + 512 * b;
 #pragma GCC unroll 2
@@ -109,7 +108,7 @@ INLINE void amx_unpack_rows(const int type, const uint8_t *data, size_t row_byte
                             int8_t *a, float *dw, float *mw) {
     const int bb = block32_bytes(type);
     if (type == GL_TYPE_Q4_0 && nr == 16 && (size_t)15 * row_bytes <= INT32_MAX) {
-        amx_unpack_q4_0_16(data, row_bytes, rt, nb, a, dw, mw);
+        amx_unpack_q4_0_16(data, row_bytes, rt, nb, a, dw);
         return;
     }
     for (int r = 0; r < 16; r++) {

@@ -1327,7 +1327,6 @@ DEFINE_PACKED_K_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_
 
 /* One 32-element block: its 16 pairs (elements 2p, 2p + 1 in dword p), its
  * unit, and the sums of 256 q + q2 over its two halves. */
-/* Its coarse parts q[h] and residuals q2[h] by half, and its unit. */
 /* 32 floats against the step d (quant8's operations): their coarse codes, and the residual
  * ones where q2 is not NULL. */
 INLINE void quant_with(const float *x, float d, __m512i q[2], __m512i *q2) {
@@ -1350,6 +1349,7 @@ INLINE float quant_step(const float *x, int n) {
     return _mm512_reduce_max_ps(m) / 127.0f;
 }
 
+/* Its coarse parts q[h] and residuals q2[h] by half, and its unit. */
 INLINE void quant_parts(const float *x, float *unit, __m512i q[2], __m512i q2[2]) {
     const float d = quant_step(x, 32);
     quant_with(x, d, q, q2);
