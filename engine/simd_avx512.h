@@ -1441,6 +1441,19 @@ INLINE void transpose_16x8(const int32_t *m, __m512i out[8]) {
         }
 }
 
+/* One token's 32-element block against the step d: its codes as 8 dwords
+ * (qc) and, at 16 bits, its residual codes (rc); the sum of its 256 q + q2
+ * (8 bits: of its q), as quant_pairs' and quant_coarse's halves add up. */
+INLINE int quant_block_codes(const float *x, float d, const bool x16, int32_t qc[8], int32_t rc[8]) {
+    __m512i q[2], q2[2];
+    quant_with(x, d, q, x16 ? q2 : NULL);
+    _mm256_store_si256((__m256i *)qc, codes_epi8(q));
+    if (!x16) return _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+    _mm256_store_si256((__m256i *)rc, codes_epi8(q2));
+    return _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q[0], 8), q2[0]),
+                                                    _mm512_add_epi32(_mm512_slli_epi32(q[1], 8), q2[1])));
+}
+
 /* quantize_amx_avx512: tokens 0..nt-1 (x rows x_stride floats apart) into
  * blocks 0..na-1 of one group: kamx16_blk (x16) or kamx8_blk; tokens
  * nt..15 zero. */
@@ -1451,24 +1464,10 @@ static void FN(quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na
     for (int64_t b = 0; b < na; b++) {
         for (int t = 0; t < nt; t++) {
             const float *xb = x + (size_t)t * x_stride + 32 * b;
-            float unit;
-            if (x16) {
-                __m512i q[2], q2[2];
-                quant_parts(xb, &unit, q, q2);
-                /* the sum of 256 q + q2 in 32 bits, as quant_pairs' halves */
-                __m512i v = _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q[0], 8), q2[0]),
-                                             _mm512_add_epi32(_mm512_slli_epi32(q[1], 8), q2[1]));
-                _mm256_store_si256((__m256i *)qt[t], codes_epi8(q));
-                _mm256_store_si256((__m256i *)q2t[t], codes_epi8(q2));
-                dt[t] = unit;
-                st[t] = unit * (float)_mm512_reduce_add_epi32(v);
-            } else {
-                __m512i q[2];
-                quant_coarse_parts(xb, &unit, q);
-                _mm256_store_si256((__m256i *)qt[t], codes_epi8(q));
-                dt[t] = unit * 256.0f;
-                st[t] = dt[t] * (float)_mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
-            }
+            const float d = quant_step(xb, 32), unit = d * (1.0f / 256.0f);
+            const int sum = quant_block_codes(xb, d, x16, qt[t], q2t[t]);
+            dt[t] = x16 ? unit : unit * 256.0f;
+            st[t] = dt[t] * (float)sum;
         }
         __m512i q[8];
         transpose_16x8(&qt[0][0], q);
@@ -1493,7 +1492,7 @@ static void FN(quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na
  * group of the K-quants' AMX form (kqa16_k, or kqa8_k with x8) of n_sb
  * super-blocks, kern_quantize_qa's bits: a super-block's step from its
  * largest magnitude (quantize_256's), each 32-element block's codes by
- * quant_with against it. A block's 8 dwords of codes a token, transposed,
+ * quant_block_codes against it. A block's 8 dwords of codes a token, transposed,
  * are the 8 lines of its two sub-blocks; tokens nt..15 zero. */
 static void FN(quantize_qa)(const float *x, size_t x_stride, int nt, int64_t n_sb, uint8_t *group, bool x8) {
     _Alignas(64) int32_t qt[8][16][8], q2t[8][16][8];
@@ -1504,17 +1503,8 @@ static void FN(quantize_qa)(const float *x, size_t x_stride, int nt, int64_t n_s
             const float *xs = x + (size_t)t * x_stride + 256 * b;
             const float d = quant_step(xs, 256), unit = d * (1.0f / 256.0f);
             dt[t] = x8 ? unit * 256.0f : unit;
-            for (int i = 0; i < 8; i++) {
-                __m512i q[2], q2[2];
-                quant_with(xs + 32 * i, d, q, x8 ? NULL : q2);
-                /* the block's sum of its codes (x8) or of 256 q + q2, as kern_quantize_qa's */
-                __m512i v = x8 ? _mm512_add_epi32(q[0], q[1])
-                               : _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q[0], 8), q2[0]),
-                                                  _mm512_add_epi32(_mm512_slli_epi32(q[1], 8), q2[1]));
-                _mm256_store_si256((__m256i *)qt[i][t], codes_epi8(q));
-                if (!x8) _mm256_store_si256((__m256i *)q2t[i][t], codes_epi8(q2));
-                st[i][t] = dt[t] * (float)_mm512_reduce_add_epi32(v);
-            }
+            for (int i = 0; i < 8; i++)
+                st[i][t] = dt[t] * (float)quant_block_codes(xs + 32 * i, d, !x8, qt[i][t], q2t[i][t]);
         }
         kqa16_k *y16 = (kqa16_k *)group + b;
         kqa8_k *y8 = (kqa8_k *)group + b;
