@@ -136,7 +136,7 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
                  * prefetcher guesses it: ask for its K and V while this
                  * block's scores run (the segment's V stays in L2 for the
                  * weighting pass; asking for V only then, at the same
-                 * distance, was 10% slower on a decode step reading its
+                 * distance, was slower on a decode step reading its
                  * cache from memory). Into L2, not L1: the 64 lines of a
                  * block hold L1's few miss buffers, and the requests past
                  * them are as good as dropped (into L1 was no better than no

@@ -758,8 +758,8 @@ void kern_pack_into(gl_tensor *w, void *buf) {
  * miss every 64 lines, and the hardware prefetchers stop at every page's
  * end. So memory for weights of 2 MiB or more is asked for in 2 MiB pages
  * (transparent huge pages, which the kernel gives on madvise when its
- * setting is "madvise" or "always"), before the first write. Gemma 3's
- * 170 MB output matrix on one thread: 15.6 -> 12.6 ms (bench_matmul). */
+ * setting is "madvise" or "always"), before the first write: a large
+ * output matrix (Gemma 3's) reads measurably faster so (bench_matmul). */
 void *kern_weights_alloc(size_t n) {
     void *buf = NULL;
     bool huge = n >= HUGE_PAGE;
@@ -1074,9 +1074,8 @@ static const uint8_t *amx_token_view(const matmul_job *job, int t0, int nt) {
  * segment i of the rows and takes it from the front, half of what is left
  * at a time, so its pieces follow each other and its stream never breaks:
  * the decode rows' prefetches run on into the next piece, where a piece
- * that starts elsewhere starts cold (as many pieces of 8 KB as of 32 KB
- * read a Qwen2.5 0.5B decode at 14 and 21 GB/s where whole streams read
- * 33). A thread whose segment is done takes half of what is left of the
+ * that starts elsewhere starts cold (small scattered pieces read a decode
+ * at well under the bandwidth of whole streams). A thread whose segment is done takes half of what is left of the
  * next unfinished one from its end, so the threads still finish together,
  * and the caller alone runs through every segment when no worker comes. */
 static bool claim_in_segments(matmul_job *job, int ith, int *seg, long *g0, long *g1) {
@@ -1222,10 +1221,9 @@ static void zero_group_padding(const matmul_job *job) {
  * activation form takes at most AMX_BLOCK_BYTES (a 16-row tile reads all
  * of them, so they should stay in L2, 2 MiB, from one tile to the next),
  * at least AMX_BLOCK_MIN_TOKENS (each block unpacks every 16 rows' weights
- * again). bench_matmul q4_0, 512 tokens, 1 thread, 16-bit, GMAC/s, one
- * block -> blocks of 1.5 MiB: 2048 x 5632 104 -> 126 (a 6.5 MiB form),
- * 5632 x 2048 127 -> 134, 2048 x 2048 124 -> 128; blocks of 0.25-0.75 MiB
- * lost up to 20% at 8 bits, where the unpacking weighs more. */
+ * again): long prompts gain from blocks against one block for the whole
+ * call (bench_matmul q4_0), most where the activation form outgrows L2;
+ * much smaller blocks lose at 8 bits, where the unpacking weighs more. */
 #define AMX_BLOCK_BYTES ((size_t)1536 << 10)
 #define AMX_BLOCK_MIN_TOKENS 64
 static int amx_token_block(const matmul_job *job) {
@@ -1447,7 +1445,7 @@ int kern_attention(kern_pool *p, const kern_attn *a) {
     const kern_impl *impl = kern_impl_active();
     attn_job job = {.pool = p, .a = a, .attend = impl ? impl->attend : attend_scalar};
     int group = a->n_heads / a->n_kv_heads;
-    /* Tiles of up to 16 tokens (for single-head groups 5% faster than 8:
+    /* Tiles of up to 16 tokens (for single-head groups faster than 8:
      * each K/V block read from L2 serves twice the rows); whole groups
      * share each K/V conversion and interleave their heads' dependency
      * chains, so they run as units even when there are barely more units
@@ -1456,7 +1454,7 @@ int kern_attention(kern_pool *p, const kern_attn *a) {
      * heads for one call. */
     int group_tile = group <= KERN_ATTEND_MAX_ROWS ? KERN_ATTEND_MAX_ROWS / group : 0;
     /* 16 tokens to a tile when the batch opens with a prompt run (a decode
-     * batch of 16 sequences read its cache 10% slower in tiles of 16) */
+     * batch of 16 sequences read its cache slower in tiles of 16) */
     bool run16 = a->n_tokens >= 16 && a->seq_of_token[15] == a->seq_of_token[0] &&
                  a->positions[15] == a->positions[0] + 15;
     group_tile = group_tile > (run16 ? 16 : 8) ? (run16 ? 16 : 8) : group_tile;

@@ -3,36 +3,13 @@
  * them, 32 vector registers for wider token tiles, and those of
  * simd_avx512.h: the packed tiles (vpdpwssd, one block per 32-bit lane) for
  * Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q4_K, Q5_K and Q6_K, and for all of them
- * against 8-bit activations (vpdpbusd). */
-#include "simd.h"
+ * against 8-bit activations (vpdpbusd). This unit holds the kern_impl table
+ * (simd_impl.h) and the CPU checks; the tiles are compiled in the units
+ * kernels_avx512.h lists. */
+#define SIMD_PARTS SIMD_PART_TABLE
+#include "kernels_avx512.h"
 
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__)) && !defined(GENLOOP_NO_AVX512)
-#include <immintrin.h>
-#include <math.h>
-#include <pthread.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
-#include "quant.h"
-
-/* Every function below is compiled for the target; gcc and clang spell it apart. */
-#ifdef __clang__
-#pragma clang attribute push(__attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8"))), \
-                             apply_to = function)
-#else
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni,amx-tile,amx-int8")
-#endif
-#define SIMD_NAME avx512
-#define SIMD_NAME_STR "avx512"
-#define SIMD_VNNI 1
-#define SIMD_AVX512 1
-#define TT 8
-#include "simd_body.h"
-#include "simd_avx512.h"
-#include "simd_amx.h"
-#include "simd_amx_k.h"
+#if KERNELS_AVX512
 #include "simd_impl.h"
 #ifdef __clang__
 #pragma clang attribute pop

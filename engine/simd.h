@@ -229,22 +229,18 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
  *    per-thread scratch of KERN_AMX_SCRATCH(n_cols) bytes. */
 #define KERN_AMX_MIN_TOKENS 32
 /* 16-bit Q5_0 (its VNNI tiles merge each fifth bit into the words, which
- * its AMX rows do once per 16 rows) pays for the unpacking from one group:
- * bench_matmul, 2 threads, VNNI -> AMX GMAC/s (loaded host): q5_0 5632 x
- * 2048 16 tokens 77 -> 90, 24 tokens 75 -> 92; 4864 x 896 16 tokens 67 ->
- * 105; 896 x 4864 71 -> 79. q4_0 loses there (5632 x 2048, quieter host:
- * 16 tokens 219 -> 190, 24 213 -> 191, with the unpacking since replaced). */
+ * its AMX rows do once per 16 rows) pays for the unpacking from one group
+ * of 16 tokens: bench_matmul q5_0 finds AMX ahead of VNNI there at every
+ * shape tried (the commit that set it has the table). */
 #define KERN_AMX_Q5_0_MIN_TOKENS 16
 /* 16-bit Q4_0 since its rows unpack by gather and broadcast
- * (amx_unpack_q4_0_16): bench_matmul q4_0, 1 thread, CPU time, VNNI -> AMX
- * GMAC/s, 16 tokens: 5632 x 2048 88 -> 112 (the old unpacking: 82), 2048 x
- * 5632 88 -> 112, 2048 x 2048 92 -> 109, 256 x 2048 72 -> 84; 14 tokens 86
- * -> 94, 12 tokens 93 -> 81 (a group of 16 costs the same at any count). */
+ * (amx_unpack_q4_0_16): bench_matmul q4_0 finds AMX ahead of VNNI from 14
+ * tokens on and behind it at 12 (a group of 16 costs the same at any
+ * count, so fewer tokens leave it less to save). */
 #define KERN_AMX_Q4_0_MIN_TOKENS 14
 /* Q4_K at 16 and 8 bits: its VNNI tiles sum each super-block's scaled dots across lanes (the scales
- * folded in, simd_avx512.h), its AMX rows in the tiles; bench_matmul q4_k, 1 thread, CPU ms, 16
- * tokens, VNNI -> AMX: 16 bits 2048 x 768 0.375 -> 0.24 (main's VNNI before the fold 0.28), 768 x 2048
- * 0.38 -> 0.26 (0.285); 8 bits 0.247 -> 0.20 (0.224), 0.25 -> 0.22 (0.213). */
+ * folded in, simd_avx512.h), its AMX rows in the tiles, so AMX is ahead already at 16 tokens, at
+ * both widths (bench_matmul q4_k). */
 #define KERN_AMX_Q4_K_MIN_TOKENS 16
 
 /* Rows r0..r1-1 of w (w->data and, when packed, w->packed) against act:
@@ -343,11 +339,9 @@ typedef struct kern_impl {
  * zero. */
 #define KQA_GROUP 16
 /* Q6_K's 16-element scales leave AMX little to save against 8-bit
- * activations' vpdpbusd at the fewest tokens: it breaks even at about 40
- * (bench_matmul, 1 thread, VNNI -> AMX GMAC/s: 768 x 2048 at 32 tokens
- * 127 -> 119, 48 130 -> 137, 64 129 -> 140; 4096 x 768 at 32 126 -> 122,
- * 48 128 -> 138; long rows win from 32: 896 x 4864 95 -> 131), so smaller
- * calls keep VNNI. */
+ * activations' vpdpbusd at the fewest tokens: bench_matmul has it break
+ * even between 32 and 48 on common shapes (long rows win earlier), so
+ * smaller calls keep VNNI. */
 #define KQA_Q6_K_X8_MIN_TOKENS 48
 typedef struct kqa16_k {
     int8_t q[16][4][16][4];   /* [j][k][t][e]: coarse part */

@@ -34,6 +34,7 @@ typedef struct amx_tilecfg {
  * item), A tile 4 + s (16 rows x one block), and B tiles 6 and 7 (a
  * block's 8 quads of 16 tokens: 16 bits, the coarse and the residual
  * bytes; 8 bits, slot s's). */
+#if SIMD_EMITS(AMX)
 static void amx_config(void) {
     amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -43,6 +44,7 @@ static void amx_config(void) {
     for (int i = 6; i < 8; i++) cfg.rows[i] = 8, cfg.colsb[i] = 64;
     _tile_loadconfig(&cfg);
 }
+#endif
 
 /* One raw block (the file's layout) as 32 bytes in element order: Q8_0
  * as it is, Q4_0 and Q5_0 signed (q - 8, q - 16: folds_offset), Q4_1
@@ -75,9 +77,8 @@ INLINE void amx_unpack_block(const int type, const uint8_t *blk, int8_t *dst, fl
  * quants (16 bytes a row) is broadcast to [r, r, r + 1, r + 1], shifted by
  * 0 or 4 bits per lane and masked: two A tile rows in one 64-byte store.
  * The same bytes and scales as amx_unpack_block (no offsets: they are in
- * the signed bytes, and no tile reads them), in a third of the work,
- * which at 16 tokens was half the call (bench_matmul q4_0 5632 x 2048, 16
- * tokens, 1 thread, CPU time: 82 GMAC/s, 188 without the unpacking). */
+ * the signed bytes, and no tile reads them), in a fraction of the work:
+ * at 16 tokens the unpacking was most of the call (bench_matmul q4_0). */
 INLINE void amx_unpack_q4_0_16(const uint8_t *data, size_t row_bytes, long rt, int64_t nb, int8_t *a, float *dw) {
     const uint8_t *base = data + (size_t)rt * row_bytes;
     const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
@@ -217,7 +218,7 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
      * coarse and residual bytes): issued a step ahead, stored only after the next item's dots are
      * issued (a store right behind its own dot waits out the dot's latency, and the tile
      * instructions after it with it), to c + 512 (k % 4), and their floats AMX_LAG steps after
-     * that (the vector loads then find the stored lines settled: +2% against one step) */
+     * that (the vector loads then find the stored lines settled: a little faster than one step) */
 #define AMX_DOTS16(CQ, CR, TA, k)                                                                                \
     do {                                                                                                        \
         const uint8_t *x_ = grp + (size_t)items[k] * rec;                                                       \
@@ -308,6 +309,7 @@ INLINE void amx_transpose16(__m512 v[16]) {
     }
 }
 
+#if SIMD_EMITS(AMX)
 /* Rows r0..r1-1 (see kern_amx_rows_fn). Scratch: the transposed
  * accumulators, C, the rows' scales and offsets, their A tiles, the items. */
 INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0, long r1, const uint8_t *act,
@@ -353,17 +355,18 @@ INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0
 }
 
 #define DEFINE_AMX_ROWS(name, TYPE, X16)                                                                          \
-    static void FN(name)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride, int n_tok,   \
+    SIMD_DEF void FN(name)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride, int n_tok, \
                          float *out, size_t out_stride, uint8_t *scratch) {                                        \
         amx_rows(TYPE, X16, w, r0, r1, act, act_stride, n_tok, out, out_stride, scratch);                          \
     }
-DEFINE_AMX_ROWS(amx_rows_q4_0, GL_TYPE_Q4_0, true)
-DEFINE_AMX_ROWS(amx_rows_q4_1, GL_TYPE_Q4_1, true)
-DEFINE_AMX_ROWS(amx_rows_q5_0, GL_TYPE_Q5_0, true)
-DEFINE_AMX_ROWS(amx_rows_q5_1, GL_TYPE_Q5_1, true)
-DEFINE_AMX_ROWS(amx_rows_q8_0, GL_TYPE_Q8_0, true)
-DEFINE_AMX_ROWS(amx_rows_x8_q4_0, GL_TYPE_Q4_0, false)
-DEFINE_AMX_ROWS(amx_rows_x8_q4_1, GL_TYPE_Q4_1, false)
-DEFINE_AMX_ROWS(amx_rows_x8_q5_0, GL_TYPE_Q5_0, false)
-DEFINE_AMX_ROWS(amx_rows_x8_q5_1, GL_TYPE_Q5_1, false)
-DEFINE_AMX_ROWS(amx_rows_x8_q8_0, GL_TYPE_Q8_0, false)
+DEFINE_AMX_ROWS(amx_rows_q4_0, GL_TYPE_Q4_0, true) /* amx_rows_q4_0_avx512 */
+DEFINE_AMX_ROWS(amx_rows_q4_1, GL_TYPE_Q4_1, true) /* amx_rows_q4_1_avx512 */
+DEFINE_AMX_ROWS(amx_rows_q5_0, GL_TYPE_Q5_0, true) /* amx_rows_q5_0_avx512 */
+DEFINE_AMX_ROWS(amx_rows_q5_1, GL_TYPE_Q5_1, true) /* amx_rows_q5_1_avx512 */
+DEFINE_AMX_ROWS(amx_rows_q8_0, GL_TYPE_Q8_0, true) /* amx_rows_q8_0_avx512 */
+DEFINE_AMX_ROWS(amx_rows_x8_q4_0, GL_TYPE_Q4_0, false) /* amx_rows_x8_q4_0_avx512 */
+DEFINE_AMX_ROWS(amx_rows_x8_q4_1, GL_TYPE_Q4_1, false) /* amx_rows_x8_q4_1_avx512 */
+DEFINE_AMX_ROWS(amx_rows_x8_q5_0, GL_TYPE_Q5_0, false) /* amx_rows_x8_q5_0_avx512 */
+DEFINE_AMX_ROWS(amx_rows_x8_q5_1, GL_TYPE_Q5_1, false) /* amx_rows_x8_q5_1_avx512 */
+DEFINE_AMX_ROWS(amx_rows_x8_q8_0, GL_TYPE_Q8_0, false) /* amx_rows_x8_q8_0_avx512 */
+#endif

@@ -245,8 +245,8 @@ static inline amx_k_geom amx_k_geom_of(int type, bool x8, int64_t n_cols, size_t
 /* Rows of at most AMX_SHORT super-blocks whose token group's activations
  * fit L1 (768 columns: small models' q, k, v, o, gate and up): one row tile
  * at a time, all its dots of a lane before their float steps, the panel on
- * the stack. (The steps of amx_k_rows below ran 5-10% slower here, 8-bit
- * Q4_K / Q5_K 2048 x 768 most, for reasons not found.) */
+ * the stack. (The steps of amx_k_rows below ran slower here, 8-bit
+ * Q4_K / Q5_K most, for reasons not found.) */
 #define AMX_SHORT_BYTES 32768
 #define AMX_SHORT (AMX_SHORT_BYTES / (int)sizeof(kqa8_k))
 INLINE void amx_k_rows_short(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
@@ -467,7 +467,7 @@ INLINE void amx_q4k_floats(const bool x8, const uint8_t *ib, const int32_t *bs, 
 /* Row tiles whose planes one pass unpacks, at most (and at most AMX_Q4K_PASS_BYTES of planes): a pass runs
  * each token group over all its row tiles, so a token's outputs are written AMX_Q4K_PASS_TILES * 64 bytes
  * in a row. One row tile at a time, a row tile's 16 outputs of every token in turn (a cache line each,
- * a row of the output apart) were a third of the call's time: bench_matmul q4_k 2048 x 768 512 tokens. */
+ * a row of the output apart) were a large share of a long prompt's call (bench_matmul q4_k). */
 #define AMX_Q4K_PASS_TILES 8
 #define AMX_Q4K_PASS_BYTES (256 << 10)
 
@@ -620,16 +620,16 @@ INLINE void amx_k_rows(const int type, const bool x8, const uint8_t *w, size_t r
 
 /* kern_amx_rows_fn: rows r0..r1-1 of w's packed copy. */
 #define DEFINE_AMX_K_ROWS(name, TYPE, X8)                                                                                  \
-    static void FN(name)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride, int n_tok,    \
+    SIMD_DEF void FN(name)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride, int n_tok,  \
                      float *out, size_t out_stride, uint8_t *scratch) {                                         \
             const size_t row_bytes = gl_type_row_bytes(TYPE, w->n_cols);                                            \
         amx_k_rows(TYPE, X8, (const uint8_t *)w->packed + (size_t)r0 * row_bytes, row_bytes, (int)(r1 - r0),      \
                  w->n_cols, act, act_stride, n_tok, out + r0, out_stride, scratch);                                    \
     }
-DEFINE_AMX_K_ROWS(amx_rows_q4_k, GL_TYPE_Q4_K, false)
-DEFINE_AMX_K_ROWS(amx_rows_q5_k, GL_TYPE_Q5_K, false)
-DEFINE_AMX_K_ROWS(amx_rows_q6_k, GL_TYPE_Q6_K, false)
-DEFINE_AMX_K_ROWS(amx_rows_x8_q4_k, GL_TYPE_Q4_K, true)
-DEFINE_AMX_K_ROWS(amx_rows_x8_q5_k, GL_TYPE_Q5_K, true)
-DEFINE_AMX_K_ROWS(amx_rows_x8_q6_k, GL_TYPE_Q6_K, true)
+DEFINE_AMX_K_ROWS(amx_rows_q4_k, GL_TYPE_Q4_K, false) /* amx_rows_q4_k_avx512 */
+DEFINE_AMX_K_ROWS(amx_rows_q5_k, GL_TYPE_Q5_K, false) /* amx_rows_q5_k_avx512 */
+DEFINE_AMX_K_ROWS(amx_rows_q6_k, GL_TYPE_Q6_K, false) /* amx_rows_q6_k_avx512 */
+DEFINE_AMX_K_ROWS(amx_rows_x8_q4_k, GL_TYPE_Q4_K, true) /* amx_rows_x8_q4_k_avx512 */
+DEFINE_AMX_K_ROWS(amx_rows_x8_q5_k, GL_TYPE_Q5_K, true) /* amx_rows_x8_q5_k_avx512 */
+DEFINE_AMX_K_ROWS(amx_rows_x8_q6_k, GL_TYPE_Q6_K, true) /* amx_rows_x8_q6_k_avx512 */
 

@@ -248,11 +248,16 @@ INLINE void finish_outputs(const int NR, const int NT, __m512 acc[4][4], float *
  * (words) of its block that carry its four elements -- low and high nibbles
  * of the same words for Q4, out of the tail's 8 m words; for Q8_0 words of
  * its 16 m, through a permute of two vectors. Built once at load. */
-static uint16_t tail_words[2][KQ_SHORT_TAIL + 1][2][32];
-static int32_t tail_blocks[KQ_SHORT_TAIL + 1][2][16];
+SIMD_HIDDEN extern uint16_t kq_tail_words[2][KQ_SHORT_TAIL + 1][2][32];
+SIMD_HIDDEN extern int32_t kq_tail_blocks[KQ_SHORT_TAIL + 1][2][16];
 /* For Q5: which bit of each of the lane's four fifth-bit bytes is its
  * element's (e0 = 4 p + 16 h: bit p + 4 h), per word. */
-static uint16_t tail_fifth[KQ_SHORT_TAIL + 1][2][32];
+SIMD_HIDDEN extern uint16_t kq_tail_fifth[KQ_SHORT_TAIL + 1][2][32];
+
+#if SIMD_EMITS(TABLE)
+uint16_t kq_tail_words[2][KQ_SHORT_TAIL + 1][2][32];
+int32_t kq_tail_blocks[KQ_SHORT_TAIL + 1][2][16];
+uint16_t kq_tail_fifth[KQ_SHORT_TAIL + 1][2][32];
 
 __attribute__((constructor)) static void tail_tables(void) {
     for (int m = 1; m <= KQ_SHORT_TAIL; m++)
@@ -260,16 +265,17 @@ __attribute__((constructor)) static void tail_tables(void) {
             for (int lane = 0; lane < 16; lane++) {
                 int j = 0, e0 = 0;
                 bool used = kq_tail_lane(m, v, lane, &j, &e0);
-                tail_blocks[m][v][lane] = j;
-                tail_fifth[m][v][2 * lane] = tail_fifth[m][v][2 * lane + 1] = (uint16_t)(e0 % 16 / 4 + e0 / 16 * 4);
+                kq_tail_blocks[m][v][lane] = j;
+                kq_tail_fifth[m][v][2 * lane] = kq_tail_fifth[m][v][2 * lane + 1] = (uint16_t)(e0 % 16 / 4 + e0 / 16 * 4);
                 for (int q8 = 0; q8 < 2; q8++) {
                     /* elements 2g, 2g + 1 of block j are pair m g + j; Q4 keeps 16 + e in e's high nibble */
                     int g = (q8 ? e0 : e0 % 16) / 2;
-                    tail_words[q8][m][v][2 * lane] = (uint16_t)(used ? m * g + j : 0);
-                    tail_words[q8][m][v][2 * lane + 1] = (uint16_t)(used ? m * (g + 1) + j : 0);
+                    kq_tail_words[q8][m][v][2 * lane] = (uint16_t)(used ? m * g + j : 0);
+                    kq_tail_words[q8][m][v][2 * lane + 1] = (uint16_t)(used ? m * (g + 1) + j : 0);
                 }
             }
 }
+#endif
 
 INLINE __mmask64 first_bytes(int n) { return n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n > 0 ? n : 0)) - 1; }
 
@@ -325,16 +331,16 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
         const __m512i hi = q8 ? _mm512_maskz_loadu_epi8(first_bytes(n_bytes - 64), quants + 64) : lo;
 #pragma GCC unroll 2
         for (int v = 0; v < n_vec; v++) {
-            const __m512i words = _mm512_loadu_si512(tail_words[q8][m][v]);
+            const __m512i words = _mm512_loadu_si512(kq_tail_words[q8][m][v]);
             if (q8) {
                 u[r][v] = _mm512_xor_si512(_mm512_permutex2var_epi16(lo, words, hi), flip);
             } else {
                 __m512i p = _mm512_permutexvar_epi16(words, lo);
                 u[r][v] = _mm512_and_si512(_mm512_mask_srli_epi16(p, (__mmask32)0xffff0000u, p, 4), m4);
-                if (five) { /* lane L's block's fifth bits, each byte's to bit 0 by tail_fifth, then to bit 4 */
+                if (five) { /* lane L's block's fifth bits, each byte's to bit 0 by kq_tail_fifth, then to bit 4 */
                     const __m512i fb = _mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), quants - 4 * m);
-                    const __m512i f = _mm512_permutexvar_epi32(_mm512_loadu_si512(tail_blocks[m][v]), fb);
-                    const __m512i b0 = _mm512_srlv_epi16(f, _mm512_loadu_si512(tail_fifth[m][v]));
+                    const __m512i f = _mm512_permutexvar_epi32(_mm512_loadu_si512(kq_tail_blocks[m][v]), fb);
+                    const __m512i b0 = _mm512_srlv_epi16(f, _mm512_loadu_si512(kq_tail_fifth[m][v]));
                     u[r][v] = _mm512_or_si512(u[r][v], _mm512_and_si512(_mm512_slli_epi16(b0, 4), _mm512_set1_epi8(0x10)));
                 }
             }
@@ -1180,7 +1186,7 @@ INLINE void tile_k8(const int type, const uint8_t *w, size_t row_bytes, int64_t 
     case 1: ROWS_PASS(TILE, TYPE, 1, 1); break;     \
     case 2: ROWS_PASS(TILE, TYPE, 1, 2); break;     \
     case 3: ROWS_PASS(TILE, TYPE, 2, 3); break;
-#define DEFINE_PACKED_ROWS(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 2, 4, PACKED_ROWS_REST)
+#define DEFINE_PACKED_ROWS(name, TILE, TYPE) ROWS_FN_AS(static, name, TILE, TYPE, 2, 4, PACKED_ROWS_REST)
 
 /* Rows longer than a panel (TinyLlama's 5632) take full 4-token tiles one
  * panel of X16_PANEL chunks at a time over blocks of X16_ROW_BLOCK rows, so
@@ -1228,11 +1234,11 @@ INLINE int packed_chunk_panels(const int type, const bool x8, const uint8_t *w, 
 }
 
 /* One token. From the caches (kern_weights_stream false) two rows a tile,
- * sharing the activations' loads (one row a tile was a fifth to a third
- * slower from L2: q8_0 2048 x 640 33.5 -> 42.8 GB/s, q4_0 2048 x 896 18.7
- * -> 23.4; SmolLM2 tg +13%). Streaming, each row alone (one stream from
- * memory, with the decode prefetch pair): two rows of TinyLlama's 3 KiB rows
- * lost 9% of tg, their 3 KiB-ahead requests landing in the row beside; but
+ * sharing the activations' loads (one row a tile was clearly slower from
+ * L2, and so was a small model's decode). Streaming, each row alone (one
+ * stream from memory, with the decode prefetch pair): two rows of
+ * TinyLlama's 3 KiB rows lost decode speed, their 3 KiB-ahead requests
+ * landing in the row beside; but
  * short Q5 rows (PF_PAIR_ROW_BYTES) and Q4_K rows pair streaming too.
  * Alone, four rows' accumulators are reduced at once by sum4_ps's shared
  * tree, bit for bit each row's own reduce. Each output's operations are
@@ -1247,7 +1253,7 @@ INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *
                                   int64_t n_cols, const uint8_t *act, float *out) {
     _Alignas(64) float state[4 * 64];
     /* 16-bit activations against Q5 weights: the chunks split once (split_x16_chunk); Q4's
-     * word unpack is cheap enough that twice the byte dots lose (bench_matmul q4_0, q4_1: 3-8%) */
+     * word unpack is cheap enough that twice the byte dots lose (bench_matmul q4_0, q4_1) */
     _Alignas(64) kq16_split split[SPLIT_MAX_CHUNKS];
     const int nb = (int)(n_cols / 32), n_split = nb % 16 > KQ16_HALF_TAIL ? (nb + 15) / 16 : nb / 16;
     const bool use_split = !x8 && is_q5(type) && n_split <= SPLIT_MAX_CHUNKS && n_split > 0;
@@ -1273,7 +1279,7 @@ INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *
 
 #define DEFINE_PACKED_CHUNK_ROWS(name, TILE, TYPE, X8)                                                          \
     DEFINE_PACKED_ROWS(CAT(name, whole), TILE, TYPE)                                                            \
-    static void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,   \
+    SIMD_DEF void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,   \
                          size_t act_stride, int n_tok, float *out, size_t out_stride) {                         \
         if (n_tok == 1) {                                                                                       \
             packed_rows_one_token(TYPE, X8, w, row_bytes, n_rows, n_cols, act, out);                            \
@@ -1283,23 +1289,26 @@ INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *
         FN(CAT(name, whole))(w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
                              out + (size_t)t0 * out_stride, out_stride);                                        \
     }
+#if SIMD_EMITS(PACKED)
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q4_0, tile_x16, GL_TYPE_Q4_0, false) /* packed_rows_q4_0_avx512, packed_rows_q4_0_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q4_1, tile_x16, GL_TYPE_Q4_1, false) /* packed_rows_q4_1_avx512, packed_rows_q4_1_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q8_0, tile_x16, GL_TYPE_Q8_0, false) /* packed_rows_q8_0_avx512, packed_rows_q8_0_whole_avx512 */
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_0, tile_x16, GL_TYPE_Q5_0, false) /* packed_rows_q5_0_avx512, packed_rows_q5_0_whole_avx512 */
+DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_1, tile_x16, GL_TYPE_Q5_1, false) /* packed_rows_q5_1_avx512, packed_rows_q5_1_whole_avx512 */
+#endif
+#if SIMD_EMITS(PACKED_X8)
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q4_0, tile_x8, GL_TYPE_Q4_0, true) /* packed_rows_x8_q4_0_avx512, packed_rows_x8_q4_0_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q4_1, tile_x8, GL_TYPE_Q4_1, true) /* packed_rows_x8_q4_1_avx512, packed_rows_x8_q4_1_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q8_0, tile_x8, GL_TYPE_Q8_0, true) /* packed_rows_x8_q8_0_avx512, packed_rows_x8_q8_0_whole_avx512 */
-DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_0, tile_x16, GL_TYPE_Q5_0, false) /* packed_rows_q5_0_avx512, packed_rows_q5_0_whole_avx512 */
-DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_1, tile_x16, GL_TYPE_Q5_1, false) /* packed_rows_q5_1_avx512, packed_rows_q5_1_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_0, tile_x8, GL_TYPE_Q5_0, true) /* packed_rows_x8_q5_0_avx512, packed_rows_x8_q5_0_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* packed_rows_x8_q5_1_avx512, packed_rows_x8_q5_1_whole_avx512 */
+#endif
 /* K-quant rows: 1 x K_TILE_NT tiles; one token two rows a tile from the
- * caches, one streaming (as packed_rows_one_token: from L2 q6_k 640 x 2048
- * 21.9 -> 26.4 GB/s, q4_k 320 x 4864 16.8 -> 18.3), two one row, 3 and 4
- * two rows. Q4_K two rows streaming too: its super-blocks' sums go two
- * outputs a tree (q4_k_two), a row alone pairs its own super-blocks
- * (bench_matmul q4_k BENCH_STREAM=1, 1 thread, CPU time, one -> two rows:
- * 2048 x 768 16-bit 0.054 -> 0.041 ms, 8-bit 0.044 -> 0.032). */
+ * caches, one streaming (as packed_rows_one_token, and for its reasons),
+ * two one row, 3 and 4 two rows. Q4_K two rows streaming too: its
+ * super-blocks' sums go two outputs a tree (q4_k_two), a row alone pairs
+ * its own super-blocks, so two rows a tile are faster streaming as well, at
+ * both widths (bench_matmul q4_k with BENCH_STREAM=1). */
 #define PACKED_K_ROWS_REST(TILE, TYPE)                                                      \
     case 1:                                                                                 \
         if (one_token_row_pairs(TYPE, row_bytes)) ROWS_PASS(TILE, TYPE, 2, 1);              \
@@ -1312,13 +1321,16 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* pa
     case 6: ROWS_PASS(TILE, TYPE, 1, 6); break;     \
     case 7: ROWS_PASS(TILE, TYPE, 1, 7); break;
 #define DEFINE_PACKED_K_ROWS(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 1, K_TILE_NT, PACKED_K_ROWS_REST)
+#if SIMD_EMITS(PACKED_K)
 DEFINE_PACKED_K_ROWS(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K) /* packed_rows_q6_k_avx512 */
 DEFINE_PACKED_K_ROWS(packed_rows_q4_k, tile_k16, GL_TYPE_Q4_K) /* packed_rows_q4_k_avx512 */
 DEFINE_PACKED_K_ROWS(packed_rows_q5_k, tile_k16, GL_TYPE_Q5_K) /* packed_rows_q5_k_avx512 */
 DEFINE_PACKED_K_ROWS(packed_rows_x8_q6_k, tile_k8, GL_TYPE_Q6_K) /* packed_rows_x8_q6_k_avx512 */
 DEFINE_PACKED_K_ROWS(packed_rows_x8_q4_k, tile_k8, GL_TYPE_Q4_K) /* packed_rows_x8_q4_k_avx512 */
 DEFINE_PACKED_K_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_x8_q5_k_avx512 */
+#endif
 
+#if SIMD_EMITS(TABLE)
 /* ---- activation rows for the packed tiles, in one pass ---------------------------
  * quantize_32's arithmetic on 16 lanes, the same bits (its operations are
  * elementwise; the maximum and the integer sums are exact in any order),
@@ -1792,3 +1804,4 @@ INLINE void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride,
 #define ATTEND_SCORES FN(attend_scores)
 #define ATTEND_PV FN(attend_pv)
 #define ATTEND_SOFTMAX FN(attend_softmax)
+#endif

@@ -30,6 +30,29 @@
 #define FN(name) CAT(name, SIMD_NAME)
 #define INLINE static inline __attribute__((always_inline))
 
+/* Which generated functions this translation unit defines: kernels_avx2.c
+ * all of them (SIMD_PARTS unset); kernels_avx512*.c one part each, so no
+ * unit takes long to compile (under sanitizers the packed and AMX tiles took
+ * most of a build in one). A part's functions are static where the kern_impl
+ * table is (SIMD_PART_TABLE), else hidden and declared in kernels_avx512.h. */
+#define SIMD_PART_TABLE 0x01      /* quantize_*, swiglu, geglu, to_f16, attention, the table (simd_impl.h) */
+#define SIMD_PART_ROWS 0x02       /* rows_*: weights as the file has them */
+#define SIMD_PART_PACKED 0x04     /* packed_rows_{q4_0,q4_1,q5_0,q5_1,q8_0}: 16-bit activations */
+#define SIMD_PART_PACKED_X8 0x08  /* packed_rows_x8_{q4_0,...}: 8-bit activations */
+#define SIMD_PART_PACKED_K 0x10   /* packed_rows_{q4_k,q5_k,q6_k}, packed_rows_x8_{...} */
+#define SIMD_PART_AMX 0x20        /* amx_rows_{q4_0,...}, amx_rows_x8_{...} (simd_amx.h) */
+#define SIMD_PART_AMX_K 0x40      /* amx_rows_{q4_k,q5_k,q6_k}, amx_rows_x8_{...} (simd_amx_k.h) */
+#ifndef SIMD_PARTS
+#define SIMD_PARTS 0x7f
+#endif
+#define SIMD_EMITS(part) ((SIMD_PARTS) & SIMD_PART_##part)
+#define SIMD_HIDDEN __attribute__((visibility("hidden")))
+#if SIMD_EMITS(TABLE)
+#define SIMD_DEF static
+#else
+#define SIMD_DEF SIMD_HIDDEN
+#endif
+
 /* ---- helpers ------------------------------------------------------------------ */
 
 INLINE float hsum_ps(__m256 v) {
@@ -70,12 +93,11 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
  * when the L2 request has landed, so the L1 one is a short trip and the
  * tile's own loads hit L1, when the weights stream from memory
  * (kern_weights_stream); from the L3 (SmolLM2, 0.1 GB) the second request
- * costs more than it saves (tg -13%, stories110M Q8_0 -18%), and the one
- * L2 request below serves. Its compute per byte (Q5_0, the K-quants) then
- * overlaps the stream better than with one request into L2 6 KiB ahead:
- * streaming from memory, 1 thread, loaded host, q8_0 250000 x 896 14.3 ->
- * 16.5 GB/s, q5_0 400000 x 896 13.3 -> 14.8, q6_k 60000 x 4864 12.3 ->
- * 14.2 (the same place's probe read 21). Other tiles of one or two tokens
+ * costs more than it saves (decode was clearly slower), and the one L2
+ * request below serves. Its compute per byte (Q5_0, the K-quants) then
+ * overlaps the stream better than with one request into L2 6 KiB ahead
+ * (every type read faster streaming from memory, still short of what a
+ * plain read of the same memory reaches). Other tiles of one or two tokens
  * (several rows side by side) ask for L2 only, 6 KiB or more ahead: an L1
  * request that misses to memory holds one of L1's few miss buffers for the
  * whole trip, and with them all taken the tile's own loads wait. Wider
@@ -86,10 +108,9 @@ INLINE __m256i load256(const void *p) { return _mm256_loadu_si256((const __m256i
  * read two a tile when streamed too, with the single row's prefetch pair
  * (q5_prefetch_distance): the two rows lie end to end, one stream still,
  * and the tile shares the split activations' loads and a row's fixed costs
- * over Q5's dearer unpack (q5_0 4864 x 896 streamed, medians of 4: 1
- * thread 12.6 -> 13.2 GB/s, 2 threads 24.9 -> 26.5). Q4_0's 1152-byte rows
- * lost so (TinyLlama 2048 x 2048: 17.5 -> 15.8), Q8_0's 952 neither won
- * nor lost clearly. */
+ * over Q5's dearer unpack (faster streamed, on one thread and two).
+ * Q4_0's 1152-byte rows lost so (TinyLlama), Q8_0's 952 neither won nor
+ * lost clearly. */
 #define PF_PAIR_ROW_BYTES 1024
 INLINE void prefetch_ahead(const uint8_t *p, int n_bytes, size_t ahead, const int NR, const int NT) {
     for (int off = 0; off < n_bytes; off += 64) {
@@ -177,6 +198,7 @@ INLINE __m256 abs_max(const float *x, int n) {
     return m;
 }
 
+#if SIMD_EMITS(TABLE)
 /* quantize_32_avx2, quantize_32_avx512 */
 static void FN(quantize_32)(const float *x, kq8_32 *y, int64_t n) {
     for (int64_t b = 0; b < n / 32; b++, x += 32) {
@@ -201,6 +223,7 @@ static void FN(quantize_256)(const float *x, kq8_256 *y, int64_t n) {
         y[b].d = d * (1.0f / 256.0f);
     }
 }
+#endif
 
 /* ---- 32-element block types ----------------------------------------------------
  * row . x = sum_b [dw_b * da_b * dot(u_b, q_b) + mw_b * s_b]: u the weight
@@ -575,8 +598,9 @@ INLINE void tile_float(const int type, const uint8_t *w, size_t row_bytes, int64
 
 /* A rows function: full tiles of FULL_NR rows x FULL_NT tokens, then the
  * token remainder by the cases REST(TILE, TYPE) gives. */
-#define ROWS_FN(name, TILE, TYPE, FULL_NR, FULL_NT, REST)                                                    \
-    static void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act, \
+#define ROWS_FN(name, TILE, TYPE, FULL_NR, FULL_NT, REST) ROWS_FN_AS(SIMD_DEF, name, TILE, TYPE, FULL_NR, FULL_NT, REST)
+#define ROWS_FN_AS(LINKAGE, name, TILE, TYPE, FULL_NR, FULL_NT, REST)                                        \
+    LINKAGE void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act, \
                          size_t act_stride, int n_tok, float *out, size_t out_stride) {                      \
         int t0 = 0;                                                                                          \
         for (; t0 + (FULL_NT) <= n_tok; t0 += (FULL_NT)) {                                                   \
@@ -599,6 +623,7 @@ INLINE void tile_float(const int type, const uint8_t *w, size_t row_bytes, int64
     ROWS_REST_WIDE(TILE, TYPE)
 #define DEFINE_ROWS(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 1, TT, ROWS_REST)
 
+#if SIMD_EMITS(ROWS)
 DEFINE_ROWS(rows_q4_0, tile_q32, GL_TYPE_Q4_0) /* rows_q4_0_avx2, rows_q4_0_avx512 */
 DEFINE_ROWS(rows_q4_1, tile_q32, GL_TYPE_Q4_1) /* rows_q4_1_avx2, rows_q4_1_avx512 */
 DEFINE_ROWS(rows_q8_0, tile_q32, GL_TYPE_Q8_0) /* rows_q8_0_avx2, rows_q8_0_avx512 */
@@ -622,6 +647,7 @@ DEFINE_ROWS(rows_x8_q6_k, tile_q6_k, GL_TYPE_Q6_K | TILE_X8) /* rows_x8_q6_k_avx
 DEFINE_ROWS(rows_f32, tile_float, GL_TYPE_F32) /* rows_f32_avx2, rows_f32_avx512 */
 DEFINE_ROWS(rows_f16, tile_float, GL_TYPE_F16) /* rows_f16_avx2, rows_f16_avx512 */
 DEFINE_ROWS(rows_bf16, tile_float, GL_TYPE_BF16) /* rows_bf16_avx2, rows_bf16_avx512 */
+#endif
 
 /* ---- attention ---------------------------------------------------------------------
  * Query heads h0..h0+nh-1 (one KV group) of one token, over the cache block by
@@ -729,6 +755,7 @@ INLINE float exp_sum_f32(float *y, int n, float m) {
     return hsum_ps(acc);
 }
 
+#if SIMD_EMITS(TABLE)
 /* A gated unit's last n < 8 elements through padded copies, so each
  * element's value never depends on the call's length. */
 static void FN(glu_tail)(void (*glu)(float *, const float *, int), float *gate, const float *up, int n) {
@@ -810,4 +837,5 @@ static void FN(to_f16)(const float *x, uint16_t *y, int n) { /* to_f16_avx2, to_
         _mm_storeu_si128((__m128i *)(y + i), _mm256_cvtps_ph(_mm256_loadu_ps(x + i), _MM_FROUND_TO_NEAREST_INT));
     for (; i < n; i++) y[i] = gl_fp32_to_fp16(x[i]);
 }
+#endif
 
