@@ -13,8 +13,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "draft_model.h"
-#include "drafter.h"
 #include "gl_error.h"
 #include "grammar.h"
 #include "kernels.h"
@@ -23,19 +21,12 @@
 #include "model.h"
 #include "sampler.h"
 #include "scheduler.h"
-#include "spec_rule.h"
+#include "spec.h"
 #include "textstream.h"
 
 /* Prompt positions that may ask for logprobs in one step: bounds the logits
  * buffer (n_vocab floats a row). */
 #define PROMPT_LOGPROB_ROWS 64
-
-/* A sequence the rule left without drafts probes one drafted token, valued
- * as if half its drafts were accepted, after this many steps (doubling after
- * each probe that fails, up to SPEC_PROBE_MAX), so it notices when copying
- * resumes. */
-#define SPEC_PROBE 8
-#define SPEC_PROBE_MAX 64
 
 struct gl_engine {
     gl_model *model;
@@ -49,16 +40,7 @@ struct gl_engine {
     float *logits;            /* [max_logits][n_vocab] */
     gl_top_logprob *top;      /* [20] */
     gr_vocab *vocab;          /* token bytes for grammar masks */
-    gl_drafter *drafter;      /* the n-gram drafter, or NULL */
-    gl_model *draft_model;    /* GL_SPEC_DRAFT: loaded here, owned */
-    dm_drafter *dm;           /* GL_SPEC_DRAFT: proposals from draft_model, else NULL */
-    bool spec;                /* speculative decoding on (drafter or dm) */
-    spec_costs costs;         /* the draft-length rule's step costs (spec_rule.h) */
-    int draft_rows;           /* drafted tokens one step carries at most */
-    gl_seq **sp_seq;          /* [max_seqs] the next step's drafting candidates */
-    int *sp_cap, *sp_k;       /* [max_seqs] their longest draft, and the length chosen */
-    double *sp_a, *sp_v;      /* [max_seqs] their acceptance; spec_choose's scratch */
-    int *sp_pick;             /* [draft_rows] spec_choose's scratch */
+    gl_spec *spec;            /* speculative decoding (spec.h), or NULL when off */
     int32_t *eog_ids;         /* end-of-generation tokens, banned under min_tokens */
     int n_eog;
 
@@ -208,7 +190,6 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
         return NULL;
     }
     e->model = model;
-    e->spec = p.spec_mode != GL_SPEC_OFF;
     e->params = p;
     pthread_mutex_init(&e->mutex, NULL);
     pthread_cond_init(&e->cond, NULL);
@@ -229,23 +210,16 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     e->n_ctx = p.n_ctx > 0 ? p.n_ctx : c->n_ctx_train;
     if (e->n_ctx > n_blocks * p.block_size) e->n_ctx = n_blocks * p.block_size;
 
-    if (p.spec_mode == GL_SPEC_DRAFT && !(e->draft_model = gl_model_load(p.spec_draft_model, err))) goto fail;
     e->pool = kern_pool_new(p.n_threads);
-    int widest = c->n_widest;
-    if (e->draft_model && e->draft_model->config.n_widest > widest) widest = e->draft_model->config.n_widest;
-    if (!e->pool || kern_pool_reserve(e->pool, (size_t)widest) ||
-        kern_pool_reserve_tokens(e->pool, p.max_batch_tokens, widest)) {
+    if (!e->pool || kern_pool_reserve(e->pool, (size_t)c->n_widest) ||
+        kern_pool_reserve_tokens(e->pool, p.max_batch_tokens, c->n_widest)) {
         gl_error_set(err, "cannot start %d compute threads", p.n_threads);
         goto fail;
     }
     kern_pool_set_act_bits(e->pool, p.activation_bits); /* validated above */
-    /* drafted tokens' rows (n_vocab floats each): a full draft for every
-     * sequence up to 128 rows; batches that large stop drafting anyway
-     * (draft_length), and a draft past the rows left is cut */
-    int draft_rows = p.spec_mode == GL_SPEC_OFF ? 0 : p.max_seqs * p.spec_max_tokens;
-    if (draft_rows > 128) draft_rows = 128;
-    if (draft_rows > p.max_batch_tokens) draft_rows = p.max_batch_tokens;
-    e->draft_rows = draft_rows;
+    if (p.spec_mode != GL_SPEC_OFF && !(e->spec = spec_create(&p, model, e->pool, n_blocks * p.block_size, err)))
+        goto fail;
+    int draft_rows = spec_draft_rows(&p);
     sched_limits limits = {.max_batch_tokens = p.max_batch_tokens, .max_seqs = p.max_seqs,
                            .max_logits = p.max_seqs + PROMPT_LOGPROB_ROWS + draft_rows};
     e->rs = model_run_state_create(model, p.max_batch_tokens, limits.max_logits, err);
@@ -256,34 +230,10 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     e->logits = malloc((size_t)limits.max_logits * (size_t)c->n_vocab * sizeof(float));
     e->top = calloc(20, sizeof *e->top);
     e->vocab = engine_vocab(e, model);
-    /* the draft pool holds as many positions as the target's: it never
-     * needs more, having no prefix sharing to save but no more sequences */
-    if (e->draft_model && !(e->dm = dm_create(e->draft_model, model, e->pool, p.max_batch_tokens,
-                                              n_blocks * p.block_size, p.block_size, p.kv_type, err)))
-        goto fail;
-    if (p.spec_mode == GL_SPEC_NGRAM) {
-        drafter_params dp = {.mode = p.spec_mode, .ngram_min = p.spec_ngram_min, .ngram_max = p.spec_ngram_max};
-        if (!(e->drafter = drafter_create(&dp))) {
-            gl_error_set(err, "out of memory for the drafter");
-            goto fail;
-        }
-    }
     e->b_tokens = malloc((size_t)T * sizeof(int32_t));
     e->b_positions = malloc((size_t)T * sizeof(int32_t));
     e->b_seq_of_token = malloc((size_t)T * sizeof(int32_t));
     e->b_tables = malloc((size_t)p.max_seqs * sizeof *e->b_tables);
-    if (e->spec) {
-        e->sp_seq = calloc((size_t)p.max_seqs, sizeof *e->sp_seq);
-        e->sp_cap = calloc((size_t)p.max_seqs, sizeof *e->sp_cap);
-        e->sp_k = calloc((size_t)p.max_seqs, sizeof *e->sp_k);
-        e->sp_a = calloc((size_t)p.max_seqs, sizeof *e->sp_a);
-        e->sp_v = calloc((size_t)p.max_seqs, sizeof *e->sp_v);
-        e->sp_pick = calloc((size_t)draft_rows + 1, sizeof *e->sp_pick);
-        if (!spec_costs_init(&e->costs, T) || !e->sp_seq || !e->sp_cap || !e->sp_k || !e->sp_a || !e->sp_v || !e->sp_pick) {
-            gl_error_set(err, "out of memory for the draft-length rule");
-            goto fail;
-        }
-    }
     if (!e->sched || !e->logits || !e->top || !e->vocab || !e->eog_ids || !e->b_tokens || !e->b_positions || !e->b_seq_of_token || !e->b_tables) {
         gl_error_set(err, "out of memory for the engine's buffers");
         goto fail;
@@ -310,22 +260,13 @@ void gl_engine_free(gl_engine *e) {
     free(e->logits);
     free(e->top);
     gr_vocab_free(e->vocab);
-    drafter_free(e->drafter);
-    dm_free(e->dm); /* after sched_free: the sequences' draft states go with it */
-    gl_model_free(e->draft_model);
+    spec_free(e->spec); /* after sched_free: the sequences' draft states go with it */
     free(e->eog_ids);
     free(e->cancel_ids);
     free(e->b_tokens);
     free(e->b_positions);
     free(e->b_seq_of_token);
     free(e->b_tables);
-    spec_costs_free(&e->costs);
-    free(e->sp_seq);
-    free(e->sp_cap);
-    free(e->sp_k);
-    free(e->sp_a);
-    free(e->sp_v);
-    free(e->sp_pick);
     pthread_mutex_destroy(&e->mutex);
     pthread_cond_destroy(&e->cond);
     free(e);
@@ -373,9 +314,7 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     s->min_tokens = req->min_tokens;
     s->no_prefix_cache = req->no_prefix_cache;
     s->prompt_progress = req->prompt_progress;
-    s->spec_len = e->spec && !req->no_speculation ? e->params.spec_max_tokens : 0;
-    s->spec_accept = 0.7; /* optimistic: a new sequence drafts until it learns */
-    s->spec_gap = SPEC_PROBE;
+    spec_seq_init(e->spec, &s->spec, !req->no_speculation);
     s->progress_sent = -1;
     s->prompt_logprobs = req->prompt_logprobs;
     s->n_logprobs = req->sampling.n_logprobs;
@@ -463,8 +402,8 @@ static void emit_finished(gl_seq *s, gl_finish_reason reason, const char *error,
         .t_queued = (s->t_scheduled > 0 ? s->t_scheduled : t) - s->t_submit,
         .t_first_token = s->t_first_token > 0 ? s->t_first_token - s->t_submit : 0,
         .t_total = t - s->t_submit,
-        .n_draft_tokens = s->n_draft_total,
-        .n_accepted_tokens = s->n_accepted_total,
+        .n_draft_tokens = s->spec.n_draft_total,
+        .n_accepted_tokens = s->spec.n_accepted_total,
     };
     if (fn) fn(&ev, ctx);
 }
@@ -475,7 +414,7 @@ static void finish(gl_engine *e, gl_seq *s, gl_finish_reason reason, const char 
     sched_remove(e->sched, s, &was_waiting);
     if (was_waiting) queued_add(e, -1);
     emit_finished(s, reason, error, fn, ctx);
-    if (e->dm) dm_seq_release(e->dm, &s->draft);
+    spec_seq_release(e->spec, &s->spec);
     seq_free(e->kvm, s);
 }
 
@@ -625,7 +564,7 @@ static bool verify_drafts(gl_engine *e, gl_seq *r, const sched_entry *en, gl_eve
     int n_vocab = e->model->config.n_vocab, k = en->n_draft, base = r->n_tokens;
     int32_t draft[GL_SPEC_MAX];
     memcpy(draft, r->tokens + base, (size_t)k * sizeof *draft); /* sampling overwrites them */
-    r->n_draft = 0;
+    r->spec.n_draft = 0;
     int accepted = 0;
     gl_finish_reason why = GL_FINISH_NONE;
     const char *error = NULL;
@@ -633,23 +572,10 @@ static bool verify_drafts(gl_engine *e, gl_seq *r, const sched_entry *en, gl_eve
         float *row = e->logits + (size_t)(en->sample_row + j) * (size_t)n_vocab;
         why = sample_and_append(e, r, row, &error, fn, ctx);
         bool match = j < k && why != GL_FINISH_ERROR && r->tokens[base + j] == draft[j];
-        if (match) {
-            accepted++;
-            e->stats.spec_accepted_at[j]++;
-        }
+        accepted += match;
         if (why != GL_FINISH_NONE || !match) break;
     }
-    if (k > 0) {
-        /* positions tested: the accepted ones and the first rejected one */
-        for (int j = 0; j < accepted + (accepted < k); j++)
-            r->spec_accept = 0.85 * r->spec_accept + 0.15 * (j < accepted);
-        r->spec_gap = accepted > 0 ? SPEC_PROBE : r->spec_gap * 2 > SPEC_PROBE_MAX ? SPEC_PROBE_MAX : r->spec_gap * 2;
-        e->stats.spec_drafts++;
-        e->stats.spec_draft_tokens += (uint64_t)k;
-        e->stats.spec_accepted_tokens += (uint64_t)accepted;
-        r->n_draft_total += k;
-        r->n_accepted_total += accepted;
-    }
+    spec_learn(e->spec, &r->spec, k, accepted, r->tokens, r->n_tokens, &e->stats);
     if (why != GL_FINISH_NONE) {
         finish(e, r, why, error, fn, ctx);
         return false;
@@ -681,71 +607,11 @@ static void update_from_output(gl_engine *e, const sched_plan *plan, gl_event_fn
 
 /* ---- the step ------------------------------------------------------------------------ */
 
-/* Chooses every decoding sequence's draft length for the next step
- * (spec_rule.h) and proposes the drafts. */
-static void plan_drafts(gl_engine *e) {
-    const scheduler *sc = e->sched;
-    int n = 0, n_decoding = 0, total = 0;
-    /* Prompt tokens waiting: the next steps are full of them and a drafted
-     * token would take a prompt token's place in the budget (and cost a
-     * compute-bound token, not the decode table's price): no drafts. */
-    bool prefill = sc->waiting.head != NULL;
-    for (int i = 0; i < sc->n_running; i++) prefill |= sc->running[i]->n_tokens - sc->running[i]->num_computed_tokens > 1;
-    for (int i = 0; i < sc->n_running; i++) {
-        gl_seq *r = sc->running[i];
-        if (r->n_tokens - r->num_computed_tokens != 1) continue;
-        r->n_draft = 0;
-        if (prefill && !e->params.spec_fixed) continue;
-        n_decoding++;
-        int cap = r->max_generated - r->n_generated;
-        if (r->cap_tokens - r->n_tokens < cap) cap = r->cap_tokens - r->n_tokens;
-        cap--; /* the last row's token needs room too */
-        if (cap > r->spec_len) cap = r->spec_len;
-        if (cap <= 0) continue;
-        double a = r->spec_accept;
-        bool probe = r->spec_idle >= r->spec_gap && !e->params.spec_fixed;
-        if (probe) {
-            cap = 1;
-            if (a < 0.5) a = 0.5;
-        }
-        /* the n-gram drafter is cheap: propose first, so only real drafts compete */
-        if (e->drafter && !(cap = drafter_propose(e->drafter, r->tokens, r->n_tokens, cap, r->tokens + r->n_tokens)))
-            continue;
-        e->sp_seq[n] = r;
-        e->sp_cap[n] = cap;
-        e->sp_k[n] = e->params.spec_fixed ? cap : 0;
-        e->sp_a[n] = a;
-        total += cap;
-        n++;
-    }
-    if (n == 0) return;
-    int max_d = e->draft_rows < total ? e->draft_rows : total;
-    if (!e->params.spec_fixed)
-        spec_choose(&e->costs, n_decoding, n, e->sp_cap, e->sp_a, max_d, e->sp_k, e->sp_v, e->sp_pick);
-    for (int i = 0; i < n; i++) {
-        gl_seq *r = e->sp_seq[i];
-        int k = e->sp_k[i];
-        if (k == 0) {
-            r->spec_idle++;
-            continue;
-        }
-        r->spec_idle = 0;
-        if (!e->dm) {
-            r->n_draft = k; /* already written */
-            continue;
-        }
-        bool first = !r->draft; /* feeds the whole prompt: a one-off, not a drafted token's cost */
-        double t0 = now_s();
-        r->n_draft = dm_propose(e->dm, &r->draft, r->tokens, r->n_tokens, r->cap_tokens, k, r->tokens + r->n_tokens);
-        if (!first) spec_costs_learn_draft(&e->costs, k, now_s() - t0);
-    }
-}
-
 static void publish_stats(gl_engine *e) {
     const scheduler *sc = e->sched;
     e->stats.n_running = sc->n_running;
     e->stats.n_blocks_used = e->kv->n_blocks - kv_n_free(e->kv);
-    e->stats.spec_draft_blocks_used = e->dm ? dm_blocks_used(e->dm) : 0;
+    e->stats.spec_draft_blocks_used = spec_blocks_used(e->spec);
     e->stats.n_preemptions = sc->n_preemptions;
     e->stats.prefix_queries = sc->prefix_queries;
     e->stats.prefix_hits = sc->prefix_hits;
@@ -759,19 +625,14 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
     take_submissions(e, fn, ctx);
     const sched_plan *plan = sched_schedule(e->sched);
     if (plan->n_preempted != plan->n_admitted) queued_add(e, plan->n_preempted - plan->n_admitted);
-    if (e->dm && plan->n_preempted > 0) /* a preempted sequence gives its draft blocks back too */
-        for (gl_seq *w = e->sched->waiting.head; w; w = w->next) dm_seq_release(e->dm, &w->draft);
     int n_seqs = 0;
     double t0 = now_s();
-    if (plan->n_tokens > 0 && run_model(e, plan, fn, ctx)) {
-        bool decode_only = true; /* prompt chunks would fit prefill's cost, not decoding's */
-        for (int si = 0; si < plan->n_entries; si++)
-            decode_only &= plan->entries[si].sample_row >= 0 && plan->entries[si].n_tokens == 1 + plan->entries[si].n_draft;
+    bool ran = plan->n_tokens > 0 && run_model(e, plan, fn, ctx);
+    if (ran) {
         n_seqs = plan->n_entries;
-        update_from_output(e, plan, fn, ctx); /* may free finished sequences: plan entries read above */
-        if (e->spec && decode_only) spec_costs_learn(&e->costs, plan->n_tokens, now_s() - t0);
-        if (e->spec) plan_drafts(e);
+        update_from_output(e, plan, fn, ctx); /* may free finished sequences; the plan's entries stay */
     }
+    spec_after_step(e->spec, e->sched, plan, ran, now_s() - t0); /* the next step's drafts */
     publish_stats(e);
     return n_seqs;
 }

@@ -148,7 +148,7 @@ static void preempt(scheduler *sc, int i) {
     running_remove(sc, i);
     kv_free_blocks(sc->kv, &s->kv);
     s->num_computed_tokens = 0;
-    s->n_draft = 0; /* recomputation starts from the accepted tokens only */
+    s->spec.n_draft = 0; /* recomputation starts from the accepted tokens only */
     queue_push_front(&sc->waiting, s);
     sc->n_preemptions++;
     sc->plan.n_preempted++;
@@ -203,7 +203,7 @@ static int plan_decodes(scheduler *sc, int budget) {
         gl_seq *r = sc->running[i];
         if (r->n_tokens - r->num_computed_tokens != 1) continue;
         n_decoding--;
-        int k = r->n_draft, rows = logits_left(sc);
+        int k = r->spec.n_draft, rows = logits_left(sc);
         if (k > spare) k = spare;
         if (k > rows) k = rows;
         /* a draft's blocks never cost another sequence its token */
@@ -211,7 +211,7 @@ static int plan_decodes(scheduler *sc, int budget) {
         if (k < 0 || kv_manager_n_free(sc->kv) - new_blocks < n_decoding ||
             !kv_allocate_slots(sc->kv, &r->kv, r->n_tokens + k))
             k = 0;
-        r->n_draft = k;
+        r->spec.n_draft = k;
         while (!kv_allocate_slots(sc->kv, &r->kv, r->n_tokens)) {
             preempt(sc, sc->n_running - 1);
             if (sc->n_running <= i) break; /* r itself was the one */

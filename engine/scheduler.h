@@ -21,6 +21,7 @@
 #include "genloop.h"
 #include "kv_manager.h"
 #include "sampler.h"
+#include "spec.h"
 #include "textstream.h"
 
 /* One request: its tokens, its progress, and what its events need. */
@@ -42,14 +43,7 @@ typedef struct gl_seq {
     int min_tokens;           /* end-of-generation tokens banned below this many generated */
     bool no_prefix_cache;     /* this request does not read the prefix cache */
     bool prompt_progress;     /* report prefill progress */
-    int n_draft;              /* drafted tokens at tokens[n_tokens..], run with the next one */
-    int spec_len;             /* longest draft for this sequence; 0 = never drafts */
-    double spec_accept;       /* recent per-token acceptance of its drafts (moving average) */
-    int spec_idle;            /* steps in a row the rule gave it no draft */
-    int spec_gap;             /* idle steps before it probes a drafted token */
-    int n_draft_total;        /* tokens drafted for it so far */
-    int n_accepted_total;     /* of which accepted */
-    struct dm_seq *draft;     /* the draft model's cache for it (draft_model.h), or NULL */
+    spec_seq spec;            /* speculative decoding's part: its drafts and their learning (spec.h) */
     int progress_sent;        /* prompt tokens last reported as processed; -1 = none yet */
     gl_sampler *sampler;      /* NULL in scheduler tests */
     struct gr_matcher *grammar; /* NULL, or the constraint on the output (grammar.h) */

@@ -80,7 +80,7 @@ START_TEST(test_drafts_ride_under_the_budget) {
         ck_assert_int_eq(s[i]->num_computed_tokens, 5);
         s[i]->tokens[s[i]->n_tokens++] = 9;
         for (int j = 0; j < 6; j++) s[i]->tokens[s[i]->n_tokens + j] = 20 + j;
-        s[i]->n_draft = 6;
+        s[i]->spec.n_draft = 6;
     }
     p = sched_schedule(sc);
     ck_assert_int_eq(p->n_entries, 2);
@@ -98,7 +98,7 @@ START_TEST(test_drafts_ride_under_the_budget) {
     int free_before = kv_manager_n_free(kvm);
     s[0]->num_computed_tokens = 8;
     s[0]->n_tokens = 9;
-    s[0]->n_draft = 0;
+    s[0]->spec.n_draft = 0;
     kv_publish_full_blocks(kvm, &s[0]->kv, s[0]->num_computed_tokens);
     kv_trim_slots(kvm, &s[0]->kv, s[0]->n_tokens);
     ck_assert_int_eq(s[0]->kv.n_blocks, 3); /* 9 positions need 3 blocks */
@@ -135,7 +135,7 @@ START_TEST(test_draft_leaves_blocks_for_others) {
         s[i]->num_computed_tokens = 4;
         s[i]->tokens[s[i]->n_tokens++] = 9;
         for (int j = 0; j < 4; j++) s[i]->tokens[s[i]->n_tokens + j] = 20 + j;
-        s[i]->n_draft = 4;
+        s[i]->spec.n_draft = 4;
     }
     /* 2 blocks free: s0's token and draft (positions 4..8) would take both,
      * leaving s1 none: the draft is dropped instead of preempting s1 */
