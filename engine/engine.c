@@ -298,27 +298,8 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     }
     int limit = e->n_ctx;
     if (req->max_tokens > 0 && req->n_prompt + req->max_tokens < limit) limit = req->n_prompt + req->max_tokens;
-    gl_seq *s = seq_create(req->prompt, req->n_prompt, limit, e->params.block_size);
-    if (!s) goto oom;
-    s->sampler = sampler_create(&req->sampling, n_vocab);
-    /* a constrained answer ends with its structure; a stop string would cut it */
-    s->text = req->grammar ? ts_create(NULL, 0) : ts_create(req->stop, req->n_stop);
-    if (!s->sampler || !s->text) goto oom;
-    if (req->grammar && !(s->grammar = gr_matcher_new(req->grammar, e->vocab, err))) {
-        seq_free(NULL, s);
-        return 0;
-    }
-    for (int i = 0; i < req->n_prompt; i++) sampler_accept(s->sampler, req->prompt[i]);
-    s->user = req->user;
-    s->ignore_eos = req->ignore_eos;
-    s->min_tokens = req->min_tokens;
-    s->no_prefix_cache = req->no_prefix_cache;
-    s->prompt_progress = req->prompt_progress;
-    spec_seq_init(e->spec, &s->spec, !req->no_speculation);
-    s->progress_sent = -1;
-    s->prompt_logprobs = req->prompt_logprobs;
-    s->n_logprobs = req->sampling.n_logprobs;
-    s->logprobs = req->sampling.logprobs;
+    gl_seq *s = request_create(req, limit, e->params.block_size, n_vocab, e->vocab, e->spec, err);
+    if (!s) return 0;
     s->t_submit = now_s();
 
     pthread_mutex_lock(&e->mutex);
@@ -335,10 +316,6 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     pthread_cond_signal(&e->cond);
     pthread_mutex_unlock(&e->mutex);
     return id; /* s may be finished and freed by the engine thread already */
-oom:
-    seq_free(NULL, s);
-    gl_error_set(err, "out of memory");
-    return 0;
 }
 
 void gl_engine_cancel(gl_engine *e, uint64_t id) {
@@ -414,8 +391,7 @@ static void finish(gl_engine *e, gl_seq *s, gl_finish_reason reason, const char 
     sched_remove(e->sched, s, &was_waiting);
     if (was_waiting) queued_add(e, -1);
     emit_finished(s, reason, error, fn, ctx);
-    spec_seq_release(e->spec, &s->spec);
-    seq_free(e->kvm, s);
+    request_free(e->kvm, e->spec, s);
 }
 
 /* Move what other threads handed in (requests, cancels) to the scheduler. */
@@ -518,18 +494,14 @@ static void emit_progress(gl_seq *s, int processed, gl_event_fn fn, void *ctx) {
 static gl_finish_reason sample_and_append(gl_engine *e, gl_seq *r, float *row, const char **error, gl_event_fn fn,
                                           void *ctx) {
     const gl_model *m = e->model;
-    if (r->grammar && gr_matcher_mask(r->grammar, row) == 0) {
-        *error = "the grammar allows no token here";
-        return GL_FINISH_ERROR;
-    }
+    if ((*error = request_constrain(r, row, e->eog_ids, e->n_eog))) return GL_FINISH_ERROR;
     float logprob = NAN;
-    if (r->n_generated < r->min_tokens && !r->ignore_eos)
-        for (int i = 0; i < e->n_eog; i++) row[e->eog_ids[i]] = -INFINITY;
     int32_t tok = sampler_sample(r->sampler, row, r->logprobs ? &logprob : NULL, r->logprobs ? e->top : NULL);
     if (r->t_first_token == 0) r->t_first_token = now_s();
-    if ((!r->ignore_eos || r->grammar) && tok_is_eog(m->tokenizer, tok)) {
+    gl_finish_reason why = request_stop(r, tok_is_eog(m->tokenizer, tok), false, false);
+    if (why != GL_FINISH_NONE) {
         r->tokens[r->n_tokens] = tok; /* not appended, but seen by the draft check */
-        return GL_FINISH_STOP;
+        return why;
     }
     if (r->grammar && !gr_matcher_accept_token(r->grammar, tok)) {
         *error = "the grammar's run-time bounds (parse stacks, depth) were exceeded";
@@ -547,9 +519,7 @@ static gl_finish_reason sample_and_append(gl_engine *e, gl_seq *r, float *row, c
                    .text = text, .text_len = text_len, .logprob = logprob, .n_top = r->logprobs ? r->n_logprobs : 0,
                    .top = e->top, .n_generated = r->n_generated};
     if (fn) fn(&ev, ctx);
-    if (stopped || (r->grammar && gr_matcher_is_done(r->grammar))) return GL_FINISH_STOP;
-    if (r->n_generated >= r->max_generated || r->n_tokens >= r->cap_tokens) return GL_FINISH_LENGTH;
-    return GL_FINISH_NONE;
+    return request_stop(r, false, true, stopped);
 }
 
 /* Speculative verification: samples r's rows in order (row j predicts the

@@ -1,8 +1,6 @@
 /* scheduler.c -- the step plan: token budget, admission, preemption. */
 #include "scheduler.h"
 
-#include "grammar.h"
-
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,37 +12,6 @@ static double now_s(void) {
 }
 
 /* ---- sequences and queues -------------------------------------------------------- */
-
-gl_seq *seq_create(const int32_t *prompt, int n_prompt, int cap_tokens, int block_size) {
-    gl_seq *s = calloc(1, sizeof *s);
-    if (!s) return NULL;
-    s->tokens = malloc((size_t)cap_tokens * sizeof *s->tokens);
-    if (!s->tokens) goto oom;
-    memcpy(s->tokens, prompt, (size_t)n_prompt * sizeof *s->tokens);
-    s->n_tokens = s->n_prompt = n_prompt;
-    s->cap_tokens = cap_tokens;
-    s->max_generated = cap_tokens - n_prompt;
-    s->prompt_logprobs = -1;
-    if (!kv_seq_init(&s->kv, s->tokens, n_prompt, cap_tokens, block_size)) goto oom;
-    return s;
-oom:
-    seq_free(NULL, s);
-    return NULL;
-}
-
-void seq_free(kv_manager *m, gl_seq *s) {
-    if (!s) return;
-    kv_seq_release(m, &s->kv);
-    sampler_free(s->sampler);
-    gr_matcher_free(s->grammar);
-    ts_free(s->text);
-    free(s->tokens);
-    free(s);
-}
-
-bool seq_wants_prompt_logprob(const gl_seq *s, int pos) {
-    return s->prompt_logprobs >= 0 && pos + 1 < s->n_prompt && pos + 1 >= s->prompt_logprobs_sent;
-}
 
 void queue_push(seq_queue *q, gl_seq *s) {
     s->next = NULL;

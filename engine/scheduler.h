@@ -20,50 +20,7 @@
 
 #include "genloop.h"
 #include "kv_manager.h"
-#include "sampler.h"
-#include "spec.h"
-#include "textstream.h"
-
-/* One request: its tokens, its progress, and what its events need. */
-typedef struct gl_seq {
-    uint64_t id;
-    void *user;               /* gl_request.user, passed back in events */
-    int32_t *tokens;          /* prompt then generated, [cap_tokens] */
-    int n_tokens;
-    int cap_tokens;           /* = the sequence's token limit */
-    int n_prompt;
-    int num_computed_tokens;  /* positions whose K/V are in the cache */
-    kv_seq kv;                /* its blocks (kv_manager.h) */
-    int max_generated;        /* generated tokens at most */
-    int n_generated;
-    int n_cached;             /* prompt tokens served from the prefix cache */
-    int prompt_logprobs;      /* -1: none, else top alternatives per prompt token */
-    int prompt_logprobs_sent; /* prompt tokens already reported */
-    bool ignore_eos;
-    int min_tokens;           /* end-of-generation tokens banned below this many generated */
-    bool no_prefix_cache;     /* this request does not read the prefix cache */
-    bool prompt_progress;     /* report prefill progress */
-    spec_seq spec;            /* speculative decoding's part: its drafts and their learning (spec.h) */
-    int progress_sent;        /* prompt tokens last reported as processed; -1 = none yet */
-    gl_sampler *sampler;      /* NULL in scheduler tests */
-    struct gr_matcher *grammar; /* NULL, or the constraint on the output (grammar.h) */
-    ts_stream *text;          /* stop strings and UTF-8 holdback; NULL in scheduler tests */
-    int n_logprobs;           /* alternatives per generated token */
-    bool logprobs;            /* report each generated token's logprob */
-    double t_submit, t_scheduled, t_first_token;
-    struct gl_seq *next;      /* in the incoming or waiting list */
-} gl_seq;
-
-/* A sequence of n_prompt prompt tokens and at most cap_tokens in all, with
- * its prompt block hashes computed; no sampler or text stream yet. Any
- * thread. NULL when out of memory. */
-gl_seq *seq_create(const int32_t *prompt, int n_prompt, int cap_tokens, int block_size);
-/* Frees s and gives its blocks back to m (NULL while it holds none). */
-void seq_free(kv_manager *m, gl_seq *s);
-
-/* Whether the logits row at pos yields a prompt logprob still to report:
- * it predicts prompt token pos + 1, which has not been reported yet. */
-bool seq_wants_prompt_logprob(const gl_seq *s, int pos);
+#include "request.h"
 
 typedef struct seq_queue {
     gl_seq *head, *tail;
