@@ -17,6 +17,8 @@
  * build up one channel at a time as n-wide multiply-adds, like the V rows
  * after them. scratch holds kern_attend_scratch(nt * nh, head_dim,
  * block_size) floats. */
+#ifndef GL_ATTEND_BODY_H
+#define GL_ATTEND_BODY_H
 
 #define ATTEND_CAT2(a, b) a##_##b
 #define ATTEND_CAT(a, b) ATTEND_CAT2(a, b)
@@ -206,3 +208,5 @@ static void ATTEND_NAME(const kern_attn *a, int t0, int nt, int h0, int nh, int 
 #undef ATTEND_CAT2
 #undef ATTEND_AXPY
 #undef ATTEND_SCALE
+
+#endif

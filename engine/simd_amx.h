@@ -21,6 +21,8 @@
  * in their signed weight bytes, which tdpbssd takes as they are); the weights' unpacking, once per 16
  * rows and call, is why short calls (under KERN_AMX_MIN_TOKENS; 16-bit Q5_0:
  * KERN_AMX_Q5_0_MIN_TOKENS, Q4_0: KERN_AMX_Q4_0_MIN_TOKENS) stay on VNNI. */
+#ifndef GL_SIMD_AMX_H
+#define GL_SIMD_AMX_H
 
 typedef struct amx_tilecfg {
     uint8_t palette, start_row, reserved[14];
@@ -34,7 +36,7 @@ typedef struct amx_tilecfg {
  * item), A tile 4 + s (16 rows x one block), and B tiles 6 and 7 (a
  * block's 8 quads of 16 tokens: 16 bits, the coarse and the residual
  * bytes; 8 bits, slot s's). */
-#if SIMD_EMITS(AMX)
+#if SIMD_EMITS(AMX) || SIMD_EMITS(AMX_X8)
 static void amx_config(void) {
     amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
@@ -309,7 +311,7 @@ INLINE void amx_transpose16(__m512 v[16]) {
     }
 }
 
-#if SIMD_EMITS(AMX)
+#if SIMD_EMITS(AMX) || SIMD_EMITS(AMX_X8)
 /* Rows r0..r1-1 (see kern_amx_rows_fn). Scratch: the transposed
  * accumulators, C, the rows' scales and offsets, their A tiles, the items. */
 INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0, long r1, const uint8_t *act,
@@ -359,14 +361,20 @@ INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0
                          float *out, size_t out_stride, uint8_t *scratch) {                                        \
         amx_rows(TYPE, X16, w, r0, r1, act, act_stride, n_tok, out, out_stride, scratch);                          \
     }
+#if SIMD_EMITS(AMX)
 DEFINE_AMX_ROWS(amx_rows_q4_0, GL_TYPE_Q4_0, true) /* amx_rows_q4_0_avx512 */
 DEFINE_AMX_ROWS(amx_rows_q4_1, GL_TYPE_Q4_1, true) /* amx_rows_q4_1_avx512 */
 DEFINE_AMX_ROWS(amx_rows_q5_0, GL_TYPE_Q5_0, true) /* amx_rows_q5_0_avx512 */
 DEFINE_AMX_ROWS(amx_rows_q5_1, GL_TYPE_Q5_1, true) /* amx_rows_q5_1_avx512 */
 DEFINE_AMX_ROWS(amx_rows_q8_0, GL_TYPE_Q8_0, true) /* amx_rows_q8_0_avx512 */
+#endif
+#if SIMD_EMITS(AMX_X8)
 DEFINE_AMX_ROWS(amx_rows_x8_q4_0, GL_TYPE_Q4_0, false) /* amx_rows_x8_q4_0_avx512 */
 DEFINE_AMX_ROWS(amx_rows_x8_q4_1, GL_TYPE_Q4_1, false) /* amx_rows_x8_q4_1_avx512 */
 DEFINE_AMX_ROWS(amx_rows_x8_q5_0, GL_TYPE_Q5_0, false) /* amx_rows_x8_q5_0_avx512 */
 DEFINE_AMX_ROWS(amx_rows_x8_q5_1, GL_TYPE_Q5_1, false) /* amx_rows_x8_q5_1_avx512 */
 DEFINE_AMX_ROWS(amx_rows_x8_q8_0, GL_TYPE_Q8_0, false) /* amx_rows_x8_q8_0_avx512 */
+#endif
+#endif
+
 #endif

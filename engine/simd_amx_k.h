@@ -17,6 +17,8 @@
  * activations take two tdpbssd, the coarse part's dots shifted up 8 bits
  * and the residual's added: exactly the 16-bit products vpdpwssd sums.
  * Included only by kernels_avx512.c, after simd_amx.h (amx_tilecfg). */
+#ifndef GL_SIMD_AMX_K_H
+#define GL_SIMD_AMX_K_H
 
 /* Tiles, for dots over k elements (16: Q6_K's sub-blocks; 32: Q4_K's and
  * Q5_K's blocks): 0 and 7 the weights (16 rows x k bytes) of even and odd
@@ -633,3 +635,4 @@ DEFINE_AMX_K_ROWS(amx_rows_x8_q4_k, GL_TYPE_Q4_K, true) /* amx_rows_x8_q4_k_avx5
 DEFINE_AMX_K_ROWS(amx_rows_x8_q5_k, GL_TYPE_Q5_K, true) /* amx_rows_x8_q5_k_avx512 */
 DEFINE_AMX_K_ROWS(amx_rows_x8_q6_k, GL_TYPE_Q6_K, true) /* amx_rows_x8_q6_k_avx512 */
 
+#endif

@@ -11,6 +11,8 @@
  *   packed_rows_{q4_k,q5_k,q6_k}_avx512, packed_rows_x8_{q4_k,q5_k,q6_k}_avx512,
  *   attend_scores_avx512,
  *   attend_softmax_avx512, attend_pv_avx512. */
+#ifndef GL_SIMD_AVX512_H
+#define GL_SIMD_AVX512_H
 #if !SIMD_AVX512
 #error "simd_avx512.h is for kernels_avx512.c"
 #endif
@@ -1293,6 +1295,8 @@ INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q4_0, tile_x16, GL_TYPE_Q4_0, false) /* packed_rows_q4_0_avx512, packed_rows_q4_0_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q4_1, tile_x16, GL_TYPE_Q4_1, false) /* packed_rows_q4_1_avx512, packed_rows_q4_1_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q8_0, tile_x16, GL_TYPE_Q8_0, false) /* packed_rows_q8_0_avx512, packed_rows_q8_0_whole_avx512 */
+#endif
+#if SIMD_EMITS(PACKED_Q5)
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_0, tile_x16, GL_TYPE_Q5_0, false) /* packed_rows_q5_0_avx512, packed_rows_q5_0_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_1, tile_x16, GL_TYPE_Q5_1, false) /* packed_rows_q5_1_avx512, packed_rows_q5_1_whole_avx512 */
 #endif
@@ -1300,6 +1304,8 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_1, tile_x16, GL_TYPE_Q5_1, false) /* pac
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q4_0, tile_x8, GL_TYPE_Q4_0, true) /* packed_rows_x8_q4_0_avx512, packed_rows_x8_q4_0_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q4_1, tile_x8, GL_TYPE_Q4_1, true) /* packed_rows_x8_q4_1_avx512, packed_rows_x8_q4_1_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q8_0, tile_x8, GL_TYPE_Q8_0, true) /* packed_rows_x8_q8_0_avx512, packed_rows_x8_q8_0_whole_avx512 */
+#endif
+#if SIMD_EMITS(PACKED_X8_Q5)
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_0, tile_x8, GL_TYPE_Q5_0, true) /* packed_rows_x8_q5_0_avx512, packed_rows_x8_q5_0_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* packed_rows_x8_q5_1_avx512, packed_rows_x8_q5_1_whole_avx512 */
 #endif
@@ -1804,4 +1810,6 @@ INLINE void FN(attend_pv)(const uint8_t *v, const uint16_t *vs, size_t v_stride,
 #define ATTEND_SCORES FN(attend_scores)
 #define ATTEND_PV FN(attend_pv)
 #define ATTEND_SOFTMAX FN(attend_softmax)
+#endif
+
 #endif

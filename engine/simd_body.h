@@ -18,6 +18,8 @@
  * each output has its own accumulators updated block by block in order, with
  * the same instructions whatever NR and NT are. Tiles only decide which
  * outputs share weight and activation loads, never an output's value. */
+#ifndef GL_SIMD_BODY_H
+#define GL_SIMD_BODY_H
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
@@ -37,13 +39,16 @@
  * table is (SIMD_PART_TABLE), else hidden and declared in kernels_avx512.h. */
 #define SIMD_PART_TABLE 0x01      /* quantize_*, swiglu, geglu, to_f16, attention, the table (simd_impl.h) */
 #define SIMD_PART_ROWS 0x02       /* rows_*: weights as the file has them */
-#define SIMD_PART_PACKED 0x04     /* packed_rows_{q4_0,q4_1,q5_0,q5_1,q8_0}: 16-bit activations */
-#define SIMD_PART_PACKED_X8 0x08  /* packed_rows_x8_{q4_0,...}: 8-bit activations */
-#define SIMD_PART_PACKED_K 0x10   /* packed_rows_{q4_k,q5_k,q6_k}, packed_rows_x8_{...} */
-#define SIMD_PART_AMX 0x20        /* amx_rows_{q4_0,...}, amx_rows_x8_{...} (simd_amx.h) */
-#define SIMD_PART_AMX_K 0x40      /* amx_rows_{q4_k,q5_k,q6_k}, amx_rows_x8_{...} (simd_amx_k.h) */
+#define SIMD_PART_PACKED 0x04     /* packed_rows_{q4_0,q4_1,q8_0}: 16-bit activations */
+#define SIMD_PART_PACKED_Q5 0x08  /* packed_rows_{q5_0,q5_1} */
+#define SIMD_PART_PACKED_X8 0x10  /* packed_rows_x8_{q4_0,q4_1,q8_0}: 8-bit activations */
+#define SIMD_PART_PACKED_X8_Q5 0x20 /* packed_rows_x8_{q5_0,q5_1} */
+#define SIMD_PART_PACKED_K 0x40   /* packed_rows_{q4_k,q5_k,q6_k}, packed_rows_x8_{...} */
+#define SIMD_PART_AMX 0x80        /* amx_rows_{q4_0,q4_1,q5_0,q5_1,q8_0} (simd_amx.h) */
+#define SIMD_PART_AMX_X8 0x100    /* amx_rows_x8_{q4_0,q4_1,q5_0,q5_1,q8_0} */
+#define SIMD_PART_AMX_K 0x200     /* amx_rows_{q4_k,q5_k,q6_k}, amx_rows_x8_{...} (simd_amx_k.h) */
 #ifndef SIMD_PARTS
-#define SIMD_PARTS 0x7f
+#define SIMD_PARTS 0x3ff
 #endif
 #define SIMD_EMITS(part) ((SIMD_PARTS) & SIMD_PART_##part)
 #define SIMD_HIDDEN __attribute__((visibility("hidden")))
@@ -839,3 +844,4 @@ static void FN(to_f16)(const float *x, uint16_t *y, int n) { /* to_f16_avx2, to_
 }
 #endif
 
+#endif

@@ -3,6 +3,8 @@
  * simd_avx512.h: attention (attend_body.h with this instruction set's
  * steps; attend_avx2, attend_avx512) and the kern_impl table (impl_avx2,
  * impl_avx512) that kernels.c picks from. */
+#ifndef GL_SIMD_IMPL_H
+#define GL_SIMD_IMPL_H
 #define ATTEND_NAME FN(attend)
 #define ATTEND_ROW kv_row_to_float
 #define ATTEND_ROW_Q8 kv_row_q8_to_float
@@ -55,3 +57,5 @@ static const kern_impl FN(impl) = {
     .geglu = FN(geglu),
     .to_f16 = FN(to_f16),
 };
+
+#endif
