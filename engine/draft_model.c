@@ -113,7 +113,7 @@ void dm_free(dm_drafter *d) {
 
 int dm_blocks_used(const dm_drafter *d) { return d->kv->n_blocks - kv_manager_n_free(d->kvm); }
 
-static dm_seq *seq_new(dm_drafter *d, int cap) {
+static dm_seq *dm_seq_create(dm_drafter *d, int cap) {
     dm_seq *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->cap = cap;
@@ -159,7 +159,7 @@ int dm_propose(dm_drafter *d, dm_seq **sp, const int32_t *tokens, int n_tokens, 
     if (n_tokens + max_draft - 1 > cap_tokens) max_draft = cap_tokens - n_tokens + 1;
     if (max_draft <= 0) return 0;
     dm_seq *s = *sp;
-    if (!s && !(s = *sp = seq_new(d, cap_tokens))) return 0;
+    if (!s && !(s = *sp = dm_seq_create(d, cap_tokens))) return 0;
     /* keep the cached prefix that still matches, and always feed the last token: its logits are the first proposal */
     int keep = 0, lim = s->n < n_tokens - 1 ? s->n : n_tokens - 1;
     while (keep < lim && s->tokens[keep] == tokens[keep]) keep++;

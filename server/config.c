@@ -36,7 +36,7 @@ typedef struct setting {
     sizeof(((config *)0)->field), 0, 0, help }
 #define INT(field, sf, lo, hi, help) { #field, sf, SETTING_INT, offsetof(config, field), \
     sizeof(int), lo, hi, help }
-#define BOOL(field, help) { #field, 0, SETTING_BOOL, offsetof(config, field), sizeof(int), \
+#define BOOL(field, help) { #field, 0, SETTING_BOOL, offsetof(config, field), sizeof(bool), \
     0, 1, help }
 #define LIST(field, help) { #field, 0, SETTING_LIST, offsetof(config, field), \
     sizeof(((config *)0)->field), 0, 0, help }
@@ -120,7 +120,7 @@ void config_default(config *c) {
     c->max_stop = 4;
     c->max_stop_bytes = 256;
     c->max_logit_bias = 1024;
-    c->metrics_public = 0;
+    c->metrics_public = false;
     c->shutdown_timeout = 30;
 }
 
@@ -165,9 +165,9 @@ static int list_add(config *c, const setting *s, const char *v, char *err, size_
     return 0;
 }
 
-static int parse_bool(const char *v, int *out) {
-    if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes")) *out = 1;
-    else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no")) *out = 0;
+static int parse_bool(const char *v, bool *out) {
+    if (!strcmp(v, "true") || !strcmp(v, "1") || !strcmp(v, "yes")) *out = true;
+    else if (!strcmp(v, "false") || !strcmp(v, "0") || !strcmp(v, "no")) *out = false;
     else return -1;
     return 0;
 }
@@ -194,7 +194,7 @@ static int load_item(config *c, const setting *s, const cJSON *item, const char 
     case SETTING_BOOL:
         if (!cJSON_IsBool(item))
             return fail(err, err_len, "%s: \"%s\" must be true or false", path, s->name);
-        *(int *)((char *)c + s->offset) = cJSON_IsTrue(item);
+        *(bool *)((char *)c + s->offset) = cJSON_IsTrue(item);
         return 0;
     case SETTING_LIST:
         ((char *)c + s->offset)[0] = 0;
@@ -286,7 +286,7 @@ int config_parse_args(config *c, int argc, char **argv, const char **config_path
         if (s->kind == SETTING_STR) {
             if (set_str(c, s, value, err, err_len)) return -1;
         } else if (s->kind == SETTING_BOOL) {
-            if (parse_bool(value, (int *)((char *)c + s->offset)))
+            if (parse_bool(value, (bool *)((char *)c + s->offset)))
                 return fail(err, err_len, "%s: not true or false: %s", s->name, value);
         } else if (s->kind == SETTING_LIST) {
             if (!list_seen[k]) ((char *)c + s->offset)[0] = 0;
@@ -409,7 +409,7 @@ void config_print_help(FILE *out, const config *d) {
         if (s->kind == SETTING_STR || s->kind == SETTING_LIST)
             snprintf(def, sizeof(def), "\"%.50s\"", p);
         else if (s->kind == SETTING_BOOL)
-            snprintf(def, sizeof(def), "%s", *(const int *)p ? "on" : "off");
+            snprintf(def, sizeof(def), "%s", *(const bool *)p ? "on" : "off");
         else
             snprintf(def, sizeof(def), "%d", *(const int *)p);
         fprintf(out, "  %-30s %s (default %s)\n", flag, s->help, def);
@@ -426,7 +426,7 @@ void config_print_json(FILE *out, const config *c) {
         if (s->kind == SETTING_STR) {
             cJSON_AddStringToObject(root, s->name, p);
         } else if (s->kind == SETTING_BOOL) {
-            cJSON_AddBoolToObject(root, s->name, *(const int *)p);
+            cJSON_AddBoolToObject(root, s->name, *(const bool *)p);
         } else if (s->kind == SETTING_LIST) {
             cJSON *arr = cJSON_AddArrayToObject(root, s->name);
             while (*p) {

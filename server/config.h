@@ -17,8 +17,8 @@ typedef struct config {
     char model[1024];        /* GGUF path (required) */
     char served_model_name[256]; /* model id shown by /v1/models and in responses; "" = first alias, else file name */
     char alias[1024];        /* comma list of more names the model answers to (repeatable flag) */
-    int strict_model;        /* a request's `model` must name this model (else 404); off: any name */
-    int lenient_params;      /* unknown request fields are logged and ignored instead of 400 */
+    bool strict_model;       /* a request's `model` must name this model (else 404); off: any name */
+    bool lenient_params;     /* unknown request fields are logged and ignored instead of 400 */
     int shutdown_timeout;    /* seconds running/queued requests may take to finish on SIGTERM */
     char chat_template[64];  /* "" = the model's template (or a guess); else a built-in name or "jinja" */
     int threads;             /* engine compute threads; 0 = all cores */
@@ -36,7 +36,7 @@ typedef struct config {
     int spec_max_tokens;     /* drafted tokens per sequence and step at most */
     int spec_ngram_min;      /* n-gram drafter: shortest suffix looked up */
     int spec_ngram_max;      /* n-gram drafter: longest suffix looked up */
-    int spec_fixed;          /* always draft spec_max_tokens (no adaptive length) */
+    bool spec_fixed;         /* always draft spec_max_tokens (no adaptive length) */
     int timeout;             /* seconds an idle connection is kept */
     int max_connections;     /* open connections at most; beyond it new ones wait/close */
     int stream_buffer_bytes; /* unsent stream bytes per client; beyond it the client is dropped */
@@ -50,7 +50,7 @@ typedef struct config {
     /* access */
     char api_key[512];       /* "" = no key needed; else `Authorization: Bearer KEY` */
     char api_key_file[1024]; /* file holding the key (read at startup) */
-    int metrics_public;      /* /metrics answers without the key */
+    bool metrics_public;     /* /metrics answers without the key */
     char cors_origin[1024];  /* comma list of allowed Origins ("*" = any); "" = no CORS */
 } config;
 

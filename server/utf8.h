@@ -1,7 +1,7 @@
 /* utf8.h -- UTF-8 for text that goes back to clients: error messages
  * quote request bytes, and every response body must stay valid UTF-8. */
-#ifndef UTF8_H
-#define UTF8_H
+#ifndef GL_UTF8_H
+#define GL_UTF8_H
 
 #include <stddef.h>
 

@@ -1,8 +1,8 @@
 /* fuzz_util.h -- what the fuzz targets share: finding the test data they
  * load once at start, and a hard stop when it is missing (a fuzzer that
  * silently fuzzes nothing would pass every smoke run). */
-#ifndef FUZZ_UTIL_H
-#define FUZZ_UTIL_H
+#ifndef GL_FUZZ_UTIL_H
+#define GL_FUZZ_UTIL_H
 
 #include <stdbool.h>
 #include <stddef.h>
