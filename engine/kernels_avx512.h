@@ -6,8 +6,10 @@
  *   kernels_avx512.c            the table, quantize_*, swiglu, geglu, to_f16,
  *                               attention; the CPU's and the OS's checks
  *   kernels_avx512_rows.c       rows_*_avx512: weights as the file has them
- *   kernels_avx512_packed.c        packed Q4_0, Q4_1, Q8_0, 16-bit activations
- *   kernels_avx512_packed_q5.c     packed Q5_0, Q5_1, 16-bit activations
+ *   kernels_avx512_packed.c        packed Q4_0, Q4_1, 16-bit activations
+ *   kernels_avx512_packed_q5_0.c   packed Q5_0, 16-bit activations
+ *   kernels_avx512_packed_q5_1.c   packed Q5_1, 16-bit activations
+ *   kernels_avx512_packed_q8_0.c   packed Q8_0, 16-bit activations
  *   kernels_avx512_packed_x8.c     packed Q4_0, Q4_1, Q8_0, 8-bit activations
  *   kernels_avx512_packed_x8_q5.c  packed Q5_0, Q5_1, 8-bit activations
  *   kernels_avx512_packed_k.c      packed Q4_K, Q5_K, Q6_K at 16 and 8 bits
@@ -56,9 +58,9 @@ typedef void avx512_amx_rows_fn(const gl_tensor *w, long r0, long r1, const uint
 /* kernels_avx512_rows.c */
 SIMD_HIDDEN avx512_rows_fn rows_f32_avx512, rows_f16_avx512, rows_bf16_avx512, rows_q4_0_avx512, rows_q4_1_avx512,
     rows_q5_0_avx512, rows_q5_1_avx512, rows_q8_0_avx512, rows_q4_k_avx512, rows_q5_k_avx512, rows_q6_k_avx512;
-/* kernels_avx512_packed.c, kernels_avx512_packed_q5.c */
-SIMD_HIDDEN avx512_rows_fn packed_rows_q4_0_avx512, packed_rows_q4_1_avx512, packed_rows_q8_0_avx512;
-SIMD_HIDDEN avx512_rows_fn packed_rows_q5_0_avx512, packed_rows_q5_1_avx512;
+/* kernels_avx512_packed.c, kernels_avx512_packed_q5_0.c, _q5_1.c, _q8_0.c */
+SIMD_HIDDEN avx512_rows_fn packed_rows_q4_0_avx512, packed_rows_q4_1_avx512;
+SIMD_HIDDEN avx512_rows_fn packed_rows_q5_0_avx512, packed_rows_q5_1_avx512, packed_rows_q8_0_avx512;
 /* kernels_avx512_packed_x8.c, kernels_avx512_packed_x8_q5.c */
 SIMD_HIDDEN avx512_rows_fn packed_rows_x8_q4_0_avx512, packed_rows_x8_q4_1_avx512, packed_rows_x8_q8_0_avx512;
 SIMD_HIDDEN avx512_rows_fn packed_rows_x8_q5_0_avx512, packed_rows_x8_q5_1_avx512;

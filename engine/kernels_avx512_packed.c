@@ -1,4 +1,4 @@
-/* kernels_avx512_packed.c -- packed_rows_{q4_0,q4_1,q8_0}_avx512: packed tiles
+/* kernels_avx512_packed.c -- packed_rows_{q4_0,q4_1}_avx512: packed tiles
  * against 16-bit activations (simd_avx512.h), for the kern_impl table in kernels_avx512.c (kernels_avx512.h says why apart). */
 #define SIMD_PARTS SIMD_PART_PACKED
 #include "kernels_avx512.h"

@@ -1,6 +1,7 @@
 /* simd.h -- the private contract between kernels.c and its per-instruction-
- * set implementations (kernels_avx2.c, kernels_avx512.c, both built from
- * simd_body.h and simd_impl.h, the second with simd_avx512.h). Not part of the engine's API; tests include it to compare
+ * set implementations (kernels_avx2.c and the kernels_avx512*.c units, both
+ * built from simd_body.h and simd_impl.h, the second with simd_avx512.h;
+ * kernels_avx512.h lists its units). Not part of the engine's API; tests include it to compare
  * every implementation with the scalar reference.
  *
  * Quantized weights are multiplied with activations quantized once per
@@ -203,7 +204,7 @@ typedef enum kern_act_kind {
 typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
                              const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride);
 
-/* ---- AMX prompt tiles (Sapphire Rapids and later; kernels_avx512.c) -----------
+/* ---- AMX prompt tiles (Sapphire Rapids and later; kernels_avx512_amx*.c) ------
  * Prompt-sized calls (n_tok >= KERN_AMX_MIN_TOKENS) of the "amx" backend run
  * the integer dots of whole 16-row x 16-token tiles on AMX (one tile
  * multiply per 32-element block, its exact int32 dots), then take, per

@@ -1,7 +1,7 @@
 /* simd_amx.h -- the AMX prompt tiles of packed Q4_0, Q4_1, Q5_0, Q5_1 and
- * Q8_0 (simd.h says when they run and how others plug in), included only by
- * kernels_avx512.c after simd_avx512.h, whose tiles they must match bit for
- * bit.
+ * Q8_0 (simd.h says when they run and how others plug in), included by
+ * kernels_avx512_amx*.c after simd_avx512.h (kernels_avx512.h), whose
+ * tiles they must match bit for bit.
  *
  * The VNNI tiles keep, per output, 16 float lanes (lane j: block j of every
  * 16-block chunk) and per chunk add, lane-wise, dot * (dw * da) and then

@@ -16,7 +16,7 @@
  * kqa8_k (simd.h), whose sub-block j of 16 tokens is one B tile. 16-bit
  * activations take two tdpbssd, the coarse part's dots shifted up 8 bits
  * and the residual's added: exactly the 16-bit products vpdpwssd sums.
- * Included only by kernels_avx512.c, after simd_amx.h (amx_tilecfg). */
+ * Included only by kernels_avx512_amx_k.c, after simd_amx.h (amx_tilecfg). */
 #ifndef GL_SIMD_AMX_K_H
 #define GL_SIMD_AMX_K_H
 

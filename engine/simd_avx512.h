@@ -1,11 +1,11 @@
 /* simd_avx512.h -- the AVX-512 VNNI kernels, included only by
- * kernels_avx512.c after simd_body.h (whose helpers, tiles and row macros
- * they use) and before simd_impl.h: the packed tiles (kern_pack, layouts in
- * simd.h) with one block or sub-block per 32-bit lane of a 512-bit register,
- * against 16-bit or 8-bit activations; their rows functions; and
- * attention's block tiles.
+ * kernels_avx512.h after simd_body.h (whose helpers, tiles and row macros
+ * they use), so by every kernels_avx512*.c unit, each defining its part
+ * (SIMD_PART_*): the packed tiles (kern_pack, layouts in simd.h) with one
+ * block or sub-block per 32-bit lane of a 512-bit register, against 16-bit
+ * or 8-bit activations; their rows functions; and attention's block tiles.
  *
- * The static functions it defines, as a profile names them:
+ * The functions it defines, as a profile names them:
  *   packed_rows_{q4_0,q4_1,q5_0,q5_1,q8_0}_avx512, packed_rows_x8_{same}_avx512
  *   (each with a *_whole_avx512 helper for the token tiles after the panels),
  *   packed_rows_{q4_k,q5_k,q6_k}_avx512, packed_rows_x8_{q4_k,q5_k,q6_k}_avx512,
@@ -14,7 +14,7 @@
 #ifndef GL_SIMD_AVX512_H
 #define GL_SIMD_AVX512_H
 #if !SIMD_AVX512
-#error "simd_avx512.h is for kernels_avx512.c"
+#error "simd_avx512.h is for the kernels_avx512*.c units"
 #endif
 /* ---- packed Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 against kq16_chunk (simd.h) --------
  * Lane j of every vector belongs to block j of the chunk, so vpdpwssd
@@ -1294,10 +1294,14 @@ INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *
 #if SIMD_EMITS(PACKED)
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q4_0, tile_x16, GL_TYPE_Q4_0, false) /* packed_rows_q4_0_avx512, packed_rows_q4_0_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q4_1, tile_x16, GL_TYPE_Q4_1, false) /* packed_rows_q4_1_avx512, packed_rows_q4_1_whole_avx512 */
+#endif
+#if SIMD_EMITS(PACKED_Q8_0)
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q8_0, tile_x16, GL_TYPE_Q8_0, false) /* packed_rows_q8_0_avx512, packed_rows_q8_0_whole_avx512 */
 #endif
-#if SIMD_EMITS(PACKED_Q5)
+#if SIMD_EMITS(PACKED_Q5_0)
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_0, tile_x16, GL_TYPE_Q5_0, false) /* packed_rows_q5_0_avx512, packed_rows_q5_0_whole_avx512 */
+#endif
+#if SIMD_EMITS(PACKED_Q5_1)
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_q5_1, tile_x16, GL_TYPE_Q5_1, false) /* packed_rows_q5_1_avx512, packed_rows_q5_1_whole_avx512 */
 #endif
 #if SIMD_EMITS(PACKED_X8)

@@ -3,8 +3,9 @@
  * SIMD_NAME (the suffix of every function: _avx2 or _avx512), TT (tokens
  * per tile), SIMD_VNNI (1 to use vpdpbusd) and SIMD_AVX512 (1 for the
  * 512-bit steps of the attention helpers), and sets the target before
- * including this file; then kernels_avx512.c adds simd_avx512.h, and both
- * end with simd_impl.h (attention and the kern_impl table). Everything here
+ * including this file; then kernels_avx512.h adds simd_avx512.h, and the
+ * units that hold the kern_impl table end with simd_impl.h (attention and
+ * the table). Everything here
  * is reached only through a kern_impl that kernels.c picks after asking the
  * CPU. Each generated function's full names are in a comment beside it.
  *
@@ -39,8 +40,10 @@
  * table is (SIMD_PART_TABLE), else hidden and declared in kernels_avx512.h. */
 #define SIMD_PART_TABLE 0x01      /* quantize_*, swiglu, geglu, to_f16, attention, the table (simd_impl.h) */
 #define SIMD_PART_ROWS 0x02       /* rows_*: weights as the file has them */
-#define SIMD_PART_PACKED 0x04     /* packed_rows_{q4_0,q4_1,q8_0}: 16-bit activations */
-#define SIMD_PART_PACKED_Q5 0x08  /* packed_rows_{q5_0,q5_1} */
+#define SIMD_PART_PACKED 0x04     /* packed_rows_{q4_0,q4_1}: 16-bit activations */
+#define SIMD_PART_PACKED_Q5_0 0x08 /* packed_rows_q5_0 */
+#define SIMD_PART_PACKED_Q5_1 0x400 /* packed_rows_q5_1 */
+#define SIMD_PART_PACKED_Q8_0 0x800 /* packed_rows_q8_0 */
 #define SIMD_PART_PACKED_X8 0x10  /* packed_rows_x8_{q4_0,q4_1,q8_0}: 8-bit activations */
 #define SIMD_PART_PACKED_X8_Q5 0x20 /* packed_rows_x8_{q5_0,q5_1} */
 #define SIMD_PART_PACKED_K 0x40   /* packed_rows_{q4_k,q5_k,q6_k}, packed_rows_x8_{...} */
@@ -48,7 +51,7 @@
 #define SIMD_PART_AMX_X8 0x100    /* amx_rows_x8_{q4_0,q4_1,q5_0,q5_1,q8_0} */
 #define SIMD_PART_AMX_K 0x200     /* amx_rows_{q4_k,q5_k,q6_k}, amx_rows_x8_{...} (simd_amx_k.h) */
 #ifndef SIMD_PARTS
-#define SIMD_PARTS 0x3ff
+#define SIMD_PARTS 0xfff
 #endif
 #define SIMD_EMITS(part) ((SIMD_PARTS) & SIMD_PART_##part)
 #define SIMD_HIDDEN __attribute__((visibility("hidden")))

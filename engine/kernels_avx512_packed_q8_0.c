@@ -1,6 +1,6 @@
-/* kernels_avx512_packed_q5.c -- packed_rows_{q5_0,q5_1}_avx512: packed tiles
+/* kernels_avx512_packed_q8_0.c -- packed_rows_q8_0_avx512: packed tiles
  * against 16-bit activations (simd_avx512.h), for the kern_impl table in kernels_avx512.c (kernels_avx512.h says why apart). */
-#define SIMD_PARTS SIMD_PART_PACKED_Q5
+#define SIMD_PARTS SIMD_PART_PACKED_Q8_0
 #include "kernels_avx512.h"
 
 #if KERNELS_AVX512
