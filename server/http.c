@@ -513,13 +513,12 @@ static void slot_admit(http_server *s, conn_slot *c) {
     }
 }
 
-static void log_time(char *out, size_t n);
 
 static void guard_log(http_server *s, uint64_t now) {
     if (!(s->n_evicted | s->n_refused | s->n_header_late | s->n_body_late | s->n_kept_late)) return;
     if (now - s->last_guard_log_ms < 1000) return;
     char when[40];
-    log_time(when, sizeof when);
+    http_log_time(when, sizeof when);
     fprintf(stderr, "%s http: connections closed: %d idle to make room, %d refused at the cap, "
             "%d past the header deadline, %d past the body deadline, %d idle keep-alive "
             "(%d open)\n", when, s->n_evicted, s->n_refused, s->n_header_late, s->n_body_late,
@@ -743,7 +742,7 @@ static void handle_closed(http_server *s) {
 
 
 /* UTC, to the millisecond: access-log lines from several replicas sort together. */
-static void log_time(char *out, size_t n) {
+void http_log_time(char *out, size_t n) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
@@ -787,7 +786,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     bool aborted = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || r->client_gone;
     double ms = (double)(uv_hrtime() - r->t_start_ns) / 1e6;
     char when[40];
-    log_time(when, sizeof when);
+    http_log_time(when, sizeof when);
     fprintf(stderr, "%s http #%llu %s %s %d%s %.1fms%s%s\n", when, (unsigned long long)r->seq, r->method,
             r->path, r->status, aborted ? abort_reason(r, toe) : "", ms, r->note[0] ? " " : "", r->note);
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) close_if_half_closed(r);
@@ -890,7 +889,7 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
     if (strstr(line, "detected connection closure") || strstr(line, "application error generating response"))
         return;
     char when[40];
-    log_time(when, sizeof when);
+    http_log_time(when, sizeof when);
     fprintf(stderr, "%s genloop: http: %s\n", when, line);
 }
 

@@ -79,6 +79,9 @@ void http_req_log(http_req *r, const char *fmt, ...) __attribute__((format(print
  * After it, r is gone. */
 void http_req_on_close(http_req *r, void (*fn)(void *data, bool aborted), void *data);
 
+/* The time at the head of every log line: UTC, to the millisecond. */
+void http_log_time(char *out, size_t n);
+
 /* ---- replying (once per request) -------------------------------------------- */
 void http_add_header(http_req *r, const char *name, const char *value);
 void http_reply(http_req *r, int status, const char *content_type, const char *body, size_t len);
