@@ -462,17 +462,32 @@ static void watch_idle(conn_slot *c) {
     check_peer_shut(c);
 }
 
-/* The oldest idle connection other than self, of address p (any when NULL). */
+/* Bytes wait on c's socket: a request is coming in (MHD accepts a batch of
+ * connections before it reads any of them), so c is not idle in fact. */
+static bool request_pending(const conn_slot *c) {
+    char byte;
+    return recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
+#define VICTIM_SCAN 64   /* idle connections looked at per list for one without pending bytes */
+
+/* The oldest idle connection other than self, of address p (any when NULL),
+ * preferring one with no request arriving. */
 static conn_slot *oldest_idle(http_server *s, const peer *p, const conn_slot *self) {
-    conn_slot *best = NULL;
+    conn_slot *best = NULL, *fallback = NULL;
     const conn_list *lists[2] = { &s->fresh, &s->kept };
-    for (int i = 0; i < 2; i++)
-        for (conn_slot *c = lists[i]->head; c; c = c->next)
-            if (c != self && (!p || c->peer == p)) {
-                if (!best || c->since_ms < best->since_ms) best = c;
-                break;
-            }
-    return best;
+    for (int i = 0; i < 2; i++) {
+        int looked = 0;
+        for (conn_slot *c = lists[i]->head; c && looked < VICTIM_SCAN; c = c->next) {
+            if (c == self || (p && c->peer != p)) continue;
+            looked++;
+            if (!fallback || c->since_ms < fallback->since_ms) fallback = c;
+            if (request_pending(c)) continue;
+            if (!best || c->since_ms < best->since_ms) best = c;
+            break;
+        }
+    }
+    return best ? best : fallback && !request_pending(fallback) ? fallback : NULL;
 }
 
 /* A refusal before any request: an OpenAI-style error, then close. */
