@@ -180,7 +180,7 @@ static void put(text_buf *b, const char *fmt, ...) {
 static const char *fmt_num(char *out, size_t n, double v) {
     /* Whole numbers in plain digits: %g writes 10 as "1e+01", and a
      * selector le="10" would match no bucket. */
-    if (v == (double)(long long)v && fabs(v) < 1e15) {
+    if (fabs(v) < 1e15 && v == (double)(long long)v) { /* the bound first: NaN and huge values skip the cast */
         snprintf(out, n, "%lld", (long long)v);
         return out;
     }
