@@ -1,5 +1,6 @@
 /* generate.c -- `genloop generate`: one request through the engine, its text
  * streamed to stdout as it is produced, timings to stderr. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -62,6 +63,7 @@ static void on_event(const gl_event *ev, void *ctx) {
     st->n_accepted = ev->n_accepted_tokens;
 }
 
+/* The whole file, NUL-terminated; NULL with errno set when it cannot be read. */
 static char *read_file(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
@@ -76,8 +78,14 @@ static char *read_file(const char *path) {
             buf = nb;
         }
     }
+    int failed = ferror(f) ? errno : buf ? 0 : ENOMEM; /* a directory reads as EISDIR */
     fclose(f);
-    if (buf) buf[n] = 0;
+    if (failed) {
+        free(buf);
+        errno = failed;
+        return NULL;
+    }
+    buf[n] = 0;
     return buf;
 }
 
@@ -184,7 +192,7 @@ int cmd_generate(int argc, char **argv) {
     if (prompt_file) {
         file_text = read_file(prompt_file);
         if (!file_text) {
-            fprintf(stderr, "genloop: cannot read prompt file %s\n", prompt_file);
+            fprintf(stderr, "genloop generate: cannot read prompt file %s: %s\n", prompt_file, strerror(errno));
             return 1;
         }
         prompt = file_text;

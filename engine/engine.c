@@ -597,6 +597,11 @@ int gl_engine_step(gl_engine *e, gl_event_fn fn, void *ctx) {
     if (plan->n_preempted != plan->n_admitted) queued_add(e, plan->n_preempted - plan->n_admitted);
     int n_seqs = 0;
     double t0 = now_s();
+    /* A prompt's first progress event goes out before its first chunk is
+     * computed: a client learns at once that its prefill has begun. */
+    for (int si = 0; si < plan->n_entries; si++)
+        if (plan->entries[si].seq->progress_sent < 0)
+            emit_progress(plan->entries[si].seq, plan->entries[si].seq->num_computed_tokens, fn, ctx);
     bool ran = plan->n_tokens > 0 && run_model(e, plan, fn, ctx);
     if (ran) {
         n_seqs = plan->n_entries;

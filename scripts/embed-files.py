@@ -60,7 +60,7 @@ def main(argv):
             rel = os.path.relpath(os.path.abspath(path), prefix).replace(os.sep, "/")
         if rel.startswith(".."):
             sys.exit(f"embed-files.py: {path} is outside {prefix}")
-        ext = os.path.splitext(rel)[1].lower()
+        ext = os.path.splitext(path)[1].lower()  # the file's own type, whatever URL serves it
         if ext not in TYPES:
             sys.exit(f"embed-files.py: no content type known for {path}")
         with open(path, "rb") as f:

@@ -155,7 +155,13 @@ void api_cancel_all(api_server *a) {
 static void on_ready(api_server *a) {
     a->model = worker_model(a->worker);
     const gl_model_info *info = gl_model_get_info(a->model);
+    gl_engine_stats st;
+    worker_stats(a->worker, &st);
+    long kv_tokens = st.kv_capacity_tokens;
+    /* What one request can really use: the engine holds a sequence to the
+     * KV cache's size, whatever context the model was trained for. */
     a->n_ctx = a->cfg->n_ctx > 0 ? a->cfg->n_ctx : info->n_ctx_train;
+    if (kv_tokens > 0 && a->n_ctx > kv_tokens) a->n_ctx = (int)kv_tokens;
     const config *c = a->cfg;
     a->limits = (params_limits){
         .max_n = c->max_n,
@@ -168,12 +174,16 @@ static void on_ready(api_server *a) {
     a->max_prompt_tokens = c->max_prompt_tokens > 0 && c->max_prompt_tokens < a->n_ctx
                          ? c->max_prompt_tokens : INT_MAX;
     if (a->on_model_ready) a->on_model_ready(a);
-    gl_engine_stats st;
-    worker_stats(a->worker, &st);
-    long kv_tokens = st.kv_capacity_tokens;
     int max_seqs = a->cfg->max_seqs;
-    fprintf(stderr, "genloop: model %s loaded (%s, n_ctx %d)\n", a->model_id,
-            info->arch ? info->arch : "?", a->n_ctx);
+    int asked = a->cfg->n_ctx > 0 ? a->cfg->n_ctx : info->n_ctx_train;
+    char cut[96] = "";
+    if (a->n_ctx < asked)
+        snprintf(cut, sizeof cut, "; the KV cache holds fewer than its %d: raise --kv-cache-mib for more", asked);
+    fprintf(stderr, "genloop: model %s loaded (%s, n_ctx %d%s)\n", a->model_id,
+            info->arch ? info->arch : "?", a->n_ctx, cut);
+    if (!info->chat_template)
+        fprintf(stderr, "genloop: %s has no chat template: a base (pretrained) model, for /v1/completions; "
+                        "it is not tuned to follow chat messages\n", a->model_id);
     fprintf(stderr, "genloop: KV cache: %ld tokens (%s, %d MiB, %d blocks of %d); up to %d sequences at once, "
                     "%ld at full context\n", kv_tokens, a->cfg->kv_type, a->cfg->kv_cache_mib, st.n_blocks_total,
             st.block_size, max_seqs,
@@ -405,7 +415,16 @@ static cJSON *model_object(const api_server *a, const char *id) {
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", 0);
     cJSON_AddStringToObject(m, "owned_by", "genloop");
+    /* context_length: what one request can use (prompt and completion); the
+     * trained context can be more than the KV cache holds. */
     cJSON_AddNumberToObject(m, "context_length", a->n_ctx);
+    cJSON_AddNumberToObject(m, "max_model_len", a->n_ctx);   /* vLLM's name for the same */
+    cJSON_AddNumberToObject(m, "trained_context_length", info->n_ctx_train);
+    /* A GGUF without a chat template is a base model: it continues text. */
+    cJSON_AddBoolToObject(m, "instruction_tuned", info->chat_template != NULL);
+    if (!info->chat_template)
+        cJSON_AddStringToObject(m, "note", "a base (pretrained) model: it continues text; use /v1/completions, "
+                                           "chat replies will ramble or repeat");
     cJSON *meta = cJSON_AddObjectToObject(m, "meta");
     if (info->name) cJSON_AddStringToObject(meta, "name", info->name);
     if (info->arch) cJSON_AddStringToObject(meta, "arch", info->arch);

@@ -72,8 +72,13 @@ static const setting settings[] = {
     INT(spec_ngram_min, 0, 1, 64, "n-gram drafter: shortest suffix looked up"),
     INT(spec_ngram_max, 0, 1, 64, "n-gram drafter: longest suffix looked up"),
     BOOL(spec_fixed, "always draft spec_max_tokens tokens (no adaptive draft length; for tests)"),
-    INT(timeout, 0, 1, 86400, "seconds an idle connection is kept open"),
-    INT(max_connections, 0, 1, 1 << 20, "open connections at most; more wait or are closed"),
+    INT(timeout, 0, 1, 86400, "seconds an idle keep-alive connection is kept open"),
+    INT(header_timeout, 0, 1, 86400, "seconds a new connection has to send its whole request head"),
+    INT(body_timeout, 0, 1, 86400, "seconds a request body may pause between two reads (then 408)"),
+    INT(max_connections, 0, 1, 1 << 20,
+        "open connections at most; a new one closes the oldest idle one, or gets 503 when none is idle"),
+    INT(max_connections_per_address, 0, 0, 1 << 20,
+        "open connections per client address (429 beyond it); 0 = no cap (e.g. behind a proxy)"),
     INT(stream_buffer_bytes, 0, 4096, 1 << 30,
         "unsent bytes a streaming client may lag; beyond it it is dropped"),
     INT(max_n, 0, 1, 128, "largest `n` (choices per prompt) accepted"),
@@ -112,7 +117,10 @@ void config_default(config *c) {
     c->max_waiting = 64;
     c->max_body_bytes = 1 << 20;
     c->timeout = 600;
+    c->header_timeout = 10;
+    c->body_timeout = 30;
     c->max_connections = 512;
+    c->max_connections_per_address = 256;
     c->stream_buffer_bytes = 1 << 20;
     c->max_n = 16;
     c->max_prompt_tokens = 0;

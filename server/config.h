@@ -37,8 +37,11 @@ typedef struct config {
     int spec_ngram_min;      /* n-gram drafter: shortest suffix looked up */
     int spec_ngram_max;      /* n-gram drafter: longest suffix looked up */
     bool spec_fixed;         /* always draft spec_max_tokens (no adaptive length) */
-    int timeout;             /* seconds an idle connection is kept */
-    int max_connections;     /* open connections at most; beyond it new ones wait/close */
+    int timeout;             /* seconds an idle keep-alive connection is kept */
+    int header_timeout;      /* seconds a new connection has to send its request head */
+    int body_timeout;        /* seconds a request body may pause between two reads */
+    int max_connections;     /* open connections at most; beyond it the oldest idle one is closed */
+    int max_connections_per_address; /* the same per client address; 0 = no cap */
     int stream_buffer_bytes; /* unsent stream bytes per client; beyond it the client is dropped */
     /* request limits (each violation is a 400 naming the field) */
     int max_n;               /* largest accepted `n` */

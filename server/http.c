@@ -15,13 +15,44 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "peers.h"
 #include "utf8.h"
 
 typedef struct header { char *name, *value; struct header *next; } header;
+
+/* Extra connections MHD may take beyond max_connections: each makes room
+ * by closing an idle one, and MHD counts the closed one until it has
+ * noticed the close. */
+#define EVICT_SLACK 64
+#define GUARD_TICK_MS 250   /* deadlines and half-closed sockets are checked this often */
+
+/* Where a connection is: FRESH (accepted, no request head yet), BUSY (a
+ * request is open), KEPT (a keep-alive connection between requests). FRESH
+ * and KEPT are "idle": they hold a slot but nothing is being served. */
+typedef enum { CONN_FRESH, CONN_BUSY, CONN_KEPT } conn_state;
+
+typedef struct conn_slot conn_slot;
+typedef struct conn_list { conn_slot *head, *tail; } conn_list;
+
+/* One client connection, from MHD's accept to its close (MHD's socket context). */
+struct conn_slot {
+    http_server *srv;
+    int fd;
+    peer *peer;              /* its address's count; NULL once uncounted */
+    conn_state state;
+    uint64_t since_ms;       /* loop time it became FRESH or KEPT */
+    conn_slot *prev, *next;  /* in srv->fresh or srv->kept, oldest first */
+    http_req *req;           /* while BUSY */
+    uv_poll_t poll;          /* idle: the peer's FIN; suspended request: the client going away */
+    bool polling;
+    bool peer_shut;          /* FIN seen while idle; closed once MHD has read what came before */
+    bool closing;            /* we shut the socket down; MHD has yet to notice */
+};
 
 struct http_req {
     http_server *srv;
@@ -46,8 +77,9 @@ struct http_req {
 
     bool suspended;
     bool client_gone;        /* seen by the socket watch, or server shutdown */
-    uv_poll_t watch;         /* the socket while suspended */
-    bool watch_inited, watch_only_hup;
+    bool watch_only_hup;     /* pipelined bytes wait: watch for the hang-up only */
+    conn_slot *slot;         /* its connection */
+    uint64_t last_read_ms;   /* loop time the head or the last body piece came */
 
     void (*on_close)(void *data, bool aborted);
     void *close_data;
@@ -71,6 +103,15 @@ struct http_server {
     http_req *reqs;          /* open requests */
     int n_reqs;
     uint64_t next_seq;
+
+    uv_timer_t guard;        /* deadlines, every GUARD_TICK_MS */
+    peers *peers;            /* open connections per address */
+    int n_open;              /* connections counted against max_connections */
+    conn_list fresh, kept;   /* the idle connections, oldest first */
+    int n_peer_shut;         /* idle ones with peer_shut set */
+    /* what the guard did since it last logged (at most once a second) */
+    int n_evicted, n_refused, n_header_late, n_body_late, n_kept_late;
+    uint64_t last_guard_log_ms;
 };
 
 /* ---- driving MHD ------------------------------------------------------------- */
@@ -97,28 +138,29 @@ static void on_check(uv_check_t *c) {
 
 /* ---- suspension and the client-gone watch ------------------------------------ */
 
-static void watch_cb(uv_poll_t *p, int status, int events);
+static void poll_cb(uv_poll_t *p, int status, int events);
+
+static void poll_start(conn_slot *c, int events) {
+    if (uv_poll_start(&c->poll, events, poll_cb) == 0) c->polling = true;
+}
+
+static void poll_stop(conn_slot *c) {
+    if (!c->polling) return;
+    uv_poll_stop(&c->poll);
+    c->polling = false;
+}
 
 static void suspend(http_req *r) {
     if (r->suspended) return;
     MHD_suspend_connection(r->conn);
     r->suspended = true;
-    if (r->client_gone) return;
-    const union MHD_ConnectionInfo *info =
-        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    if (!info) return;
-    if (!r->watch_inited) {
-        if (uv_poll_init_socket(r->srv->loop, &r->watch, info->connect_fd) != 0) return;
-        r->watch.data = r;
-        r->watch_inited = true;
-    }
-    uv_poll_start(&r->watch, r->watch_only_hup ? UV_DISCONNECT : UV_READABLE | UV_DISCONNECT,
-                  watch_cb);
+    if (r->client_gone || !r->slot) return;
+    poll_start(r->slot, r->watch_only_hup ? UV_DISCONNECT : UV_READABLE | UV_DISCONNECT);
 }
 
 static void resume(http_req *r) {
     if (!r->suspended) return;
-    if (r->watch_inited) uv_poll_stop(&r->watch);
+    if (r->slot) poll_stop(r->slot);
     r->suspended = false;
     MHD_resume_connection(r->conn);
     r->srv->run_pending = true;
@@ -126,23 +168,33 @@ static void resume(http_req *r) {
 
 /* The socket of a suspended request became readable or hung up: find out
  * whether the peer closed it (pipelined bytes are left for MHD). */
-static void watch_cb(uv_poll_t *p, int status, int events) {
-    http_req *r = p->data;
+static void watch_suspended(http_req *r, int status, int events) {
     bool gone = status < 0 || (events & UV_DISCONNECT);
     if (!gone && (events & UV_READABLE)) {
         char byte;
-        ssize_t n = recv(r->watch.io_watcher.fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        ssize_t n = recv(r->slot->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR))
             gone = true;
         else if (n > 0) {
             r->watch_only_hup = true;
-            uv_poll_start(&r->watch, UV_DISCONNECT, watch_cb);
+            poll_start(r->slot, UV_DISCONNECT);
         }
     }
     if (!gone) return;
     /* Resume so MHD closes the connection; the close callback cancels work. */
     r->client_gone = true;
     resume(r);
+}
+
+static void watch_idle(conn_slot *c);
+
+static void poll_cb(uv_poll_t *p, int status, int events) {
+    conn_slot *c = p->data;
+    if (c->state == CONN_BUSY) {
+        if (c->req && c->req->suspended) watch_suspended(c->req, status, events);
+        return;
+    }
+    watch_idle(c);
 }
 
 /* ---- responses ---------------------------------------------------------------- */
@@ -326,6 +378,213 @@ void http_req_on_close(http_req *r, void (*fn)(void *, bool), void *data) {
     r->close_data = data;
 }
 
+/* ---- the connection guard -----------------------------------------------------
+ *
+ * What nginx does with client_header_timeout, client_body_timeout,
+ * keepalive_timeout and limit_conn, so that one client cannot hold every
+ * connection: a new connection must send its request head within
+ * header_timeout_s; a body may pause at most body_timeout_s between
+ * reads; a keep-alive connection idles at most timeout_s. When a new
+ * connection takes the count past max_connections (or its address's past
+ * max_per_address), the oldest idle connection (of that address) is closed
+ * to make room; with none idle, the new one gets a 503 (429) and is closed.
+ * A connection is closed by shutting its socket down: MHD sees the end and
+ * runs its close callbacks as for any client that left. */
+
+static void list_append(conn_list *l, conn_slot *c) {
+    c->prev = l->tail;
+    c->next = NULL;
+    if (l->tail) l->tail->next = c; else l->head = c;
+    l->tail = c;
+}
+
+static void list_remove(conn_list *l, conn_slot *c) {
+    if (c->prev) c->prev->next = c->next; else l->head = c->next;
+    if (c->next) c->next->prev = c->prev; else l->tail = c->prev;
+    c->prev = c->next = NULL;
+}
+
+static conn_list *list_of(conn_slot *c) {
+    return c->state == CONN_FRESH ? &c->srv->fresh : c->state == CONN_KEPT ? &c->srv->kept : NULL;
+}
+
+/* Out of the idle lists (it is busy, closing or closed). */
+static void slot_unidle(conn_slot *c) {
+    conn_list *l = list_of(c);
+    if (l) list_remove(l, c);
+    if (c->peer_shut && l) c->srv->n_peer_shut--;
+    c->state = CONN_BUSY;
+    poll_stop(c);
+}
+
+/* Idle again (or for the first time): listed, and its FIN watched. */
+static void slot_idle(conn_slot *c, conn_state state) {
+    slot_unidle(c);
+    c->state = state;
+    c->since_ms = uv_now(c->srv->loop);
+    list_append(list_of(c), c);
+    if (c->peer_shut) c->srv->n_peer_shut++;
+    else poll_start(c, UV_DISCONNECT);
+}
+
+/* No longer counted against the caps. */
+static void slot_uncount(conn_slot *c) {
+    if (!c->peer) return;
+    c->srv->n_open--;
+    peers_remove(c->srv->peers, c->peer);
+    c->peer = NULL;
+}
+
+static void slot_close(conn_slot *c) {
+    if (c->closing) return;
+    slot_unidle(c);
+    slot_uncount(c);
+    c->closing = true;
+    shutdown(c->fd, SHUT_RDWR);
+    c->srv->run_pending = true;
+}
+
+/* A FIN while idle: a request can no longer be completed, so close once
+ * MHD has read what came before it (a complete request is still served;
+ * MHD does not always notice the end itself, and would leave the socket in
+ * CLOSE-WAIT until the idle timeout). */
+static void check_peer_shut(conn_slot *c) {
+    char byte;
+    ssize_t n = recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) slot_close(c);
+}
+
+static void watch_idle(conn_slot *c) {
+    poll_stop(c);
+    if (c->peer_shut || c->closing) return;
+    c->peer_shut = true;
+    c->srv->n_peer_shut++;
+    check_peer_shut(c);
+}
+
+/* Bytes wait on c's socket: a request is coming in (MHD accepts a batch of
+ * connections before it reads any of them), so c is not idle in fact. */
+static bool request_pending(const conn_slot *c) {
+    char byte;
+    return recv(c->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
+#define VICTIM_SCAN 64   /* idle connections looked at per list for one without pending bytes */
+
+/* The oldest idle connection other than self, of address p (any when NULL),
+ * preferring one with no request arriving. */
+static conn_slot *oldest_idle(http_server *s, const peer *p, const conn_slot *self) {
+    conn_slot *best = NULL, *fallback = NULL;
+    const conn_list *lists[2] = { &s->fresh, &s->kept };
+    for (int i = 0; i < 2; i++) {
+        int looked = 0;
+        for (conn_slot *c = lists[i]->head; c && looked < VICTIM_SCAN; c = c->next) {
+            if (c == self || (p && c->peer != p)) continue;
+            looked++;
+            if (!fallback || c->since_ms < fallback->since_ms) fallback = c;
+            if (request_pending(c)) continue;
+            if (!best || c->since_ms < best->since_ms) best = c;
+            break;
+        }
+    }
+    return best ? best : fallback && !request_pending(fallback) ? fallback : NULL;
+}
+
+/* A refusal before any request: an OpenAI-style error, then close. */
+static void slot_refuse(conn_slot *c, int status, const char *code, const char *message) {
+    char body[256], head[256];
+    int len = snprintf(body, sizeof body,
+                       "{\"error\":{\"message\":\"%s\",\"type\":\"server_error\",\"param\":null,"
+                       "\"code\":\"%s\"}}", message, code);
+    int n = snprintf(head, sizeof head,
+                     "HTTP/1.1 %d %s\r\nConnection: close\r\nRetry-After: 1\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n",
+                     status, MHD_get_reason_phrase_for((unsigned)status), len);
+    if (send(c->fd, head, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT) == n)
+        send(c->fd, body, (size_t)len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    c->srv->n_refused++;
+    slot_close(c);
+}
+
+/* A new connection is counted; make room for it or refuse it. */
+static void slot_admit(http_server *s, conn_slot *c) {
+    if (s->opt.max_per_address > 0 && peers_count(c->peer) > s->opt.max_per_address) {
+        conn_slot *victim = oldest_idle(s, c->peer, c);
+        if (!victim) {
+            slot_refuse(c, 429, "too_many_connections", "Too many connections from this address");
+            return;
+        }
+        s->n_evicted++;
+        slot_close(victim);
+    }
+    if (s->opt.max_connections > 0 && s->n_open > s->opt.max_connections) {
+        conn_slot *victim = oldest_idle(s, NULL, c);
+        if (!victim) {
+            slot_refuse(c, 503, "too_many_connections", "The server is at its connection limit");
+            return;
+        }
+        s->n_evicted++;
+        slot_close(victim);
+    }
+}
+
+
+static void guard_log(http_server *s, uint64_t now) {
+    if (!(s->n_evicted | s->n_refused | s->n_header_late | s->n_body_late | s->n_kept_late)) return;
+    if (now - s->last_guard_log_ms < 1000) return;
+    char when[40];
+    http_log_time(when, sizeof when);
+    fprintf(stderr, "%s http: connections closed: %d idle to make room, %d refused at the cap, "
+            "%d past the header deadline, %d past the body deadline, %d idle keep-alive "
+            "(%d open)\n", when, s->n_evicted, s->n_refused, s->n_header_late, s->n_body_late,
+            s->n_kept_late, s->n_open);
+    s->n_evicted = s->n_refused = s->n_header_late = s->n_body_late = s->n_kept_late = 0;
+    s->last_guard_log_ms = now;
+}
+
+static void reply_raw(http_req *r, int status, const char *content_type, const char *body,
+                      size_t len);
+
+static void on_guard(uv_timer_t *t) {
+    http_server *s = t->data;
+    uint64_t now = uv_now(s->loop);
+    uint64_t header_ms = (uint64_t)s->opt.header_timeout_s * 1000;
+    uint64_t kept_ms = (uint64_t)s->opt.timeout_s * 1000;
+    uint64_t body_ms = (uint64_t)s->opt.body_timeout_s * 1000;
+    /* Each list is oldest first and has one deadline: only heads are due. */
+    while (header_ms && s->fresh.head && now - s->fresh.head->since_ms >= header_ms) {
+        s->n_header_late++;
+        slot_close(s->fresh.head);
+    }
+    while (kept_ms && s->kept.head && now - s->kept.head->since_ms >= kept_ms) {
+        s->n_kept_late++;
+        slot_close(s->kept.head);
+    }
+    for (http_req *r = s->reqs; body_ms && r; r = r->next) {
+        if (r->dispatched || !r->slot || r->slot->closing || now - r->last_read_ms < body_ms) continue;
+        if (!r->status) {
+            static const char msg[] = "{\"error\":{\"message\":\"The request body stalled\","
+                                      "\"type\":\"invalid_request_error\",\"param\":null,"
+                                      "\"code\":\"request_timeout\"}}";
+            reply_raw(r, 408, "application/json", msg, sizeof msg - 1);
+            r->status = 408;
+        }
+        s->n_body_late++;
+        r->client_gone = true;
+        slot_close(r->slot);
+    }
+    if (s->n_peer_shut > 0) {
+        const conn_list *lists[2] = { &s->fresh, &s->kept };
+        for (int i = 0; i < 2; i++)
+            for (conn_slot *c = lists[i]->head, *next; c; c = next) {
+                next = c->next;
+                if (c->peer_shut) check_peer_shut(c);
+            }
+    }
+    guard_log(s, now);
+    if (s->run_pending) run_mhd(s);
+}
+
 /* ---- MHD callbacks ------------------------------------------------------------- */
 
 static void error_reply(http_req *r, int status, const char *message) {
@@ -367,6 +626,12 @@ static void route_error(http_req *r) {
     }
 }
 
+static enum MHD_Result count_host(void *cls, enum MHD_ValueKind kind, const char *key,
+                                  const char *value) {
+    if (!strcasecmp(key, MHD_HTTP_HEADER_HOST)) ++*(int *)cls;
+    return MHD_YES;
+}
+
 static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, const char *url,
                                       const char *method, const char *version,
                                       const char *upload_data, size_t *upload_size,
@@ -387,8 +652,21 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         s->reqs = r;
         s->n_reqs++;
         *con_cls = r;
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+        r->slot = ci ? ci->socket_context : NULL;
+        if (r->slot) {
+            slot_unidle(r->slot);
+            r->slot->req = r;
+        }
+        r->last_read_ms = uv_now(s->loop);
         r->route = find_route(s, r->method, r->path);
-        if (s->opt.admit && s->opt.admit(r, r->route, s->opt.ctx)) {
+        int n_host = 0;
+        MHD_get_connection_values(conn, MHD_HEADER_KIND, count_host, &n_host);
+        if (!strcmp(version, MHD_HTTP_VERSION_1_1) && n_host != 1) {
+            /* RFC 9112 section 3.2: a proxy and this server could disagree on the target. */
+            error_reply(r, 400, n_host ? "More than one Host header" : "HTTP/1.1 requests need a Host header");
+        } else if (s->opt.admit && s->opt.admit(r, r->route, s->opt.ctx)) {
             if (!r->status) error_reply(r, 500, "request refused");
         } else if (!r->route) {
             route_error(r);
@@ -406,6 +684,7 @@ static enum MHD_Result access_handler(void *cls, struct MHD_Connection *conn, co
         if (!r->status) return MHD_YES; /* wait for the body */
     }
     if (*upload_size) {
+        r->last_read_ms = uv_now(s->loop);
         /* After an early error the body is read and dropped. */
         if (!r->status && !r->body_too_large) {
             size_t need = r->body_len + *upload_size;
@@ -470,18 +749,15 @@ static void free_req(http_req *r) {
 }
 
 static void handle_closed(http_server *s) {
-    if (--s->n_closing == 0 && s->freeing) free(s);
+    if (--s->n_closing == 0 && s->freeing) {
+        peers_free(s->peers);
+        free(s);
+    }
 }
 
-static void on_watch_closed(uv_handle_t *h) {
-    http_req *r = h->data;
-    http_server *s = r->srv;
-    free_req(r);
-    handle_closed(s);
-}
 
 /* UTC, to the millisecond: access-log lines from several replicas sort together. */
-static void log_time(char *out, size_t n) {
+void http_log_time(char *out, size_t n) {
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     struct tm tm;
@@ -502,6 +778,20 @@ static void close_if_half_closed(http_req *r) {
     if (fd >= 0 && recv(fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT) == 0) shutdown(fd, SHUT_RDWR);
 }
 
+static const char *abort_reason(const http_req *r, enum MHD_RequestTerminationCode toe) {
+    if (r->srv->freeing || (r->client_gone && toe == MHD_REQUEST_TERMINATED_DAEMON_SHUTDOWN))
+        return " (aborted: server stopping)";
+    switch (toe) {
+    case MHD_REQUEST_TERMINATED_TIMEOUT_REACHED: return " (aborted: timed out)";
+    case MHD_REQUEST_TERMINATED_READ_ERROR: return " (aborted: client closed the connection while sending)";
+    case MHD_REQUEST_TERMINATED_WITH_ERROR:
+    case MHD_REQUEST_TERMINATED_CLIENT_ABORT:
+    case MHD_REQUEST_TERMINATED_COMPLETED_OK: /* a stream the client left */
+        return r->client_gone ? " (aborted: client closed the connection)" : " (aborted)";
+    default: return " (aborted)";
+    }
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe) {
     http_server *s = cls;
@@ -511,30 +801,64 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     bool aborted = toe != MHD_REQUEST_TERMINATED_COMPLETED_OK || r->client_gone;
     double ms = (double)(uv_hrtime() - r->t_start_ns) / 1e6;
     char when[40];
-    log_time(when, sizeof when);
+    http_log_time(when, sizeof when);
     fprintf(stderr, "%s http #%llu %s %s %d%s %.1fms%s%s\n", when, (unsigned long long)r->seq, r->method,
-            r->path, r->status, aborted ? " (aborted)" : "", ms, r->note[0] ? " " : "", r->note);
+            r->path, r->status, aborted ? abort_reason(r, toe) : "", ms, r->note[0] ? " " : "", r->note);
     if (toe == MHD_REQUEST_TERMINATED_COMPLETED_OK) close_if_half_closed(r);
     if (r->prev) r->prev->next = r->next; else s->reqs = r->next;
     if (r->next) r->next->prev = r->prev;
     s->n_reqs--;
     if (r->on_close) r->on_close(r->close_data, aborted);
-    if (r->watch_inited) {
-        s->n_closing++;
-        uv_close((uv_handle_t *)&r->watch, on_watch_closed);
-    } else {
-        free_req(r);
+    if (r->slot) {
+        r->slot->req = NULL;
+        if (!r->slot->closing) slot_idle(r->slot, CONN_KEPT);
     }
+    free_req(r);
 }
 
 /* A closed connection may free a slot under max_connections; MHD takes the
  * listening socket back into its epoll set only on its next run, so make
  * one (in this loop turn) or clients queued in the backlog would wait for
  * an unrelated event. */
+static void on_slot_closed(uv_handle_t *h) {
+    conn_slot *c = h->data;
+    http_server *s = c->srv;
+    free(c);
+    handle_closed(s);
+}
+
 static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode toe) {
     http_server *s = cls;
-    if (toe == MHD_CONNECTION_NOTIFY_CLOSED) s->run_pending = true;
+    if (toe == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *fd = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        const union MHD_ConnectionInfo *addr = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+        conn_slot *c = calloc(1, sizeof(*c));
+        if (!c || !fd || uv_poll_init_socket(s->loop, &c->poll, fd->connect_fd) != 0) {
+            free(c); /* unguarded, but served */
+            return;
+        }
+        c->srv = s;
+        c->fd = fd->connect_fd;
+        c->poll.data = c;
+        c->state = CONN_BUSY;
+        c->peer = peers_add(s->peers, addr ? addr->client_addr : NULL);
+        if (c->peer) s->n_open++;
+        *socket_context = c;
+        slot_idle(c, CONN_FRESH);
+        slot_admit(s, c);
+        return;
+    }
+    if (toe != MHD_CONNECTION_NOTIFY_CLOSED) return;
+    s->run_pending = true;
+    conn_slot *c = *socket_context;
+    if (!c) return;
+    *socket_context = NULL;
+    if (c->req) c->req->slot = NULL;
+    slot_unidle(c);
+    slot_uncount(c);
+    s->n_closing++;
+    uv_close((uv_handle_t *)&c->poll, on_slot_closed);
 }
 
 static int hex_digit(char c) {
@@ -575,7 +899,13 @@ static void mhd_log(void *cls, const char *fmt, va_list ap) {
         snprintf(s->start_error, sizeof s->start_error, "%s", reason ? reason + 2 : line);
         return;
     }
-    fprintf(stderr, "genloop: http: %s\n", line);
+    /* A client leaving shows in the request's own access-log line (with its
+     * time and number); MHD's words for it are noise. */
+    if (strstr(line, "detected connection closure") || strstr(line, "application error generating response"))
+        return;
+    char when[40];
+    http_log_time(when, sizeof when);
+    fprintf(stderr, "%s genloop: http: %s\n", when, line);
 }
 
 http_server *http_start(uv_loop_t *loop, const http_options *opt, char *err, size_t err_len) {
@@ -602,11 +932,14 @@ http_server *http_start(uv_loop_t *loop, const http_options *opt, char *err, siz
     if (!s) { snprintf(err, err_len, "out of memory"); return NULL; }
     s->loop = loop;
     s->opt = *opt;
+    if (s->opt.header_timeout_s <= 0) s->opt.header_timeout_s = opt->timeout_s;
+    s->peers = peers_create();
+    if (!s->peers) { snprintf(err, err_len, "out of memory"); free(s); return NULL; }
     s->daemon = MHD_start_daemon(flags, 0, NULL, NULL, access_handler, s,
                                  MHD_OPTION_SOCK_ADDR, addr,
                                  MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)opt->timeout_s,
                                  MHD_OPTION_CONNECTION_LIMIT,
-                                 (unsigned)(opt->max_connections > 0 ? opt->max_connections : 1024),
+                                 (unsigned)(opt->max_connections > 0 ? opt->max_connections + EVICT_SLACK : 1024),
                                  MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
                                  MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
                                  MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
@@ -615,6 +948,7 @@ http_server *http_start(uv_loop_t *loop, const http_options *opt, char *err, siz
     if (!s->daemon) {
         snprintf(err, err_len, "cannot listen on %s:%d: %s", opt->host, opt->port,
                  s->start_error[0] ? s->start_error : "address in use or not available");
+        peers_free(s->peers);
         free(s);
         return NULL;
     }
@@ -629,6 +963,9 @@ http_server *http_start(uv_loop_t *loop, const http_options *opt, char *err, siz
     uv_check_init(loop, &s->check);
     s->check.data = s;
     uv_check_start(&s->check, on_check);
+    uv_timer_init(loop, &s->guard);
+    s->guard.data = s;
+    uv_timer_start(&s->guard, on_guard, GUARD_TICK_MS, GUARD_TICK_MS);
     s->listening = true;
     run_mhd(s);
     return s;
@@ -659,7 +996,8 @@ void http_free(http_server *s) {
     MHD_stop_daemon(s->daemon);
     s->daemon = NULL;
     s->freeing = true;
-    s->n_closing += 3;
+    s->n_closing += 4;
+    uv_close((uv_handle_t *)&s->guard, on_server_handle_closed);
     uv_close((uv_handle_t *)&s->epoll_watch, on_server_handle_closed);
     uv_close((uv_handle_t *)&s->timer, on_server_handle_closed);
     uv_close((uv_handle_t *)&s->check, on_server_handle_closed);

@@ -31,8 +31,12 @@ typedef struct http_route {
 typedef struct http_options {
     const char *host;
     int port;                /* 0 = any free port; see http_port() */
-    int timeout_s;           /* idle connection timeout */
-    int max_connections;     /* beyond it new connections wait in the backlog; 0 = MHD's */
+    int timeout_s;           /* keep-alive idle timeout (and MHD's inactivity timeout) */
+    int header_timeout_s;    /* a new connection's request head must be in by then; 0 = timeout_s */
+    int body_timeout_s;      /* longest pause between two reads of a request body; 0 = none */
+    int max_connections;     /* beyond it the oldest idle connection is closed, or the new one
+                                gets 503 when none is idle; 0 = MHD's limit, no guard */
+    int max_per_address;     /* the same per client address (429); 0 = no cap */
     size_t max_body_bytes;   /* larger bodies get 413 */
     size_t max_stream_buffer;/* unsent stream bytes before the client is dropped (and the
                                 stream socket's SO_SNDBUF, up to 1 MiB); 0 = no bound */
@@ -74,6 +78,9 @@ void http_req_log(http_req *r, const char *fmt, ...) __attribute__((format(print
  * client went away or the server cut it before the reply was complete.
  * After it, r is gone. */
 void http_req_on_close(http_req *r, void (*fn)(void *data, bool aborted), void *data);
+
+/* The time at the head of every log line: UTC, to the millisecond. */
+void http_log_time(char *out, size_t n);
 
 /* ---- replying (once per request) -------------------------------------------- */
 void http_add_header(http_req *r, const char *name, const char *value);

@@ -167,7 +167,7 @@ void job_chunk_end(job *j, bool with_timings) {
 
 /* A prompt_progress chunk (PROGRESS_SHAPE.md): no choices. */
 static void stream_progress(job *j, const gl_event *ev) {
-    if (!j->stream_started || !j->req) return;
+    if (!j->stream_started || !j->req || !j->gen.stream || !j->gen.return_progress) return;
     jbuf *b = &j->chunk;
     jbuf_puts(b, "data: ");
     write_head(b, j, j->ops->chunk_object);
@@ -176,6 +176,24 @@ static void stream_progress(job *j, const gl_event *ev) {
     jbuf_num(b, (ev->t_total - ev->t_queued) * 1e3);
     jbuf_puts(b, "}}\n\n");
     send_chunk(j);
+}
+
+/* A long prompt is logged while it is read (a CPU reads a few hundred
+ * tokens a second): when it starts, every PROGRESS_LOG_S seconds, and at
+ * its end. */
+#define PROGRESS_LOG_TOKENS 1024
+#define PROGRESS_LOG_S 5.0
+static void log_progress(job *j, const gl_event *ev) {
+    if (ev->n_prompt_tokens - ev->n_cached_tokens < PROGRESS_LOG_TOKENS) return;
+    double t = ev->t_total - ev->t_queued;   /* since the prefill began */
+    bool start = ev->n_processed <= ev->n_cached_tokens, done = ev->n_processed >= ev->n_prompt_tokens;
+    if (!start && !done && t < j->progress_logged + PROGRESS_LOG_S) return;
+    j->progress_logged = t;
+    char when[40];
+    http_log_time(when, sizeof when);
+    fprintf(stderr, "%s http #%llu prompt %s: %d of %d tokens (%d from the cache) in %.1f s\n", when,
+            (unsigned long long)j->http_seq, done ? "read" : "reading", ev->n_processed, ev->n_prompt_tokens,
+            ev->n_cached_tokens, t);
 }
 
 static void stream_flush(job_seq *s, bool with_timings) {
@@ -272,6 +290,7 @@ static void seq_on_event(api_sink *sink, const gl_event *ev, double t_event) {
         if (j->ops->on_prompt_token) j->ops->on_prompt_token(s, ev);
         break;
     case GL_EVENT_PROMPT_PROGRESS:
+        log_progress(j, ev);
         stream_progress(j, ev);
         break;
     case GL_EVENT_TOKEN:
@@ -327,7 +346,7 @@ static void seq_rejected(job_seq *s, bool queue_full, const char *error) {
         if (queue_full)
             params_fail(&j->err, 503, NULL, "server_busy", "The server is busy (waiting queue full); retry later");
         else
-            params_fail(&j->err, 400, j->ops->prompt_param, NULL, "%s", error[0] ? error : "rejected");
+            params_fail(&j->err, 400, j->ops->prompt_param, "invalid_request", "%s", error[0] ? error : "rejected");
     }
     for (int i = s->index; i < j->n_seqs; i++) {
         job_seq_at(j, i)->state = JOB_SEQ_DONE;
@@ -382,6 +401,7 @@ void job_handle(http_req *req, api_server *a, const job_ops *ops) {
         return;
     }
     j->req = req;
+    j->http_seq = http_req_seq(req);
     j->created = (long)time(NULL);
     snprintf(j->id, sizeof(j->id), "%s-%llx%06llx", ops->id_prefix, (unsigned long long)j->created,
              (unsigned long long)++a->next_id);
@@ -405,7 +425,7 @@ void job_handle(http_req *req, api_server *a, const job_ops *ops) {
             .min_tokens = j->gen.min_tokens,
             .no_prefix_cache = j->gen.no_prefix_cache,
             .no_speculation = j->gen.no_speculation,
-            .prompt_progress = j->gen.stream && j->gen.return_progress && i == 0,
+            .prompt_progress = i == 0, /* streamed when asked (return_progress), always logged */
             .user = &s->sink,
         };
         if (r.sampling.has_seed) r.sampling.seed = choice_seed(r.sampling.seed, i);

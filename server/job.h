@@ -56,6 +56,8 @@ typedef struct job {
     params_error unfinished_err; /* status 0, or why a choice ended without a finish_reason */
     bool stream_started;
     jbuf chunk;              /* scratch for one SSE chunk */
+    double progress_logged;  /* prefill seconds at the last "prompt read" log line */
+    uint64_t http_seq;       /* its request's number in the access log */
 } job;
 
 typedef struct job_ops {

@@ -1,6 +1,7 @@
 /* metrics.c -- families in creation order, each a list of series. */
 #include "metrics.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -177,6 +178,12 @@ static void put(text_buf *b, const char *fmt, ...) {
 /* Prometheus floats, in the fewest digits that read back the same value
  * (0.005, not 0.0050000000000000001). */
 static const char *fmt_num(char *out, size_t n, double v) {
+    /* Whole numbers in plain digits: %g writes 10 as "1e+01", and a
+     * selector le="10" would match no bucket. */
+    if (fabs(v) < 1e15 && v == (double)(long long)v) { /* the bound first: NaN and huge values skip the cast */
+        snprintf(out, n, "%lld", (long long)v);
+        return out;
+    }
     for (int digits = 1; digits <= 17; digits++) {
         snprintf(out, n, "%.*g", digits, v);
         if (strtod(out, NULL) == v) break;

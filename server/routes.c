@@ -24,6 +24,8 @@ static const http_route routes[] = {
     { "HEAD", "/index.html", static_handle, true },
     { "HEAD", "/style.css", static_handle, true },
     { "HEAD", "/app.js", static_handle, true },
+    { "GET", "/favicon.svg", static_handle, true },
+    { "GET", "/favicon.ico", static_handle, true },
     { "GET", "/markdown.js", static_handle, true },
     { "HEAD", "/markdown.js", static_handle, true },
     { "GET", "/lib/*", static_handle, true },   /* Markdown, sanitizer, highlighting, math, fonts */

@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <uv.h>
 
 #include "api.h"
@@ -105,6 +106,31 @@ static void on_load_failed(api_server *a) {
     begin_shutdown(s, 1, 0);
 }
 
+/* Files the process needs besides connections (the listening socket,
+ * epoll and event fds, the model, logs), and the connections MHD may hold
+ * past the cap while closing idle ones (http.c's slack). */
+#define FDS_RESERVED 192
+
+/* Each connection is a file descriptor: raise the soft open-files limit
+ * to the hard one, and take no more connections than it allows. Returns
+ * the number of connections to take (0: too few descriptors). */
+static int open_files_for(int max_connections) {
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return max_connections;
+    if (rl.rlim_cur < rl.rlim_max) {
+        rlim_t want = rl.rlim_max;
+        if (want == RLIM_INFINITY || want > (rlim_t)1 << 24) want = (rlim_t)1 << 24;
+        rl.rlim_cur = want;
+        if (setrlimit(RLIMIT_NOFILE, &rl) != 0) getrlimit(RLIMIT_NOFILE, &rl);
+    }
+    if (rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= (rlim_t)max_connections + FDS_RESERVED)
+        return max_connections;
+    int fit = rl.rlim_cur > FDS_RESERVED ? (int)(rl.rlim_cur - FDS_RESERVED) : 0;
+    fprintf(stderr, "genloop: the open-files limit (%llu, ulimit -n) allows %d connections, not the %d asked for\n",
+            (unsigned long long)rl.rlim_cur, fit, max_connections);
+    return fit;
+}
+
 /* A missing or unreadable model file fails here, before the port is bound
  * and "listening" printed; the full check is the load on the worker. */
 static int check_model_file(const char *path, char *err, size_t err_len) {
@@ -156,6 +182,11 @@ int serve_main(int argc, char **argv) {
         return 1;
     }
 
+    int max_connections = open_files_for(s->cfg.max_connections);
+    if (max_connections < 1) {
+        fprintf(stderr, "genloop serve: too few file descriptors for any connection; raise ulimit -n\n");
+        return 1;
+    }
     signal(SIGPIPE, SIG_IGN);
     uv_loop_init(&s->loop);
     api_init(&s->api, &s->cfg);
@@ -166,7 +197,10 @@ int serve_main(int argc, char **argv) {
         .host = s->cfg.host,
         .port = s->cfg.port,
         .timeout_s = s->cfg.timeout,
-        .max_connections = s->cfg.max_connections,
+        .header_timeout_s = s->cfg.header_timeout,
+        .body_timeout_s = s->cfg.body_timeout,
+        .max_connections = max_connections,
+        .max_per_address = s->cfg.max_connections_per_address,
         .max_body_bytes = (size_t)s->cfg.max_body_bytes,
         .max_stream_buffer = (size_t)s->cfg.stream_buffer_bytes,
         .admit = api_admit,
@@ -184,7 +218,11 @@ int serve_main(int argc, char **argv) {
     int v6 = strchr(s->cfg.host, ':') != NULL;
     snprintf(s->api.url, sizeof(s->api.url), "http://%s%.255s%s:%d", v6 ? "[" : "", s->cfg.host,
              v6 ? "]" : "", http_port(s->http));
-    fprintf(stderr, "genloop: listening on %s; loading %s\n", s->api.url, s->cfg.model);
+    char per_address[48] = "";
+    if (s->cfg.max_connections_per_address > 0)
+        snprintf(per_address, sizeof per_address, ", %d per address", s->cfg.max_connections_per_address);
+    fprintf(stderr, "genloop: listening on %s (up to %d connections%s); loading %s\n", s->api.url,
+            max_connections, per_address, s->cfg.model);
     api_print_status("listening", s->api.url);
 
     gl_engine_params ep;

@@ -17,6 +17,7 @@ void static_handle(http_req *req, void *ctx) {
     /* The UI changes with the binary: revalidate rather than cache stale
      * copies; nothing but our own files may load into the page. */
     http_add_header(req, "Cache-Control", "no-cache");
+    http_add_header(req, "X-Frame-Options", "DENY");
     http_add_header(req, "ETag", f->etag);
     const char *known = http_req_header(req, "If-None-Match");
     if (known && strstr(known, f->etag)) {
@@ -24,6 +25,9 @@ void static_handle(http_req *req, void *ctx) {
         return;
     }
     http_add_header(req, "X-Content-Type-Options", "nosniff");
-    http_add_header(req, "Content-Security-Policy", "default-src 'self'");
+    /* default-src does not cover where forms post, the base URL or who may
+     * frame the page: each is closed on its own. */
+    http_add_header(req, "Content-Security-Policy",
+                    "default-src 'self'; form-action 'none'; base-uri 'none'; frame-ancestors 'none'");
     http_reply(req, 200, f->content_type, (const char *)f->data, f->len);
 }

@@ -65,7 +65,8 @@ const SETTINGS = [
   { id: "repetition_penalty", def: 1, kind: "number", param: "repetition_penalty" },
   { id: "presence_penalty", def: 0, kind: "number", param: "presence_penalty" },
   { id: "frequency_penalty", def: 0, kind: "number", param: "frequency_penalty" },
-  { id: "max_tokens", def: 1024, kind: "int", param: "max_tokens" },
+  // empty: as many as the context has room for (the server's default)
+  { id: "max_tokens", def: "", kind: "int", param: "max_tokens" },
   { id: "seed", def: "", kind: "int", param: "seed" },
   { id: "stop", def: "", kind: "lines", param: "stop" },
   { id: "json_output", def: false, kind: "bool" },
@@ -119,6 +120,9 @@ function requestSettings() {
     }
   }
   if ($("json_output").checked) body.response_format = { type: "json_object" };
+  // Clamped by the model's usable context: a value at or past it means "all
+  // the room there is", which the server gives when max_tokens is left out.
+  if (body.max_tokens != null && state.contextLength && body.max_tokens >= state.contextLength) delete body.max_tokens;
   return body;
 }
 
@@ -203,7 +207,12 @@ async function refreshModel() {
     const model = body.data && body.data[0];
     state.modelId = model ? model.id : null;
     state.contextLength = model && model.context_length ? model.context_length : null;
-    $("model").textContent = model ? model.id : "no model";
+    const base = model && model.instruction_tuned === false;
+    $("model").textContent = model ? model.id + (base ? " · base model" : "") : "no model";
+    $("model").title = base ? "A base (pretrained) model: it continues text and is not tuned for chat; " +
+      "replies may ramble or repeat. Use /v1/completions for it." : "Model served";
+    $("model").classList.toggle("base", base);
+    limitMaxTokens();
     updateContext();
   } catch (e) {
     $("model").textContent = "model unknown";
@@ -468,6 +477,15 @@ function statsElement(s) {
 }
 
 // Tokens the conversation's last reply used of the context (prompt + reply).
+// The max_tokens field offers at most the model's usable context.
+function limitMaxTokens() {
+  const box = $("max_tokens");
+  if (!state.contextLength) return;
+  box.max = String(state.contextLength);
+  box.placeholder = `up to ${state.contextLength}`;
+  if (Number.parseInt(box.value, 10) >= state.contextLength) box.value = "";
+}
+
 function updateContext() {
   const conv = activeConv();
   const last = conv ? pathOf(conv).filter((n) => n.stats && n.stats.prompt != null).pop() : null;

@@ -54,6 +54,10 @@ const Markdown = (() => {
       const body = known ? hljs.highlight(lang, code, true).value : escapeHtml(code);
       return `<pre><code class="hljs"${lang ? ` data-lang="${escapeHtml(lang)}"` : ""}>${body}</code></pre>\n`;
     },
+    // Task lists as characters: the sanitizer lets no <input> through.
+    checkbox(checked) {
+      return checked ? "\u2611 " : "\u2610 ";
+    },
   };
 
   marked.use({ extensions: [mathBlock, mathInline], renderer, gfm: true, headerIds: false, mangle: false });
@@ -66,13 +70,25 @@ const Markdown = (() => {
     }
   });
 
+  // A reply is text to read: nothing in it may post data, load a page or
+  // move the page's base. DOMPurify keeps forms and their controls by
+  // default, and a <form action="https://elsewhere/"> with a button would
+  // send what is typed into it off the page.
+  const SANITIZE = {
+    RETURN_DOM_FRAGMENT: true,
+    FORBID_TAGS: ["form", "input", "button", "select", "option", "optgroup", "textarea", "datalist",
+                  "fieldset", "output", "iframe", "frame", "frameset", "object", "embed", "base",
+                  "meta", "link", "style", "dialog"],
+    FORBID_ATTR: ["action", "formaction", "form", "srcdoc", "style"],
+  };
+
   // One block's tokens -> a cleaned fragment, with math drawn and code and
   // tables wrapped for their copy button and scrolling.
   function renderBlock(token, links) {
     const tokens = [token];
     tokens.links = links;
     const html = marked.parser(tokens);
-    const frag = DOMPurify.sanitize(html, { RETURN_DOM_FRAGMENT: true });
+    const frag = DOMPurify.sanitize(html, SANITIZE);
     for (const el of frag.querySelectorAll(".math")) {
       const tex = el.textContent;
       try {

@@ -209,3 +209,16 @@ def test_exact_agreement_script_against_the_reference(tmp_path):
     assert "126/126 = 100.00%" in lines[3]
     words = lines[4].replace(",", "").split()  # perplexity genloop G exact E (D%)
     assert abs(float(words[2]) / float(words[4]) - 1) < 1e-4, lines[4]
+
+
+def test_bench_hostile_small():
+    """scripts/bench-hostile at a small size: every scenario prints its line."""
+    binary()
+    r = subprocess.run([sys.executable, str(SOURCE_DIR / "scripts" / "bench-hostile"), "-m", tiny_model(),
+                        "--build", str(build_dir()), "--idle", "300", "--slow", "40", "--probes", "10",
+                        "--slow-seconds", "2"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == 4 and all("/health p50" in ln and "0 failed" in ln for ln in lines), r.stdout
+    assert "300 idle sockets opened" in lines[0] and "server still holds 256" in lines[0]
+    assert "server still holds 300" in lines[2]

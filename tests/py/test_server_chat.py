@@ -394,7 +394,8 @@ def test_static_files(tiny, path, ctype, marker):
     assert marker in body
     assert headers["Cache-Control"] == "no-cache"
     assert headers["X-Content-Type-Options"] == "nosniff"
-    assert headers["Content-Security-Policy"] == "default-src 'self'"
+    assert headers["Content-Security-Policy"] == ("default-src 'self'; form-action 'none'; base-uri 'none'; "
+                                                   "frame-ancestors 'none'")
     src = {"/": "index.html", "/?utm=1": "index.html"}.get(path, path.lstrip("/"))
     with open(os.path.join(os.path.dirname(__file__), "..", "..", "server", "webui", src), "rb") as f:
         assert body == f.read()

@@ -180,6 +180,9 @@ def test_slowloris_timeout():
 
 
 def test_connection_cap():
+    """At the cap, a new connection closes the oldest idle keep-alive one
+    and is served at once (before, it waited in the backlog until a client
+    left); with every connection busy it gets a 503 and is closed."""
     cap = 4
     s = Server(tiny_model(), "--max-connections", str(cap), "--timeout", "60")
     holders = []
@@ -189,22 +192,55 @@ def test_connection_cap():
             sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
             assert sock.recv(4096).startswith(b"HTTP/1.1 200")
             holders.append(sock)
-        # one more: the kernel queues it, the server does not take it while at the cap
+            time.sleep(0.01)  # a distinct age each
         extra = socket.create_connection(("127.0.0.1", s.port), timeout=30)
         extra.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
-        extra.settimeout(1.0)
-        with pytest.raises(socket.timeout):
-            extra.recv(4096)
-        # a slot frees: the queued client is served
-        holders.pop().close()
-        extra.settimeout(30)
         assert extra.recv(4096).startswith(b"HTTP/1.1 200")
-        extra.close()
+        assert wait_closed(holders[0], 5), "the oldest idle connection was not closed"
+        for sock in holders[1:]:  # the others are still served
+            sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(4096).startswith(b"HTTP/1.1 200")
+        for sock in holders + [extra]:
+            sock.close()
+        holders = []
+        time.sleep(0.5)  # the server sees those closes
+        # busy connections (a request head in, its body still coming) are never closed for room
+        for _ in range(cap):
+            sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+            sock.sendall(b"POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n{")
+            holders.append(sock)
+        time.sleep(0.3)
+        status, headers, body = read_reply(socket.create_connection(("127.0.0.1", s.port), timeout=30))
+        assert status == 503 and json.loads(body)["error"]["code"] == "too_many_connections"
+        for sock in holders:
+            sock.settimeout(0.2)
+            with pytest.raises(socket.timeout):
+                sock.recv(1)
     finally:
         for sock in holders:
             sock.close()
         code, err = s.stop()
     assert code == 0, err
+    assert "to make room" in err and "refused at the cap" in err
+
+
+def read_reply(sock, timeout=10):
+    """(status, headers, body) of the reply on sock, read until the server closes."""
+    sock.settimeout(timeout)
+    got = b""
+    try:
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            got += chunk
+    except ConnectionResetError:
+        pass
+    sock.close()
+    head, _, body = got.partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (ln.decode().partition(":") for ln in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
 
 
 # ---- overload -----------------------------------------------------------------------------

