@@ -502,6 +502,8 @@ static bool read_all(int fd, void *buf, size_t n, off_t at) {
     return true;
 }
 
+static const char kvd_collision[] = "hash collision";
+
 /* Why the open file fails to be the entry asked for, or NULL when it is
  * (its tokens and K/V then in d->scratch). */
 static const char *check_entry(kv_disk *d, int fd, uint64_t hash, uint64_t parent_hash, const int32_t *tokens) {
@@ -519,8 +521,9 @@ static const char *check_entry(kv_disk *d, int fd, uint64_t hash, uint64_t paren
     if ((uint64_t)st.st_size != d->file_bytes) return "truncated or padded (wrong size)";
     if (!read_all(fd, d->scratch, d->tokens_bytes + d->payload_bytes, sizeof h)) return "truncated (short read)";
     if (header_sum(&h, d->scratch, d->tokens_bytes) != h.header_sum) return "corrupt header (checksum)";
-    if (h.hash != hash || h.parent_hash != parent_hash || memcmp(d->scratch, tokens, d->tokens_bytes))
-        return "holds another block (hash collision or renamed file)";
+    if (h.hash != hash) return "holds another block (renamed file)";
+    if (h.parent_hash != parent_hash || memcmp(d->scratch, tokens, d->tokens_bytes))
+        return kvd_collision; /* a sound entry for other tokens with the same hash */
     if (checksum64(d->scratch + d->tokens_bytes, d->payload_bytes, 0) != h.payload_sum)
         return "corrupt data (checksum)";
     return NULL;
@@ -539,6 +542,10 @@ bool kv_disk_load(kv_disk *d, gl_kv_cache *pool, int block, uint64_t hash, uint6
     bool gone = fd < 0 && errno == ENOENT; /* deleted by hand or by another process: not a fault */
     if (fd < 0) fault = gone ? "gone" : strerror(errno);
     else fault = check_entry(d, fd, hash, parent_hash, tokens);
+    if (fault == kvd_collision) { /* the entry stays for the tokens it holds */
+        close(fd);
+        return false;
+    }
     if (!fault) futimens(fd, NULL); /* read: young again, across restarts too */
     if (fd >= 0) close(fd);
     pthread_mutex_lock(&d->mu);
