@@ -11,6 +11,7 @@ the sessions still spread over the replicas. Skips without nginx and its njs
 module (Debian packages nginx and libnginx-mod-http-js), except under
 CI=true."""
 import contextlib
+import random
 import os
 import re
 import subprocess
@@ -76,14 +77,17 @@ def nginx(conf, ports):
 
 def conversations(port, n_conv=30, n_turns=4):
     """Runs the conversations turn by turn (all first turns, then all second
-    ones...), keying them three ways; returns the replica ports each used."""
+    ones..., each turn in its own order), keying them three ways."""
     import http.client
     import json
-    history = [f"Conversation {c}. Once upon a time there was a little robot number {c}." for c in range(n_conv)]
+    # short: the tiny model's context is 128 tokens
+    history = [f"Once upon a time, robot {c} lived in a box." for c in range(n_conv)]
     for turn in range(n_turns):
-        for c in range(n_conv):
-            history[c] += f" Turn {turn}: tell me more about robot {c}."
-            body = {"prompt": history[c], "max_tokens": 8, "temperature": 0}
+        order = list(range(n_conv))
+        random.Random(turn).shuffle(order)  # users answer at their own pace
+        for c in order:
+            history[c] += f" Then {turn}:"
+            body = {"prompt": history[c], "max_tokens": 6, "temperature": 0}
             headers = {"Content-Type": "application/json"}
             if c % 3 == 0:
                 body["user"] = f"conv-{c}"
@@ -110,7 +114,7 @@ def run(conf, model):
     replicas = []
     try:
         for _ in range(3):
-            replicas.append(opsutil.Replica(model, "-t", "1", "--kv-cache-mib", "64", "--max-seqs", "4"))
+            replicas.append(opsutil.Replica(model, "-t", "1", "--kv-cache-mib", "64", "--block-size", "4"))
         with nginx(conf, [r.port for r in replicas]) as port:
             conversations(port)
         served = [r.metric("genloop_requests_total") for r in replicas]
