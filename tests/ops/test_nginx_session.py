@@ -133,3 +133,38 @@ def test_session_routing_keeps_prefix_cache_hits():
           f"least_conn {least:.3f} (requests per replica {served_l})")
     assert session > least
     assert sum(1 for n in served_s if n > 0) >= 2  # the sessions spread over replicas
+
+
+def test_inference_gateway_manifests():
+    """deploy/k8s/inference-gateway: the pool selects deployment.yaml's pods
+    on genloop's port and names the picker's Service; the metrics the picker
+    reads by default are in genloop's /metrics."""
+    try:
+        import yaml
+    except ImportError:
+        opsutil.skip_or_fail("PyYAML not installed (pip install pyyaml)")
+    k8s = os.path.join(DEPLOY, "k8s")
+    docs = {}
+    for path in (os.path.join(k8s, "deployment.yaml"), *[os.path.join(k8s, "inference-gateway", f) for f in
+                                                          ("inferencepool.yaml", "epp.yaml")]):
+        for doc in yaml.safe_load_all(open(path)):
+            docs[(doc["kind"], doc["metadata"]["name"])] = doc
+    pod = docs[("Deployment", "genloop")]["spec"]["template"]
+    pool = docs[("InferencePool", "genloop")]["spec"]
+    assert pool["selector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+    assert pool["targetPorts"][0]["number"] == pod["spec"]["containers"][0]["ports"][0]["containerPort"]
+    epp_svc = docs[("Service", pool["endpointPickerRef"]["name"])]
+    assert epp_svc["spec"]["ports"][0]["port"] == pool["endpointPickerRef"]["port"]["number"]
+    route = docs[("HTTPRoute", "genloop")]
+    assert route["spec"]["rules"][0]["backendRefs"][0]["name"] == "genloop"
+    config = yaml.safe_load(docs[("ConfigMap", "genloop-epp-config")]["data"]["config.yaml"])
+    types = {p["type"] for p in config["plugins"]}
+    assert {"queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer"} <= types
+    args = pod["spec"]["containers"][0]["args"]
+    assert "--kv-cache-dir" in args
+    r = opsutil.Replica(opsutil.tiny_model(), "-t", "1")
+    try:
+        for name in ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"):
+            r.metric(name)  # asserts presence
+    finally:
+        r.kill()
