@@ -112,6 +112,7 @@ void api_init(api_server *a, const config *cfg) {
     m->disk_dropped = metrics_counter(r, "kv_disk_dropped_blocks_total",
         "KV blocks not written to --kv-cache-dir (writer queue full, disk error).", NULL);
     m->disk_bytes = metrics_gauge(r, "kv_disk_bytes", "Bytes of the --kv-cache-dir entries.");
+    if (!cfg->metrics_vllm_names) return;
     metrics *v = a->vllm_registry = metrics_create("vllm:");
     metrics_set_const_label(v, "model_name", a->model_id);
     m->vllm_waiting = metrics_gauge(v, "num_requests_waiting", "Requests queued in the engine (genloop_requests_waiting).");
@@ -578,9 +579,11 @@ void api_handle_metrics(http_req *req, void *ctx) {
         metrics_set(a->m.waiting, NULL, st.n_waiting);
         double kv_usage = st.n_blocks_total > 0 ? (double)st.n_blocks_used / st.n_blocks_total : 0;
         metrics_set(a->m.kv_usage, NULL, kv_usage);
-        metrics_set(a->m.vllm_kv_usage, NULL, kv_usage);
-        metrics_set(a->m.vllm_waiting, NULL, st.n_waiting);
-        metrics_set(a->m.vllm_running, NULL, st.n_running);
+        if (a->vllm_registry) {
+            metrics_set(a->m.vllm_kv_usage, NULL, kv_usage);
+            metrics_set(a->m.vllm_waiting, NULL, st.n_waiting);
+            metrics_set(a->m.vllm_running, NULL, st.n_running);
+        }
         metrics_set(a->m.disk_loaded, NULL, (double)st.disk_loaded);
         metrics_set(a->m.disk_written, NULL, (double)st.disk_written);
         metrics_set(a->m.disk_evicted, NULL, (double)st.disk_evicted);
@@ -604,7 +607,7 @@ void api_handle_metrics(http_req *req, void *ctx) {
     }
     size_t len = 0, alias_len = 0;
     char *text = metrics_render(a->registry, &len);
-    char *aliases = metrics_render(a->vllm_registry, &alias_len);
+    char *aliases = a->vllm_registry ? metrics_render(a->vllm_registry, &alias_len) : strdup("");
     char *both = text && aliases ? realloc(text, len + alias_len + 1) : NULL;
     if (!both) {
         free(text);

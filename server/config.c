@@ -88,6 +88,8 @@ static const setting settings[] = {
     STR(api_key, 0, "require `Authorization: Bearer KEY` (visible in ps; prefer the file)"),
     STR(api_key_file, 0, "read the API key from this file"),
     BOOL(metrics_public, "serve /metrics without the API key"),
+    BOOL(metrics_vllm_names, "/metrics also exports queue length and KV use under vLLM's names "
+                             "(vllm:num_requests_waiting, ...) for endpoint pickers"),
     LIST(cors_origin, "allow browser calls from this Origin (repeatable, comma list, *)"),
 };
 #define N_SETTINGS (int)(sizeof(settings) / sizeof(settings[0]))

@@ -52,6 +52,7 @@ typedef struct config {
     /* access */
     char api_key[512];       /* "" = no key needed; else `Authorization: Bearer KEY` */
     char api_key_file[1024]; /* file holding the key (read at startup) */
+    int metrics_vllm_names;  /* /metrics also under vLLM's names (endpoint pickers; docs/prefix-cache.md) */
     int metrics_public;      /* /metrics answers without the key */
     char cors_origin[1024];  /* comma list of allowed Origins ("*" = any); "" = no CORS */
 } config;

@@ -161,8 +161,8 @@ def test_inference_gateway_manifests():
     types = {p["type"] for p in config["plugins"]}
     assert {"queue-scorer", "kv-cache-utilization-scorer", "prefix-cache-scorer"} <= types
     args = pod["spec"]["containers"][0]["args"]
-    assert "--kv-cache-dir" in args
-    r = opsutil.Replica(opsutil.tiny_model(), "-t", "1")
+    assert "--kv-cache-dir" in args and "--metrics-vllm-names" in args
+    r = opsutil.Replica(opsutil.tiny_model(), "-t", "1", "--metrics-vllm-names")
     try:
         for name in ("vllm:num_requests_waiting", "vllm:num_requests_running", "vllm:kv_cache_usage_perc"):
             r.metric(name)  # asserts presence
