@@ -271,7 +271,7 @@ static bool scan_folder(kv_disk *d, gl_error *err) {
         found[n++] = (found_file){identity, hash, (uint64_t)st.st_size, st.st_mtim};
     }
     closedir(dir);
-    qsort(found, n, sizeof *found, by_mtime);
+    if (n) qsort(found, n, sizeof *found, by_mtime);
     for (size_t i = 0; i < n; i++) index_add(d, found[i].identity, found[i].hash, found[i].bytes);
     free(found);
     evict_for(d, 0);
