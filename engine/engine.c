@@ -17,6 +17,7 @@
 #include "grammar.h"
 #include "kernels.h"
 #include "kv_cache.h"
+#include "kv_disk.h"
 #include "kv_manager.h"
 #include "model.h"
 #include "sampler.h"
@@ -35,6 +36,7 @@ struct gl_engine {
     kern_pool *pool;
     gl_kv_cache *kv;          /* the block pool */
     kv_manager *kvm;          /* sequences' blocks over the pool */
+    kv_disk *disk;            /* the prefix cache's folder, or NULL */
     scheduler *sched;         /* waiting and running sequences (engine thread only) */
     gl_run_state *rs;
     float *logits;            /* [max_logits][n_vocab] */
@@ -86,6 +88,7 @@ void gl_engine_params_default(gl_engine_params *p) {
     p->max_seqs = 32;
     p->max_waiting = 256;
     p->prefix_caching = true;
+    p->kv_cache_dir_mib = 4096;
     p->activation_bits = 16;
     p->spec_mode = GL_SPEC_NGRAM; /* README "Speculative decoding": the rule drafts only where it pays */
     p->spec_max_tokens = 8;
@@ -227,6 +230,16 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     int T = p.max_batch_tokens;
     e->kvm = kv_manager_create(e->kv, p.prefix_caching);
     e->sched = e->kvm ? sched_create(&limits, e->kvm, p.prefix_caching) : NULL;
+    if (e->kvm && p.kv_cache_dir && *p.kv_cache_dir) {
+        if (!p.prefix_caching || p.kv_cache_dir_mib <= 0) {
+            gl_error_set(err, "kv_cache_dir needs prefix caching on and a size bound above 0 MiB");
+            goto fail;
+        }
+        e->disk = kv_disk_create(p.kv_cache_dir, (uint64_t)p.kv_cache_dir_mib << 20, e->kv,
+                                 kv_disk_identity(model, p.activation_bits), err);
+        if (!e->disk) goto fail;
+        kv_manager_set_disk(e->kvm, e->disk);
+    }
     e->logits = malloc((size_t)limits.max_logits * (size_t)c->n_vocab * sizeof(float));
     e->top = calloc(20, sizeof *e->top);
     e->vocab = engine_vocab(e, model);
@@ -254,6 +267,7 @@ void gl_engine_free(gl_engine *e) {
     while ((s = queue_pop(&e->incoming))) seq_free(e->kvm, s);
     sched_free(e->sched);
     kv_manager_free(e->kvm);
+    kv_disk_free(e->disk); /* writes out what is still queued */
     kv_free(e->kv);
     kern_pool_free(e->pool);
     model_run_state_free(e->rs);
@@ -585,6 +599,16 @@ static void publish_stats(gl_engine *e) {
     e->stats.n_preemptions = sc->n_preemptions;
     e->stats.prefix_queries = sc->prefix_queries;
     e->stats.prefix_hits = sc->prefix_hits;
+    if (e->disk) {
+        kv_disk_stats ds;
+        kv_disk_get_stats(e->disk, &ds);
+        e->stats.disk_loaded = ds.n_loaded;
+        e->stats.disk_written = ds.n_written;
+        e->stats.disk_evicted = ds.n_evicted;
+        e->stats.disk_skipped = ds.n_skipped;
+        e->stats.disk_dropped = ds.n_dropped;
+        e->stats.disk_bytes = ds.bytes;
+    }
     pthread_mutex_lock(&e->mutex);
     e->stats.n_waiting = e->n_queued;
     e->published = e->stats;

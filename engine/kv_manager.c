@@ -3,9 +3,12 @@
 
 #include <stdlib.h>
 
+#include "kv_disk.h"
+
 struct kv_manager {
     gl_kv_cache *pool;
     bool prefix_caching;
+    kv_disk *disk;            /* the prefix cache's folder, or NULL */
     kv_seq *holding;          /* sequences holding blocks (for in-flight checks) */
 };
 
@@ -18,6 +21,8 @@ kv_manager *kv_manager_create(gl_kv_cache *pool, bool prefix_caching) {
 }
 
 void kv_manager_free(kv_manager *m) { free(m); }
+
+void kv_manager_set_disk(kv_manager *m, kv_disk *disk) { m->disk = disk; }
 
 int kv_manager_n_free(const kv_manager *m) { return kv_n_free(m->pool); }
 int kv_manager_block_size(const kv_manager *m) { return m->pool->block_size; }
@@ -87,6 +92,19 @@ static uint64_t block_hash(const kv_manager *m, kv_seq *ks, int i) {
     return ks->block_hashes[i];
 }
 
+/* A fresh pool block holding the disk's copy of this block, published in
+ * the prefix cache; -1 when the disk has none or the pool no free block. */
+static int load_from_disk(kv_manager *m, uint64_t hash, uint64_t parent, const int32_t *tokens) {
+    if (!m->disk || kv_n_free(m->pool) == 0) return -1;
+    int b = kv_alloc_block(m->pool);
+    if (!kv_disk_load(m->disk, m->pool, b, hash, parent, tokens)) {
+        kv_release_block(m->pool, b);
+        return -1;
+    }
+    kv_register(m->pool, b, hash, parent, tokens);
+    return b;
+}
+
 /* True when another sequence is computing prompt block i with this hash. */
 static bool block_in_flight(const kv_manager *m, const kv_seq *self, int i, uint64_t hash) {
     int bs = m->pool->block_size;
@@ -108,9 +126,10 @@ int kv_get_computed_prefix(kv_manager *m, kv_seq *ks, int n_tokens) {
                 kv_free_blocks(m, ks);
                 return -1;
             }
-            break;
+            if ((b = load_from_disk(m, h, parent, ks->tokens + (size_t)i * (size_t)bs)) < 0) break;
+        } else {
+            kv_share_block(m->pool, b);
         }
-        kv_share_block(m->pool, b);
         ks->block_table[ks->n_blocks++] = b;
         link_holder(m, ks);
     }
@@ -137,8 +156,9 @@ void kv_publish_full_blocks(kv_manager *m, kv_seq *ks, int n_computed) {
     while ((ks->n_published + 1) * bs <= n_computed) {
         int i = ks->n_published;
         uint64_t h = block_hash(m, ks, i);
-        kv_register(m->pool, ks->block_table[i], h, i ? ks->block_hashes[i - 1] : 0,
-                    ks->tokens + (size_t)i * (size_t)bs);
+        uint64_t parent = i ? ks->block_hashes[i - 1] : 0;
+        kv_register(m->pool, ks->block_table[i], h, parent, ks->tokens + (size_t)i * (size_t)bs);
+        if (m->disk) kv_disk_save(m->disk, m->pool, ks->block_table[i], h, parent, ks->tokens + (size_t)i * (size_t)bs);
         ks->n_published++;
     }
 }

@@ -16,6 +16,7 @@
 #include "kv_cache.h"
 
 typedef struct kv_manager kv_manager;
+struct kv_disk;
 
 /* One sequence's blocks. Read-only outside kv_manager.c. */
 typedef struct kv_seq {
@@ -32,6 +33,10 @@ typedef struct kv_seq {
  * nothing and publishing a no-op. */
 kv_manager *kv_manager_create(gl_kv_cache *pool, bool prefix_caching);
 void kv_manager_free(kv_manager *m);
+/* Backs the prefix cache with a folder (kv_disk.h, not owned): published
+ * blocks are saved to it, and a lookup that misses the pool reads the block
+ * from it when it has one. */
+void kv_manager_set_disk(kv_manager *m, struct kv_disk *disk);
 
 /* Blocks for a sequence of at most cap_tokens tokens whose first n_prompt
  * are tokens[] (hashed now: admission compares them with the blocks other

@@ -141,6 +141,9 @@ typedef struct gl_engine_params {
     int max_waiting;          /* waiting-queue bound; submit fails beyond it */
     int n_ctx;                /* per-sequence context limit; 0 = model's */
     bool prefix_caching;      /* reuse cached prompt blocks */
+    const char *kv_cache_dir; /* NULL or "": none; else the prefix cache's blocks also go to this
+                                 folder and survive restarts (docs/prefix-cache.md) */
+    int kv_cache_dir_mib;     /* size bound of kv_cache_dir: oldest entries are deleted past it */
     int activation_bits;      /* 16 (default) or 8: see README "Activation precision" */
     int spec_mode;            /* speculative decoding: GL_SPEC_NGRAM (default), GL_SPEC_OFF or
                                  GL_SPEC_DRAFT (README "Speculative decoding") */
@@ -242,7 +245,13 @@ typedef struct gl_engine_stats {
     int kv_capacity_tokens;   /* n_blocks_total * block_size */
     uint64_t n_preemptions;
     uint64_t prefix_queries;  /* prompt tokens looked up in the prefix cache */
-    uint64_t prefix_hits;     /* of which found */
+    uint64_t prefix_hits;     /* of which found (in memory or in kv_cache_dir) */
+    uint64_t disk_loaded;     /* kv_cache_dir: blocks read back */
+    uint64_t disk_written;    /* kv_cache_dir: blocks written */
+    uint64_t disk_evicted;    /* kv_cache_dir: entries deleted for the size bound */
+    uint64_t disk_skipped;    /* kv_cache_dir: files skipped as corrupt, truncated or foreign */
+    uint64_t disk_dropped;    /* kv_cache_dir: blocks not written (queue full, disk error) */
+    uint64_t disk_bytes;      /* kv_cache_dir: bytes of its entries now */
     uint64_t n_steps;         /* steps that ran a forward pass */
     int last_batch_seqs;      /* sequences in the latest such step */
     int last_batch_tokens;    /* tokens in the latest such step */

@@ -101,6 +101,24 @@ void api_init(api_server *a, const config *cfg) {
     m->batch_tokens = metrics_histogram(r, "batch_tokens",
         "Tokens in each forward pass (prompt chunks and decoded tokens).", token_buckets,
         N_OF(token_buckets));
+    m->disk_loaded = metrics_counter(r, "kv_disk_loaded_blocks_total",
+        "KV blocks read back from --kv-cache-dir.", NULL);
+    m->disk_written = metrics_counter(r, "kv_disk_written_blocks_total",
+        "KV blocks written to --kv-cache-dir.", NULL);
+    m->disk_evicted = metrics_counter(r, "kv_disk_evicted_blocks_total",
+        "--kv-cache-dir entries deleted for its size bound.", NULL);
+    m->disk_skipped = metrics_counter(r, "kv_disk_skipped_files_total",
+        "--kv-cache-dir files skipped as corrupt, truncated or written for another model.", NULL);
+    m->disk_dropped = metrics_counter(r, "kv_disk_dropped_blocks_total",
+        "KV blocks not written to --kv-cache-dir (writer queue full, disk error).", NULL);
+    m->disk_bytes = metrics_gauge(r, "kv_disk_bytes", "Bytes of the --kv-cache-dir entries.");
+    if (!cfg->metrics_vllm_names) return;
+    metrics *v = a->vllm_registry = metrics_create("vllm:");
+    metrics_set_const_label(v, "model_name", a->model_id);
+    m->vllm_waiting = metrics_gauge(v, "num_requests_waiting", "Requests queued in the engine (genloop_requests_waiting).");
+    m->vllm_running = metrics_gauge(v, "num_requests_running", "Sequences in the running batch (genloop_requests_running).");
+    m->vllm_kv_usage = metrics_gauge(v, "kv_cache_usage_perc",
+        "Fraction of KV cache blocks in use, 0 to 1 (genloop_kv_cache_usage_ratio).");
 }
 
 void api_note_finished(api_server *a, const gl_event *ev) {
@@ -127,6 +145,8 @@ void api_free(api_server *a) {
     }
     metrics_free(a->registry);
     a->registry = NULL;
+    metrics_free(a->vllm_registry);
+    a->vllm_registry = NULL;
 }
 
 /* ---- jobs ----------------------------------------------------------------------- */
@@ -576,8 +596,19 @@ void api_handle_metrics(http_req *req, void *ctx) {
         worker_stats(a->worker, &st);
         metrics_set(a->m.running, NULL, st.n_running);
         metrics_set(a->m.waiting, NULL, st.n_waiting);
-        metrics_set(a->m.kv_usage, NULL,
-                    st.n_blocks_total > 0 ? (double)st.n_blocks_used / st.n_blocks_total : 0);
+        double kv_usage = st.n_blocks_total > 0 ? (double)st.n_blocks_used / st.n_blocks_total : 0;
+        metrics_set(a->m.kv_usage, NULL, kv_usage);
+        if (a->vllm_registry) {
+            metrics_set(a->m.vllm_kv_usage, NULL, kv_usage);
+            metrics_set(a->m.vllm_waiting, NULL, st.n_waiting);
+            metrics_set(a->m.vllm_running, NULL, st.n_running);
+        }
+        metrics_set(a->m.disk_loaded, NULL, (double)st.disk_loaded);
+        metrics_set(a->m.disk_written, NULL, (double)st.disk_written);
+        metrics_set(a->m.disk_evicted, NULL, (double)st.disk_evicted);
+        metrics_set(a->m.disk_skipped, NULL, (double)st.disk_skipped);
+        metrics_set(a->m.disk_dropped, NULL, (double)st.disk_dropped);
+        metrics_set(a->m.disk_bytes, NULL, (double)st.disk_bytes);
         metrics_set(a->m.kv_capacity, NULL, st.kv_capacity_tokens);
         metrics_set(a->m.preemptions, NULL, (double)st.n_preemptions);
         metrics_set(a->m.prefix_queries, NULL, (double)st.prefix_queries);
@@ -593,12 +624,20 @@ void api_handle_metrics(http_req *req, void *ctx) {
             metrics_set(a->m.spec_accepted_at, pos, (double)st.spec_accepted_at[i]);
         }
     }
-    size_t len = 0;
+    size_t len = 0, alias_len = 0;
     char *text = metrics_render(a->registry, &len);
-    if (!text) {
+    char *aliases = a->vllm_registry ? metrics_render(a->vllm_registry, &alias_len) : strdup("");
+    char *both = text && aliases ? realloc(text, len + alias_len + 1) : NULL;
+    if (!both) {
+        free(text);
+        free(aliases);
         http_reply(req, 500, "text/plain", "out of memory\n", 14);
         return;
     }
+    text = both;
+    memcpy(text + len, aliases, alias_len + 1);
+    len += alias_len;
+    free(aliases);
     http_reply(req, 200, "text/plain; version=0.0.4; charset=utf-8", text, len);
     free(text);
 }

@@ -40,6 +40,9 @@ typedef struct api_metrics {
     metrics_family *spec_drafts, *spec_draft_tokens, *spec_accepted, *spec_accepted_at; /* vLLM's spec_decode_* */
     metrics_family *engine_steps;                      /* forward passes */
     metrics_family *batch_size, *batch_tokens;         /* per forward pass */
+    metrics_family *disk_loaded, *disk_written, *disk_evicted, *disk_skipped, *disk_dropped, *disk_bytes; /* kv_cache_dir */
+    /* vLLM's names for what an endpoint picker reads (Gateway API Inference Extension) */
+    metrics_family *vllm_waiting, *vllm_running, *vllm_kv_usage;
 } api_metrics;
 
 typedef struct api_server {
@@ -55,6 +58,7 @@ typedef struct api_server {
     void (*on_load_failed)(struct api_server *a); /* serve.c ends the process */
     void (*on_model_ready)(struct api_server *a); /* serve.c sets up the endpoints' model state */
     metrics *registry;
+    metrics *vllm_registry;  /* the "vllm:" aliases (docs/prefix-cache.md) */
     api_metrics m;
     api_job *jobs;
     int n_jobs;

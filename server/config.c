@@ -57,6 +57,9 @@ static const setting settings[] = {
     INT(activation_bits, 0, INT_MIN, INT_MAX,
         "matmul activation precision: 16, or 8 (faster prefill and batches, less precise)"),
     INT(kv_cache_mib, 0, 1, 1 << 20, "KV cache size in MiB"),
+    STR(kv_cache_dir, 0, "keep the prefix cache's KV blocks in this folder too, so a restart finds them "
+                         "(docs/prefix-cache.md); empty = memory only"),
+    INT(kv_cache_dir_size, 0, 1, INT_MAX, "MiB the --kv-cache-dir folder may take; the oldest entries go first"),
     STR(kv_type, 0, "KV cache element type: f16, q8_0 (about 1.9x the tokens in the same MiB; "
                     "slightly less precise) or f32"),
     INT(block_size, 0, 1, 4096, "tokens per KV cache block"),
@@ -90,6 +93,8 @@ static const setting settings[] = {
     STR(api_key, 0, "require `Authorization: Bearer KEY` (visible in ps; prefer the file)"),
     STR(api_key_file, 0, "read the API key from this file"),
     BOOL(metrics_public, "serve /metrics without the API key"),
+    BOOL(metrics_vllm_names, "/metrics also exports queue length and KV use under vLLM's names "
+                             "(vllm:num_requests_waiting, ...) for endpoint pickers"),
     LIST(cors_origin, "allow browser calls from this Origin (repeatable, comma list, *)"),
 };
 #define N_SETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
@@ -105,6 +110,7 @@ void config_default(config *c) {
     c->threads = ep.n_threads;
     c->activation_bits = ep.activation_bits;
     c->kv_cache_mib = ep.kv_cache_mib;
+    c->kv_cache_dir_size = ep.kv_cache_dir_mib;
     snprintf(c->kv_type, sizeof c->kv_type, "%s", gl_kv_type_name(ep.kv_type));
     c->block_size = ep.block_size;
     c->max_batch_tokens = ep.max_batch_tokens;

@@ -24,6 +24,8 @@ typedef struct config {
     int threads;             /* engine compute threads; 0 = all cores */
     int activation_bits;     /* matmul activation precision: 16 or 8 (faster, less precise) */
     int kv_cache_mib;        /* KV pool size */
+    char kv_cache_dir[1024]; /* "" = none; else the prefix cache also lives in this folder (docs/prefix-cache.md) */
+    int kv_cache_dir_size;   /* MiB the folder may take; oldest entries are deleted past it */
     char kv_type[16];        /* KV element type: f16, q8_0 (about half the memory a token) or f32 */
     int block_size;          /* tokens per KV block */
     int max_batch_tokens;    /* token budget of one engine step */
@@ -53,6 +55,7 @@ typedef struct config {
     /* access */
     char api_key[512];       /* "" = no key needed; else `Authorization: Bearer KEY` */
     char api_key_file[1024]; /* file holding the key (read at startup) */
+    bool metrics_vllm_names; /* /metrics also under vLLM's names (endpoint pickers; docs/prefix-cache.md) */
     bool metrics_public;     /* /metrics answers without the key */
     char cors_origin[1024];  /* comma list of allowed Origins ("*" = any); "" = no CORS */
 } config;

@@ -231,6 +231,8 @@ int serve_main(int argc, char **argv) {
     ep.activation_bits = s->cfg.activation_bits;
     ep.kv_cache_tokens = 0;
     ep.kv_cache_mib = s->cfg.kv_cache_mib;
+    ep.kv_cache_dir = s->cfg.kv_cache_dir;
+    ep.kv_cache_dir_mib = s->cfg.kv_cache_dir_size;
     gl_kv_type_parse(s->cfg.kv_type, &ep.kv_type); /* config_validate checked it */
     ep.block_size = s->cfg.block_size;
     ep.max_batch_tokens = s->cfg.max_batch_tokens;
