@@ -110,6 +110,8 @@ typedef struct parser {
     gr_range *ranges;
     int n_ranges, cap_ranges;
     long n_elems;             /* across all bodies, for the size bound */
+    int *by_name;             /* open addressing over named rules: index + 1, 0 = free */
+    int n_named, cap_by_name; /* cap: a power of two, kept under half full */
 } parser;
 
 static void where(const parser *ps, const char *at, int *line, int *col) {
@@ -165,10 +167,47 @@ static int new_rule(parser *ps, const char *name, size_t len) {
     return ps->n_rules++;
 }
 
+/* Named rules are found through a hash index, so a grammar of many rules
+ * compiles in time linear in its size. */
+static bool index_name(parser *ps, int rule) {
+    if (2 * (ps->n_named + 1) > ps->cap_by_name) {
+        int cap = ps->cap_by_name ? 2 * ps->cap_by_name : 64;
+        int *idx = calloc((size_t)cap, sizeof *idx);
+        if (!idx) return false;
+        for (int i = 0; i < ps->cap_by_name; i++) {
+            int r = ps->by_name[i] - 1;
+            if (r < 0) continue;
+            uint64_t h = hash_bytes(ps->rules[r].name, strlen(ps->rules[r].name), 0xcbf29ce484222325ull);
+            size_t k = h & (size_t)(cap - 1);
+            while (idx[k]) k = (k + 1) & (size_t)(cap - 1);
+            idx[k] = r + 1;
+        }
+        free(ps->by_name);
+        ps->by_name = idx;
+        ps->cap_by_name = cap;
+    }
+    const char *name = ps->rules[rule].name;
+    size_t k = hash_bytes(name, strlen(name), 0xcbf29ce484222325ull) & (size_t)(ps->cap_by_name - 1);
+    while (ps->by_name[k]) k = (k + 1) & (size_t)(ps->cap_by_name - 1);
+    ps->by_name[k] = rule + 1;
+    ps->n_named++;
+    return true;
+}
+
 static int rule_by_name(parser *ps, const char *name, size_t len) {
-    for (int i = 0; i < ps->n_rules; i++)
-        if (ps->rules[i].name && strlen(ps->rules[i].name) == len && !memcmp(ps->rules[i].name, name, len)) return i;
-    return new_rule(ps, name, len);
+    if (ps->cap_by_name) {
+        size_t k = hash_bytes(name, len, 0xcbf29ce484222325ull) & (size_t)(ps->cap_by_name - 1);
+        for (; ps->by_name[k]; k = (k + 1) & (size_t)(ps->cap_by_name - 1)) {
+            const char *have = ps->rules[ps->by_name[k] - 1].name;
+            if (!strncmp(have, name, len) && have[len] == 0) return ps->by_name[k] - 1;
+        }
+    }
+    int r = new_rule(ps, name, len);
+    if (r >= 0 && !index_name(ps, r)) {
+        fail_at(ps, ps->p, "out of memory");
+        return -1;
+    }
+    return r;
 }
 
 static void emit(parser *ps, int rule, uint32_t type, uint32_t arg) {
@@ -776,6 +815,7 @@ static gr_grammar *compile_text(const char *text, size_t len, gl_error *err) {
         free(ps.rules[r].body);
     }
     free(ps.rules);
+    free(ps.by_name);
     free(ps.classes);
     free(ps.ranges);
     return g;
