@@ -86,6 +86,7 @@ typedef struct compiler {
     ref_rule *refs;
     int n_refs, cap_refs;
     gl_error *err;
+    size_t charged;           /* bytes of out charged to the compile budget */
     bool failed;
     char path[1024];          /* JSON pointer of the schema node at hand */
 } compiler;
@@ -1115,6 +1116,8 @@ static int gen_alternatives(compiler *c, const cJSON *list, const char *kw, int 
 static int gen(compiler *c, const cJSON *s, int depth) {
     if (c->failed) return -1;
     if (depth > JS_MAX_DEPTH) return fail(c, "schema nested deeper than %d", JS_MAX_DEPTH);
+    if (!gr_budget_charge(c->out.len - c->charged, c->err)) return c->failed = true, -1; /* the rules written since */
+    c->charged = c->out.len;
     int rule = new_rule(c);
     if (rule < 0) return -1;
     sbuf body = {0};

@@ -300,7 +300,12 @@ static void seq_on_event(api_sink *sink, const gl_event *ev, double t_event) {
         s->t_queued = ev->t_queued;
         s->t_first = ev->t_first_token;
         s->t_total = ev->t_total;
-        if (ev->finish == GL_FINISH_ERROR && !j->failed && !j->stream_started) {
+        /* the engine's grammar errors are a dead end of the request's own grammar */
+        bool grammar_fault = j->gen.grammar && ev->error && !strncmp(ev->error, "the grammar", 11);
+        if (ev->finish == GL_FINISH_ERROR && !j->failed && !j->stream_started && grammar_fault) {
+            j->failed = true;
+            params_fail(&j->err, 400, "grammar", "invalid_grammar", "%s", ev->error);
+        } else if (ev->finish == GL_FINISH_ERROR && !j->failed && !j->stream_started) {
             j->failed = true;
             params_fail(&j->err, 500, NULL, "engine_error", "%s", ev->error ? ev->error : "engine error");
         } else if (ev->finish == GL_FINISH_ERROR && !j->unfinished_err.status) {
