@@ -107,6 +107,9 @@ typedef struct gl_grammar gl_grammar;
 gl_grammar *gl_grammar_from_gbnf(const char *text, size_t len, gl_error *err);
 /* A JSON Schema (JSON text); NULL with err naming the keyword's JSON path. */
 gl_grammar *gl_grammar_from_json_schema(const char *schema, size_t len, gl_error *err);
+/* A regular expression (the subset JSON Schema patterns support) that the
+ * whole output matches, ^ and $ implied; NULL with err. */
+gl_grammar *gl_grammar_from_regex(const char *regex, size_t len, gl_error *err);
 void gl_grammar_free(gl_grammar *g);
 /* For combining several schemas in one GBNF text (tool calling): the
  * schema's rules with every name prefixed (its root rule is PREFIX "root"),

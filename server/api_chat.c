@@ -591,6 +591,7 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
         "stream", "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
         "seed", "user", "logprobs", "top_logprobs", "response_format", "top_k", "min_p",
         "repetition_penalty", "ignore_eos", "grammar", "json_schema",
+        "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
         /* llama.cpp server / vLLM extensions (README "Request fields") */
         "repeat_penalty", "repeat_last_n", "min_tokens", "cache_prompt", "speculative", "n_probs", "return_progress",
         "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "reasoning_effort",
@@ -611,15 +612,15 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
     int has_mt = given(body, "max_tokens") != NULL;
     const char *max_key = has_mct ? "max_completion_tokens" : "max_tokens";
     if (params_generation_parse_limits(body, a->model, &a->limits, max_key, &j->gen, e) ||
-        structured_parse(body, &j->gen.grammar, e) || tools_parse(body, &cj->tools, e))
+        structured_parse(body, &j->grammar_spec, e) || tools_parse(body, &cj->tools, e))
         return -1;
     if (cj->tools.active) {
-        if (j->gen.grammar)
+        if (j->grammar_spec)
             return params_fail(e, 400, "tools", "invalid_value",
                                "'tools' (with tool_choice other than 'none') and a response_format, grammar or "
                                "json_schema cannot be combined");
-        j->gen.grammar = cj->tools.grammar; /* the job's reference now */
-        cj->tools.grammar = NULL;
+        j->grammar_spec = cj->tools.spec; /* the job's now */
+        cj->tools.spec = NULL;
     }
     int ignored;
     if (has_mct && has_mt && params_get_int(body, "max_tokens", 1, a->limits.max_tokens, &ignored, e))

@@ -18,7 +18,7 @@ static const cJSON *given(const cJSON *obj, const char *key) {
 void tools_free(chat_tools *t) {
     free(t->system);
     free(t->tools_json);
-    gl_grammar_free(t->grammar);
+    compile_spec_free(t->spec);
     memset(t, 0, sizeof *t);
 }
 
@@ -52,6 +52,55 @@ static int call_rule(jbuf *g, const char *name, const cJSON *params, int k, para
     return 0;
 }
 
+/* The reply's grammar, built on a compile thread (compile.h): the calls
+ * allowed, then the envelope. */
+typedef struct tools_spec {
+    compile_spec base;       /* first */
+    cJSON *tools;            /* [{type, function}], checked */
+    char *named;             /* tool_choice names this function, or NULL */
+    bool many;               /* parallel_tool_calls */
+    bool text_allowed;       /* "auto": free text instead of calls */
+} tools_spec;
+
+static gl_grammar *tools_build(compile_spec *self, params_error *e) {
+    tools_spec *ts = (tools_spec *)self;
+    jbuf g = {0}, rules = {0};
+    jbuf_puts(&rules, "call ::= ");
+    int first = 1, k = 0, rc = 0;
+    for (const cJSON *t = ts->tools->child; t && rc == 0; t = t->next, k++) {
+        const cJSON *fn = given(t, "function");
+        const char *name = given(fn, "name")->valuestring;
+        if (ts->named && strcmp(ts->named, name)) continue;
+        rc = call_rule(&g, name, given(fn, "parameters"), k, e);
+        jbuf_printf(&rules, "%st%d-call", first ? "" : " | ", k);
+        first = 0;
+    }
+    gl_grammar *grammar = NULL;
+    if (rc == 0) {
+        jbuf_printf(&rules, "\none-call ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\n"
+                            "calls-all ::= one-call%s\n", ts->many ? " (\"\\n\" one-call){0,7}" : "");
+        jbuf_printf(&rules, "root ::= calls-all%s\n", ts->text_allowed ? " | [^<] .*" : "");
+        jbuf_puts(&rules, gl_json_schema_gbnf_common());
+        jbuf full = {0};
+        jbuf_raw(&full, g.data ? g.data : "", g.len);
+        jbuf_raw(&full, rules.data, rules.len);
+        gl_error err = {{0}};
+        grammar = full.oom ? NULL : gl_grammar_from_gbnf(full.data, full.len, &err);
+        if (!grammar) params_fail(e, 400, "tools", "invalid_value", "tools: %s", full.oom ? "out of memory" : err.message);
+        jbuf_free(&full);
+    }
+    jbuf_free(&rules);
+    jbuf_free(&g);
+    return grammar;
+}
+
+static void tools_spec_destroy(compile_spec *self) {
+    tools_spec *ts = (tools_spec *)self;
+    cJSON_Delete(ts->tools);
+    free(ts->named);
+    free(ts);
+}
+
 int tools_parse(const cJSON *body, chat_tools *out, params_error *e) {
     memset(out, 0, sizeof *out);
     const cJSON *tools = given(body, "tools"), *choice = given(body, "tool_choice");
@@ -83,7 +132,7 @@ int tools_parse(const cJSON *body, chat_tools *out, params_error *e) {
             return params_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' needs 'tools'");
         return 0;
     }
-    jbuf desc = {0}, g = {0};
+    jbuf desc = {0};
     cJSON *list = cJSON_CreateArray();
     int found = named ? -1 : 0, rc = 0, k = 0;
     char param[64];
@@ -100,6 +149,11 @@ int tools_parse(const cJSON *body, chat_tools *out, params_error *e) {
         else if (!cJSON_IsObject(params))
             rc = params_fail(e, 400, param, "missing_required_parameter",
                              "'%s.function.parameters' must be a JSON schema object", param);
+        for (const cJSON *prev = list->child; prev && !rc; prev = prev->next)
+            if (!strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(prev, "function"), "name")
+                            ->valuestring, name->valuestring))
+                rc = params_fail(e, 400, param, "invalid_value", "'%s.function.name': '%.64s' names two tools", param,
+                                 name->valuestring);
         if (rc) break;
         if (named && !strcmp(named, name->valuestring)) found = k;
         cJSON *entry = cJSON_CreateObject();
@@ -129,36 +183,23 @@ int tools_parse(const cJSON *body, chat_tools *out, params_error *e) {
         if (!out->system || !out->tools_json) rc = params_fail(e, 500, "tools", NULL, "out of memory");
     }
     if (rc == 0 && out->active) {
-        /* the grammar: the calls allowed, then the envelope */
-        jbuf rules = {0};
-        jbuf_puts(&rules, "call ::= ");
-        int first = 1;
-        k = 0;
-        for (const cJSON *t = tools->child; t && rc == 0; t = t->next, k++) {
-            const cJSON *fn = given(t, "function");
-            const char *name = given(fn, "name")->valuestring;
-            if (named && strcmp(named, name)) continue;
-            rc = call_rule(&g, name, given(fn, "parameters"), k, e);
-            jbuf_printf(&rules, "%st%d-call", first ? "" : " | ", k);
-            first = 0;
+        tools_spec *ts = calloc(1, sizeof *ts);
+        if (ts) {
+            ts->base.build = tools_build;
+            ts->base.destroy = tools_spec_destroy;
+            snprintf(ts->base.param, sizeof ts->base.param, "tools");
+            ts->tools = cJSON_Duplicate(list, 1);
+            ts->named = named ? strdup(named) : NULL;
+            ts->many = !parallel || cJSON_IsTrue(parallel);
+            ts->text_allowed = !strcmp(mode, "auto");
         }
-        if (rc == 0) {
-            bool many = !parallel || cJSON_IsTrue(parallel);
-            jbuf_printf(&rules, "\none-call ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\n"
-                                "calls-all ::= one-call%s\n", many ? " (\"\\n\" one-call){0,7}" : "");
-            jbuf_printf(&rules, "root ::= calls-all%s\n", !strcmp(mode, "auto") ? " | [^<] .*" : "");
-            jbuf_puts(&rules, gl_json_schema_gbnf_common());
-            jbuf full = {0};
-            jbuf_raw(&full, g.data ? g.data : "", g.len);
-            jbuf_raw(&full, rules.data, rules.len);
-            gl_error err = {{0}};
-            out->grammar = gl_grammar_from_gbnf(full.data, full.len, &err);
-            if (!out->grammar) rc = params_fail(e, 400, "tools", "invalid_value", "tools: %s", err.message);
-            jbuf_free(&full);
+        if (!ts || !ts->tools || (named && !ts->named)) {
+            compile_spec_free(ts ? &ts->base : NULL);
+            rc = params_fail(e, 500, "tools", NULL, "out of memory");
+        } else {
+            out->spec = &ts->base;
         }
-        jbuf_free(&rules);
     }
-    jbuf_free(&g);
     jbuf_free(&desc);
     cJSON_Delete(list);
     if (rc) tools_free(out);

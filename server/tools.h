@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 
+#include "compile.h"
 #include "genloop.h"
 #include "jbuf.h"
 #include "params.h"
@@ -28,7 +29,7 @@ typedef struct chat_tools {
     bool listed;             /* tools given (they are described to the model even with "none") */
     char *system;            /* the tools' description for the system message (owned) */
     char *tools_json;        /* the tools as a JSON list, for a template's own tool section (owned) */
-    gl_grammar *grammar;     /* the reply's constraint when active (owned) */
+    compile_spec *spec;      /* the reply's constraint when active, to compile (owned) */
 } chat_tools;
 
 /* Reads tools, tool_choice and parallel_tool_calls. 0, or -1 with a 400. */
