@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "gl_error.h"
 
@@ -69,23 +70,73 @@ struct gl_grammar {
 
 /* ---- compiled-grammar cache (by text) -------------------------------------- */
 
+/* Only grammars that compiled and can start are kept, at most this many
+ * and this many bytes (text and compiled form), the oldest going first. */
 #define COMPILE_CACHE_SIZE 32
+#define COMPILE_CACHE_BYTES ((size_t)64 << 20)
 
 typedef struct compiled_entry {
     uint64_t hash;
     char *text;
     size_t len;
+    size_t bytes;             /* what the entry holds */
+    uint64_t stamp;           /* insertion order */
     gr_grammar *g;
 } compiled_entry;
 
 static pthread_mutex_t compiled_mutex = PTHREAD_MUTEX_INITIALIZER;
 static compiled_entry compiled[COMPILE_CACHE_SIZE];
-static int compiled_next; /* round-robin eviction */
+static size_t compiled_bytes;
+static uint64_t compiled_stamp;
 
 static uint64_t hash_bytes(const void *p, size_t n, uint64_t h) {
     const unsigned char *s = p;
     for (size_t i = 0; i < n; i++) h = (h ^ s[i]) * 0x100000001b3ull;
     return h;
+}
+
+/* ---- compile budget --------------------------------------------------------- */
+
+static _Thread_local gl_compile_budget *budget;
+static _Thread_local struct timespec budget_t0;
+static _Thread_local size_t budget_used;
+static _Thread_local unsigned budget_ticks;
+
+void gl_compile_budget_set(gl_compile_budget *b) {
+    budget = b;
+    budget_used = 0;
+    budget_ticks = 0;
+    clock_gettime(CLOCK_MONOTONIC, &budget_t0);
+    if (b) b->exceeded = GL_BUDGET_OK;
+}
+
+bool gr_budget_charge(size_t n, gl_error *err) {
+    gl_compile_budget *b = budget;
+    if (!b) return true;
+    if (b->exceeded) return false;
+    budget_used += n;
+    if (b->max_bytes && budget_used > b->max_bytes) {
+        b->exceeded = GL_BUDGET_MEMORY;
+        gl_error_set(err, "grammar compile stopped: it needs more than the memory budget of %zu MiB",
+                     b->max_bytes >> 20);
+        return false;
+    }
+    if (++budget_ticks % 256) return true; /* the clock read is kept off the hot loops */
+    if (b->cancel && atomic_load(b->cancel)) {
+        b->exceeded = GL_BUDGET_CANCELLED;
+        gl_error_set(err, "grammar compile cancelled");
+        return false;
+    }
+    struct timespec now;
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double spent = (double)(now.tv_sec - budget_t0.tv_sec) + (double)(now.tv_nsec - budget_t0.tv_nsec) * 1e-9;
+    if (b->max_seconds > 0 && spent > b->max_seconds) {
+        b->exceeded = GL_BUDGET_TIME;
+        gl_error_set(err, "grammar compile stopped: it takes longer than the time budget of %.0f ms",
+                     b->max_seconds * 1e3);
+        return false;
+    }
+    return true;
 }
 
 /* ---- parser ------------------------------------------------------------------ */
@@ -110,6 +161,8 @@ typedef struct parser {
     gr_range *ranges;
     int n_ranges, cap_ranges;
     long n_elems;             /* across all bodies, for the size bound */
+    int *by_name;             /* open addressing over named rules: index + 1, 0 = free */
+    int n_named, cap_by_name; /* cap: a power of two, kept under half full */
 } parser;
 
 static void where(const parser *ps, const char *at, int *line, int *col) {
@@ -148,7 +201,17 @@ static bool grow(void **arr, int *cap, int need, size_t elem) {
     return true;
 }
 
+/* Charges what the parser is about to hold (arrays grow by doubling, so
+ * twice the bytes); false once the thread's compile budget is spent. */
+static bool within_budget(parser *ps, size_t bytes) {
+    if (ps->failed) return false;
+    if (gr_budget_charge(2 * bytes, ps->err)) return true;
+    ps->failed = true;
+    return false;
+}
+
 static int new_rule(parser *ps, const char *name, size_t len) {
+    if (!within_budget(ps, sizeof(b_rule) + len + 1 + 2 * sizeof(int))) return -1;
     if (!grow((void **)&ps->rules, &ps->cap_rules, ps->n_rules + 1, sizeof *ps->rules)) {
         fail_at(ps, ps->p, "out of memory");
         return -1;
@@ -165,10 +228,47 @@ static int new_rule(parser *ps, const char *name, size_t len) {
     return ps->n_rules++;
 }
 
+/* Named rules are found through a hash index, so a grammar of many rules
+ * compiles in time linear in its size. */
+static bool index_name(parser *ps, int rule) {
+    if (2 * (ps->n_named + 1) > ps->cap_by_name) {
+        int cap = ps->cap_by_name ? 2 * ps->cap_by_name : 64;
+        int *idx = calloc((size_t)cap, sizeof *idx);
+        if (!idx) return false;
+        for (int i = 0; i < ps->cap_by_name; i++) {
+            int r = ps->by_name[i] - 1;
+            if (r < 0) continue;
+            uint64_t h = hash_bytes(ps->rules[r].name, strlen(ps->rules[r].name), 0xcbf29ce484222325ull);
+            size_t k = h & (size_t)(cap - 1);
+            while (idx[k]) k = (k + 1) & (size_t)(cap - 1);
+            idx[k] = r + 1;
+        }
+        free(ps->by_name);
+        ps->by_name = idx;
+        ps->cap_by_name = cap;
+    }
+    const char *name = ps->rules[rule].name;
+    size_t k = hash_bytes(name, strlen(name), 0xcbf29ce484222325ull) & (size_t)(ps->cap_by_name - 1);
+    while (ps->by_name[k]) k = (k + 1) & (size_t)(ps->cap_by_name - 1);
+    ps->by_name[k] = rule + 1;
+    ps->n_named++;
+    return true;
+}
+
 static int rule_by_name(parser *ps, const char *name, size_t len) {
-    for (int i = 0; i < ps->n_rules; i++)
-        if (ps->rules[i].name && strlen(ps->rules[i].name) == len && !memcmp(ps->rules[i].name, name, len)) return i;
-    return new_rule(ps, name, len);
+    if (ps->cap_by_name) {
+        size_t k = hash_bytes(name, len, 0xcbf29ce484222325ull) & (size_t)(ps->cap_by_name - 1);
+        for (; ps->by_name[k]; k = (k + 1) & (size_t)(ps->cap_by_name - 1)) {
+            const char *have = ps->rules[ps->by_name[k] - 1].name;
+            if (!strncmp(have, name, len) && have[len] == 0) return ps->by_name[k] - 1;
+        }
+    }
+    int r = new_rule(ps, name, len);
+    if (r >= 0 && !index_name(ps, r)) {
+        fail_at(ps, ps->p, "out of memory");
+        return -1;
+    }
+    return r;
 }
 
 static void emit(parser *ps, int rule, uint32_t type, uint32_t arg) {
@@ -177,6 +277,7 @@ static void emit(parser *ps, int rule, uint32_t type, uint32_t arg) {
         fail_at(ps, ps->p, "the grammar expands to more than %d elements", GR_MAX_ELEMS);
         return;
     }
+    if (!within_budget(ps, sizeof(gr_elem) * 2 + sizeof(uint32_t))) return; /* body, then elems and alts */
     b_rule *r = &ps->rules[rule];
     if (!grow((void **)&r->body, &r->cap, r->n + 1, sizeof *r->body)) {
         fail_at(ps, ps->p, "out of memory");
@@ -187,6 +288,7 @@ static void emit(parser *ps, int rule, uint32_t type, uint32_t arg) {
 
 /* A class from ranges (negated or not); returns its index. */
 static int add_class(parser *ps, const gr_range *rs, int n, bool negated) {
+    if (!within_budget(ps, sizeof(gr_class) + (size_t)n * sizeof *rs)) return 0;
     if (!grow((void **)&ps->classes, &ps->cap_classes, ps->n_classes + 1, sizeof *ps->classes) ||
         !grow((void **)&ps->ranges, &ps->cap_ranges, ps->n_ranges + n, sizeof *ps->ranges)) {
         fail_at(ps, ps->p, "out of memory");
@@ -387,6 +489,11 @@ static void parse_class(parser *ps, int rule) {
                 return;
             }
         }
+        if (lo >= 0xD800 && hi <= 0xDFFF) {
+            fail_at(ps, at, "U+%04X is a UTF-16 surrogate, not a character (write a character beyond "
+                            "U+FFFF as \\U0001F600 or as itself)", (unsigned)lo);
+            return;
+        }
         if (n == (int)(sizeof rs / sizeof *rs)) {
             fail_at(ps, at, "more than 256 ranges in a character class");
             return;
@@ -412,8 +519,14 @@ static void parse_sequence(parser *ps, int rule, int depth) {
                     return;
                 }
                 if (*ps->p == '"') break;
+                const char *char_at = ps->p;
                 int32_t cp = parse_char(ps);
                 if (cp < 0) return;
+                if (cp >= 0xD800 && cp <= 0xDFFF) {
+                    fail_at(ps, char_at, "U+%04X is a UTF-16 surrogate, not a character (write a character "
+                                         "beyond U+FFFF as \\U0001F600 or as itself)", (unsigned)cp);
+                    return;
+                }
                 gr_range r1 = {(uint32_t)cp, (uint32_t)cp};
                 emit(ps, rule, E_CHARS, (uint32_t)add_class(ps, &r1, 1, false));
             }
@@ -776,9 +889,18 @@ static gr_grammar *compile_text(const char *text, size_t len, gl_error *err) {
         free(ps.rules[r].body);
     }
     free(ps.rules);
+    free(ps.by_name);
     free(ps.classes);
     free(ps.ranges);
     return g;
+}
+
+static bool start_fits(gr_grammar *g, gl_error *err); /* after the matcher */
+
+static size_t grammar_bytes(const gr_grammar *g) {
+    return sizeof *g + (size_t)g->n_elems * (sizeof *g->elems + sizeof *g->alts) +
+           (size_t)g->n_classes * sizeof *g->classes + (size_t)g->n_ranges * sizeof *g->ranges +
+           (size_t)g->n_rules * 2 * sizeof(int);
 }
 
 gr_grammar *gr_compile(const char *text, size_t len, gl_error *err) {
@@ -795,17 +917,37 @@ gr_grammar *gr_compile(const char *text, size_t len, gl_error *err) {
     pthread_mutex_unlock(&compiled_mutex);
     gr_grammar *g = compile_text(text, len, err);
     if (!g) return NULL;
+    if (!start_fits(g, err)) {
+        gr_release(g);
+        return NULL;
+    }
+    size_t bytes = len + 1 + grammar_bytes(g);
+    if (bytes > COMPILE_CACHE_BYTES) return g; /* works, just not cached */
     char *copy = malloc(len + 1);
-    if (!copy) return g; /* works, just not cached */
+    if (!copy) return g;
     memcpy(copy, text, len);
+    gr_grammar *evicted[COMPILE_CACHE_SIZE];
+    int n_evicted = 0;
     pthread_mutex_lock(&compiled_mutex);
-    compiled_entry *c = &compiled[compiled_next];
-    compiled_next = (compiled_next + 1) % COMPILE_CACHE_SIZE;
-    gr_grammar *old = c->g;
-    free(c->text);
-    *c = (compiled_entry){h, copy, len, gr_retain(g)};
+    for (;;) { /* the oldest go until the new one fits */
+        int free_slot = -1, oldest = -1;
+        for (int i = 0; i < COMPILE_CACHE_SIZE; i++) {
+            if (!compiled[i].g) free_slot = free_slot < 0 ? i : free_slot;
+            else if (oldest < 0 || compiled[i].stamp < compiled[oldest].stamp) oldest = i;
+        }
+        if (free_slot >= 0 && compiled_bytes + bytes <= COMPILE_CACHE_BYTES) {
+            compiled[free_slot] = (compiled_entry){h, copy, len, bytes, ++compiled_stamp, gr_retain(g)};
+            compiled_bytes += bytes;
+            break;
+        }
+        compiled_entry *c = &compiled[oldest];
+        evicted[n_evicted++] = c->g;
+        free(c->text);
+        compiled_bytes -= c->bytes;
+        memset(c, 0, sizeof *c);
+    }
     pthread_mutex_unlock(&compiled_mutex);
-    gr_release(old);
+    for (int i = 0; i < n_evicted; i++) gr_release(evicted[i]);
     return g;
 }
 
@@ -1206,7 +1348,8 @@ gr_matcher *gr_matcher_new(gr_grammar *g, const gr_vocab *v, gl_error *err) {
     int first = g->rule_first_alt[g->root];
     for (int a = 0; a < g->rule_n_alts[g->root]; a++) expand(m, &m->cur, new_node(m, g->alts[first + a], -1));
     if (m->overflow || m->cur.n == 0) {
-        gl_error_set(err, "grammar: the start state exceeds the run-time bounds");
+        gl_error_set(err, "grammar: its start needs more than %d parse stacks or a stack deeper than %d "
+                          "(the run-time bounds); factor alternatives that begin alike", GR_MAX_STACKS, GR_MAX_DEPTH);
         gr_matcher_free(m);
         return NULL;
     }
@@ -1548,6 +1691,16 @@ int gr_matcher_mask(gr_matcher *m, float *logits) {
 bool gr_matcher_allows(gr_matcher *m, int32_t t) {
     if (t < 0 || t >= m->v->n_vocab) return false;
     return (m->bits[t >> 6] >> (t & 63)) & 1;
+}
+
+/* The start state is the same for every vocabulary, so a grammar whose
+ * start is over the run-time bounds is refused here, before it is cached. */
+static bool start_fits(gr_grammar *g, gl_error *err) {
+    gr_vocab none = {.n_words = 1};
+    gr_matcher *m = gr_matcher_new(g, &none, err);
+    if (!m) return false;
+    gr_matcher_free(m);
+    return true;
 }
 
 gl_grammar *gl_grammar_from_gbnf(const char *text, size_t len, gl_error *err) { return gr_compile(text, len, err); }

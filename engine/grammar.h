@@ -33,6 +33,10 @@ typedef struct gl_grammar gr_grammar;
 /* Compile GBNF text (the root rule is "root"). The result is shared: the
  * same text returns the same compiled grammar while it is cached. Errors
  * name line and column. */
+/* The thread's compile budget (gl_compile_budget_set): n more bytes
+ * allocated, and the clock checked now and then; false, with err set,
+ * once the budget is spent. */
+bool gr_budget_charge(size_t n, gl_error *err);
 gr_grammar *gr_compile(const char *text, size_t len, gl_error *err);
 gr_grammar *gr_retain(gr_grammar *g);
 void gr_release(gr_grammar *g);

@@ -86,6 +86,7 @@ typedef struct compiler {
     ref_rule *refs;
     int n_refs, cap_refs;
     gl_error *err;
+    size_t charged;           /* bytes of out charged to the compile budget */
     bool failed;
     char path[1024];          /* JSON pointer of the schema node at hand */
 } compiler;
@@ -329,6 +330,7 @@ typedef struct rx {
     compiler *c;
     const char *p, *end;
     sbuf *b;
+    bool raw;                 /* match the characters themselves, not their JSON spelling (gl_grammar_from_regex) */
 } rx;
 
 typedef struct cp_set {
@@ -409,6 +411,13 @@ static void json_cp_literal(sbuf *b, uint32_t cp) {
  * backslash and control characters as escape alternatives. */
 static void emit_set_json(rx *r, const cp_set *s) {
     sbuf *b = r->b;
+    if (r->raw) {
+        sb_puts(b, "[");
+        for (int i = 0; i < s->n; i++) sb_printf(b, "\\U%08X-\\U%08X", s->lo[i], s->hi[i]);
+        sb_puts(b, "] ");
+        if (!s->n) fail(r->c, "pattern: an empty character class matches nothing");
+        return;
+    }
     sbuf cls = {0};
     for (int i = 0; i < s->n; i++) {
         uint32_t lo = s->lo[i] < 0x20 ? 0x20 : s->lo[i], hi = s->hi[i];
@@ -571,7 +580,8 @@ static void rx_seq(rx *r, int depth) {
             return;
         } else {
             uint32_t cp = rx_char(r);
-            json_cp_literal(b, cp);
+            if (r->raw) sb_printf(b, "[\\U%08X]", cp);
+            else json_cp_literal(b, cp);
             sb_puts(b, " ");
         }
         /* quantifier */
@@ -1115,6 +1125,8 @@ static int gen_alternatives(compiler *c, const cJSON *list, const char *kw, int 
 static int gen(compiler *c, const cJSON *s, int depth) {
     if (c->failed) return -1;
     if (depth > JS_MAX_DEPTH) return fail(c, "schema nested deeper than %d", JS_MAX_DEPTH);
+    if (!gr_budget_charge(c->out.len - c->charged, c->err)) return c->failed = true, -1; /* the rules written since */
+    c->charged = c->out.len;
     int rule = new_rule(c);
     if (rule < 0) return -1;
     sbuf body = {0};
@@ -1276,5 +1288,22 @@ gl_grammar *gl_grammar_from_json_schema(const char *schema, size_t len, gl_error
     if (!text) return NULL;
     gl_grammar *g = gr_compile(text, strlen(text), err);
     free(text);
+    return g;
+}
+
+gl_grammar *gl_grammar_from_regex(const char *regex, size_t len, gl_error *err) {
+    const char *p = regex, *end = regex + len;
+    if (p < end && *p == '^') p++;
+    if (end > p && end[-1] == '$' && (end - 1 == p || end[-2] != '\\')) end--;
+    compiler c = {.err = err};
+    rx r = {&c, p, end, &c.out, true};
+    sb_puts(&c.out, "root ::= ");
+    rx_alt(&r, 0);
+    if (!c.failed && r.p < r.end) fail(&c, "pattern: unbalanced ')'");
+    sb_puts(&c.out, "\n");
+    gl_grammar *g = NULL;
+    if (c.out.oom && !c.failed) gl_error_set(err, "regex: out of memory");
+    else if (!c.failed) g = gr_compile(c.out.s, c.out.len, err);
+    free(c.out.s);
     return g;
 }

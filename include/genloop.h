@@ -107,6 +107,9 @@ typedef struct gl_grammar gl_grammar;
 gl_grammar *gl_grammar_from_gbnf(const char *text, size_t len, gl_error *err);
 /* A JSON Schema (JSON text); NULL with err naming the keyword's JSON path. */
 gl_grammar *gl_grammar_from_json_schema(const char *schema, size_t len, gl_error *err);
+/* A regular expression (the subset JSON Schema patterns support) that the
+ * whole output matches, ^ and $ implied; NULL with err. */
+gl_grammar *gl_grammar_from_regex(const char *regex, size_t len, gl_error *err);
 void gl_grammar_free(gl_grammar *g);
 /* For combining several schemas in one GBNF text (tool calling): the
  * schema's rules with every name prefixed (its root rule is PREFIX "root"),
@@ -114,6 +117,19 @@ void gl_grammar_free(gl_grammar *g);
  * once. malloc'd; NULL with err naming the keyword's JSON path. */
 char *gl_json_schema_to_gbnf(const char *schema, size_t len, const char *prefix, gl_error *err);
 const char *gl_json_schema_gbnf_common(void);
+/* A bound on the grammar compiles (gl_grammar_from_*, gl_json_schema_to_gbnf)
+ * that the calling thread runs while it is set, all of them together: past
+ * it a compile fails, its error names the bound, and `exceeded` says which. */
+typedef enum { GL_BUDGET_OK, GL_BUDGET_TIME, GL_BUDGET_MEMORY, GL_BUDGET_CANCELLED } gl_budget_hit;
+typedef struct gl_compile_budget {
+    double max_seconds;       /* wall time of one compile; 0 = no bound */
+    size_t max_bytes;         /* memory the compiler allocates; 0 = no bound */
+    const _Atomic int *cancel; /* optional: set nonzero (any thread) to stop the compile */
+    gl_budget_hit exceeded;   /* set by a compile that stopped */
+} gl_compile_budget;
+/* The calling thread's budget from now on (NULL: none); its clock and
+ * memory count start here. */
+void gl_compile_budget_set(gl_compile_budget *b);
 
 /* ---- engine ----------------------------------------------------------------- */
 typedef struct gl_engine gl_engine;

@@ -48,6 +48,7 @@ typedef struct api_metrics {
 typedef struct api_server {
     const config *cfg;
     worker *worker;
+    struct compile_pool *compiler; /* request grammars are compiled there (compile.h) */
     const gl_model *model;   /* NULL while loading */
     int n_ctx;               /* context per sequence */
     params_limits limits;    /* request bounds (set when the model is up) */

@@ -23,7 +23,9 @@ typedef struct chat_seq {
     job_seq base;            /* first */
     jbuf lp;                 /* logprobs.content entries not yet written */
     int n_lp;
-    int reply_kind;          /* with tools: 0 not known yet, 1 text, 2 tool calls (its first character) */
+    int reply_kind;          /* REPLY_*: decided once, streamed text is cleared as it goes */
+    tool_call *found;        /* REPLY_HELD, once done: the calls recognised in it (NULL: it is text) */
+    int n_found;
     tools_reader calls;      /* stream of a tool-call reply: how far its text was sent */
     jbuf args;               /* stream: argument bytes read, not yet sent */
     int args_index;          /* the call they belong to */
@@ -38,6 +40,7 @@ typedef struct chat_job {
     int32_t *prompt;
     int n_prompt;
     chat_tools tools;
+    bool tools_grammar;      /* the reply is constrained by the tools' grammar (not the request's own) */
 } chat_job;
 
 /* ---- the template, built at model load ------------------------------------------ */
@@ -77,6 +80,7 @@ static void chat_free(job *j) {
     for (int i = 0; j->seqs && i < j->n_seqs; i++) {
         jbuf_free(&((chat_seq *)job_seq_at(j, i))->lp);
         jbuf_free(&((chat_seq *)job_seq_at(j, i))->args);
+        tools_calls_free(((chat_seq *)job_seq_at(j, i))->found, ((chat_seq *)job_seq_at(j, i))->n_found);
     }
     free(cj->prompt);
     tools_free(&cj->tools);
@@ -128,13 +132,34 @@ static void lp_write(jbuf *out, chat_seq *s) {
 
 /* ---- response pieces ------------------------------------------------------------ */
 
-/* A seq whose reply is tool calls: its text is held back (not streamed as
- * content) and turned into tool_calls at the end. */
+/* With tools, what a reply is. Its text is held back until that is known:
+ * LIVE is the tools grammar's own envelope (it starts with '<'), streamed
+ * call by call as it is generated; HELD starts like a call in one of the
+ * forms models write (tools_recognize), is kept whole and read once done:
+ * calls, or text after all. */
+enum { REPLY_UNKNOWN, REPLY_TEXT, REPLY_LIVE, REPLY_HELD };
+
+static int reply_kind(const job_seq *s) {
+    chat_seq *cs = (chat_seq *)s;
+    const chat_job *cj = (const chat_job *)s->job;
+    if (!cj->tools.active) return REPLY_TEXT;
+    if (cs->reply_kind == REPLY_UNKNOWN && s->text.len > 0) {
+        int maybe = tools_maybe_call(s->text.data, s->text.len);
+        if (cj->tools_grammar && tools_is_call_text(s->text.data, s->text.len)) cs->reply_kind = REPLY_LIVE;
+        else if (maybe >= 0) cs->reply_kind = maybe ? REPLY_HELD : REPLY_TEXT;
+    }
+    if (cs->reply_kind == REPLY_UNKNOWN && s->state == JOB_SEQ_DONE) cs->reply_kind = REPLY_HELD;
+    if (cs->reply_kind == REPLY_HELD && s->state == JOB_SEQ_DONE && !cs->found) {
+        cs->found = tools_recognize(s->text.data ? s->text.data : "", s->text.len, &cj->tools, &cs->n_found);
+        if (!cs->found) cs->reply_kind = REPLY_TEXT;
+    }
+    return cs->reply_kind;
+}
+
+/* A seq whose reply is tool calls (so far, for LIVE). */
 static bool is_tool_reply(const job_seq *s) {
-    chat_seq *cs = (chat_seq *)s; /* decided once: streamed text is cleared as it goes */
-    if (!((const chat_job *)s->job)->tools.active) return false;
-    if (cs->reply_kind == 0 && s->text.len > 0) cs->reply_kind = tools_is_call_text(s->text.data, s->text.len) ? 2 : 1;
-    return cs->reply_kind == 2;
+    int kind = reply_kind(s);
+    return kind == REPLY_LIVE || (kind == REPLY_HELD && ((const chat_seq *)s)->found);
 }
 
 static void chat_write_finish(jbuf *b, const job_seq *s, int final) {
@@ -153,15 +178,16 @@ static void write_call_head(jbuf *b, const job_seq *s, int k, const char *name, 
 
 /* The tool_calls array of a tool reply: its complete calls. */
 static void write_tool_calls(jbuf *b, const job_seq *s) {
-    int n = 0;
-    tool_call *calls = tools_extract(s->text.data, s->text.len, &n);
+    const chat_seq *cs = (const chat_seq *)s;
+    int n = cs->n_found;
+    tool_call *calls = cs->found ? cs->found : tools_extract(s->text.data, s->text.len, &n);
     jbuf_puts(b, "[");
     for (int k = 0; k < n; k++) {
         if (k) jbuf_puts(b, ",");
         write_call_head(b, s, k, calls[k].name, calls[k].arguments);
     }
     jbuf_puts(b, "]");
-    tools_calls_free(calls, n);
+    if (!cs->found) tools_calls_free(calls, n);
 }
 
 /* One chat.completion.chunk with one choice; delta is a JSON object text
@@ -225,9 +251,24 @@ static void stream_end(void *ctx, int index) {
 /* Sends a seq's pending content, and once it is done the closing chunk
  * (empty delta, finish_reason; any logprobs still pending ride on it). */
 static void chat_stream_flush(job_seq *s, bool with_timings) {
-    if (is_tool_reply(s)) { /* the text is kept whole: the reader moves through it */
+    int kind = reply_kind(s);
+    if (kind == REPLY_UNKNOWN || (kind == REPLY_HELD && s->state != JOB_SEQ_DONE)) return; /* held back */
+    chat_seq *cs = (chat_seq *)s;
+    if (kind == REPLY_HELD && cs->found) { /* each call whole */
+        for (int k = 0; k < cs->n_found; k++) {
+            jbuf d = {0};
+            jbuf_puts(&d, "{\"tool_calls\":[");
+            write_call_head(&d, s, k, cs->found[k].name, cs->found[k].arguments);
+            jbuf_puts(&d, "]}");
+            if (!d.oom) send_delta(s, d.data, 0, 0);
+            jbuf_free(&d);
+        }
+        send_delta(s, "{}", 1, with_timings);
+        jbuf_clear(&s->text);
+        return;
+    }
+    if (kind == REPLY_LIVE) { /* the text is kept whole: the reader moves through it */
         static const tools_reader_ops ops = {stream_call, stream_args, stream_end};
-        chat_seq *cs = (chat_seq *)s;
         tools_reader_feed(&cs->calls, s->text.data, s->text.len, &ops, cs);
         send_args(cs);
         if (s->state == JOB_SEQ_DONE) {
@@ -591,6 +632,7 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
         "stream", "stream_options", "stop", "presence_penalty", "frequency_penalty", "logit_bias",
         "seed", "user", "logprobs", "top_logprobs", "response_format", "top_k", "min_p",
         "repetition_penalty", "ignore_eos", "grammar", "json_schema",
+        "guided_json", "guided_regex", "guided_choice", "guided_grammar", "structured_outputs",
         /* llama.cpp server / vLLM extensions (README "Request fields") */
         "repeat_penalty", "repeat_last_n", "min_tokens", "cache_prompt", "speculative", "n_probs", "return_progress",
         "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "reasoning_effort",
@@ -611,15 +653,16 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
     int has_mt = given(body, "max_tokens") != NULL;
     const char *max_key = has_mct ? "max_completion_tokens" : "max_tokens";
     if (params_generation_parse_limits(body, a->model, &a->limits, max_key, &j->gen, e) ||
-        structured_parse(body, &j->gen.grammar, e) || tools_parse(body, &cj->tools, e))
+        structured_parse(body, &j->grammar_spec, e) || tools_parse(body, &cj->tools, e))
         return -1;
-    if (cj->tools.active) {
-        if (j->gen.grammar)
-            return params_fail(e, 400, "tools", "invalid_value",
-                               "'tools' (with tool_choice other than 'none') and a response_format, grammar or "
-                               "json_schema cannot be combined");
-        j->gen.grammar = cj->tools.grammar; /* the job's reference now */
-        cj->tools.grammar = NULL;
+    if (cj->tools.active && j->grammar_spec && !cj->tools.free_text)
+        return params_fail(e, 400, "tools", "invalid_value",
+                           "'tools' with tool_choice 'required' or a named function and a response_format, grammar, "
+                           "json_schema or guided_* constraint cannot be combined");
+    if (cj->tools.active && !j->grammar_spec) { /* with "auto", the request's own constraint shapes the reply */
+        j->grammar_spec = cj->tools.spec; /* the job's now */
+        cj->tools.spec = NULL;
+        cj->tools_grammar = true;
     }
     int ignored;
     if (has_mct && has_mt && params_get_int(body, "max_tokens", 1, a->limits.max_tokens, &ignored, e))

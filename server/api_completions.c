@@ -226,7 +226,8 @@ static int cmpl_parse(job *j, const cJSON *body, params_error *e) {
     cmpl_job *cj = (cmpl_job *)j;
     static const char *const keys[] = {
         "model", "prompt", "max_tokens", "temperature", "top_p", "n", "stream", "stream_options",
-        "logprobs", "echo", "stop", "response_format", "grammar", "json_schema", "presence_penalty", "frequency_penalty", "logit_bias", "seed",
+        "logprobs", "echo", "stop", "response_format", "grammar", "json_schema", "guided_json", "guided_regex", "guided_choice",
+        "guided_grammar", "structured_outputs", "presence_penalty", "frequency_penalty", "logit_bias", "seed",
         "user", "best_of", "suffix", "top_k", "min_p", "repetition_penalty", "ignore_eos",
         /* llama.cpp server / vLLM extensions (README "Request fields") */
         "repeat_penalty", "repeat_last_n", "min_tokens", "cache_prompt", "speculative", "n_probs",
@@ -241,7 +242,7 @@ static int cmpl_parse(job *j, const cJSON *body, params_error *e) {
     if (user && !cJSON_IsNull(user) && !cJSON_IsString(user))
         return params_fail(e, 400, "user", "invalid_type", "'user' must be a string");
     if (params_generation_parse_limits(body, a->model, &a->limits, "max_tokens", &j->gen, e) ||
-        structured_parse(body, &j->gen.grammar, e))
+        structured_parse(body, &j->grammar_spec, e))
         return -1;
     int best_of = j->gen.n;
     if (params_get_int(body, "best_of", 1, a->limits.max_n, &best_of, e)) return -1;

@@ -66,6 +66,9 @@ static const setting settings[] = {
     INT(max_batch_tokens, 0, 1, 1 << 20, "token budget of one engine step"),
     INT(max_seqs, 0, 1, 4096, "sequences decoded together"),
     INT(max_waiting, 0, 0, 1 << 20, "waiting-queue bound; beyond it requests get 503"),
+    INT(grammar_compile_ms, 0, 1, 600000, "time one request's grammar (schema, GBNF, tools) may take to compile; "
+                                          "beyond it 400"),
+    INT(grammar_compile_mib, 0, 1, 65536, "memory one grammar compile may allocate; beyond it 400"),
     INT(max_body_bytes, 0, 64, INT_MAX, "largest request body; beyond it 413"),
     INT(n_ctx, 'c', 0, 1 << 24, "context length per sequence; 0 = the model's"),
     STR(spec, 0, "speculative decoding: ngram (drafts from the request's own prompt and output), "
@@ -121,6 +124,8 @@ void config_default(config *c) {
     c->spec_ngram_max = ep.spec_ngram_max;
     c->max_seqs = 16;
     c->max_waiting = 64;
+    c->grammar_compile_ms = 10000;
+    c->grammar_compile_mib = 512;
     c->max_body_bytes = 1 << 20;
     c->timeout = 600;
     c->header_timeout = 10;

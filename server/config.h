@@ -31,6 +31,8 @@ typedef struct config {
     int max_batch_tokens;    /* token budget of one engine step */
     int max_seqs;            /* sequences decoded together */
     int max_waiting;         /* engine queue bound; beyond it -> 503 */
+    int grammar_compile_ms;  /* one request's grammar compile at most (then 400) */
+    int grammar_compile_mib; /* memory one grammar compile may allocate (then 400) */
     int max_body_bytes;      /* request bodies above this -> 413 */
     int n_ctx;               /* per-sequence context; 0 = the model's */
     char spec[16];           /* speculative decoding: "ngram", "draft" or "off" */

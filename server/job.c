@@ -21,6 +21,8 @@ void job_seq_append(job_seq *s, const char *text, size_t len) {
 
 static void job_destroy(api_job *base) {
     job *j = (job *)base;
+    if (j->compiling) compile_abandon(j->compiling);
+    compile_spec_free(j->grammar_spec);
     if (j->ops->free) j->ops->free(j);
     for (int i = 0; j->seqs && i < j->n_seqs; i++) jbuf_free(&job_seq_at(j, i)->text);
     free(j->seqs);
@@ -31,6 +33,7 @@ static void job_destroy(api_job *base) {
 
 static void job_cancel(api_job *base) {
     job *j = (job *)base;
+    if (j->compiling) compile_cancel(j->compiling);
     gl_engine *engine = worker_engine(j->api->worker);
     for (int i = 0; engine && i < j->n_seqs; i++) {
         job_seq *s = job_seq_at(j, i);
@@ -319,7 +322,12 @@ static void seq_on_event(api_sink *sink, const gl_event *ev, double t_event) {
         s->t_queued = ev->t_queued;
         s->t_first = ev->t_first_token;
         s->t_total = ev->t_total;
-        if (ev->finish == GL_FINISH_ERROR && !j->failed && !j->stream_started) {
+        /* the engine's grammar errors are a dead end of the request's own grammar */
+        bool grammar_fault = j->gen.grammar && ev->error && !strncmp(ev->error, "the grammar", 11);
+        if (ev->finish == GL_FINISH_ERROR && !j->failed && !j->stream_started && grammar_fault) {
+            j->failed = true;
+            params_fail(&j->err, 400, "grammar", "invalid_grammar", "%s", ev->error);
+        } else if (ev->finish == GL_FINISH_ERROR && !j->failed && !j->stream_started) {
             j->failed = true;
             params_fail(&j->err, 500, NULL, "engine_error", "%s", ev->error ? ev->error : "engine error");
         } else if (ev->finish == GL_FINISH_ERROR && !j->unfinished_err.status) {
@@ -368,6 +376,9 @@ static uint64_t choice_seed(uint64_t seed, int i) {
     return z ^ (z >> 31);
 }
 
+static void job_submit(job *j);
+static void on_compiled(void *ctx, gl_grammar *g, const params_error *e);
+
 void job_handle(http_req *req, api_server *a, const job_ops *ops) {
     if (api_reply_if_loading(a, req)) return;
     cJSON *body = api_parse_body(a, req);
@@ -408,7 +419,38 @@ void job_handle(http_req *req, api_server *a, const job_ops *ops) {
     j->n_unfinished = j->n_seqs;
     api_job_add(a, &j->base);
     http_req_on_close(req, on_http_close, j);
+    if (!j->grammar_spec) {
+        job_submit(j);
+        return;
+    }
+    compile_budget budget = {a->cfg->grammar_compile_ms, a->cfg->grammar_compile_mib};
+    compile_spec *spec = j->grammar_spec;
+    j->grammar_spec = NULL;
+    j->compiling = compile_start(a->compiler, spec, &budget, on_compiled, j);
+    if (!j->compiling) {
+        params_fail(&e, 500, NULL, NULL, "cannot queue the grammar's compile");
+        on_compiled(j, NULL, &e);
+    }
+}
 
+/* The grammar is ready (or refused): the seqs go to the engine. */
+static void on_compiled(void *ctx, gl_grammar *g, const params_error *e) {
+    job *j = ctx;
+    j->compiling = NULL;
+    j->gen.grammar = g;
+    if (!g || !j->req) { /* refused, or the client left meanwhile */
+        j->failed = true;
+        if (e) j->err = *e;
+        for (int i = 0; i < j->n_seqs; i++) job_seq_at(j, i)->state = JOB_SEQ_DONE;
+        j->n_unfinished = 0;
+        job_complete(j);
+        return;
+    }
+    job_submit(j);
+}
+
+static void job_submit(job *j) {
+    api_server *a = j->api;
     for (int i = 0; i < j->n_seqs; i++) {
         job_seq *s = job_seq_at(j, i);
         s->sink.on_event = seq_on_event;
@@ -429,7 +471,7 @@ void job_handle(http_req *req, api_server *a, const job_ops *ops) {
             .user = &s->sink,
         };
         if (r.sampling.has_seed) r.sampling.seed = choice_seed(r.sampling.seed, i);
-        ops->prepare(s, &r);
+        j->ops->prepare(s, &r);
         bool queue_full = false;
         gl_error err = {{0}};
         s->request_id = gl_engine_submit(worker_engine(a->worker), &r, &queue_full, &err);

@@ -17,6 +17,7 @@
 #include <cjson/cJSON.h>
 
 #include "api.h"
+#include "compile.h"
 
 typedef enum { JOB_SEQ_NEW, JOB_SEQ_RUNNING, JOB_SEQ_DONE } job_seq_state;
 
@@ -46,6 +47,8 @@ typedef struct job {
     char id[48];
     long created;
     params_generation gen;   /* filled by ops->parse */
+    compile_spec *grammar_spec; /* set by ops->parse: gen.grammar, compiled before the seqs are submitted */
+    compile_task *compiling; /* while it compiles */
     int n_seqs;              /* set by ops->parse */
     int prompt_tokens;       /* usage: set by ops->parse */
     bool scoring_only;       /* set by ops->parse: the one generated token is dropped */

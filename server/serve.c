@@ -20,6 +20,7 @@
 
 #include "api.h"
 #include "api_chat.h"
+#include "compile.h"
 #include "config.h"
 #include "http.h"
 #include "routes.h"
@@ -50,6 +51,8 @@ static void finish_shutdown(serve_state *s) {
     s->worker = NULL;
     chat_teardown(&s->api);
     api_free(&s->api);           /* jobs whose engine events will never come */
+    compile_pool_free(s->api.compiler); /* after the jobs: they abandoned their compiles */
+    s->api.compiler = NULL;
     uv_close((uv_handle_t *)&s->sigint, NULL);
     uv_close((uv_handle_t *)&s->sigterm, NULL);
     uv_close((uv_handle_t *)&s->shutdown_timer, NULL);
@@ -245,6 +248,7 @@ int serve_main(int argc, char **argv) {
     ep.spec_ngram_min = s->cfg.spec_ngram_min;
     ep.spec_ngram_max = s->cfg.spec_ngram_max;
     ep.spec_fixed = s->cfg.spec_fixed;
+    s->api.compiler = compile_pool_create(&s->loop);
     s->worker = s->api.worker = worker_start(&s->loop, s->cfg.model, &ep, api_on_worker_msg, &s->api);
     if (!s->worker) {
         fprintf(stderr, "genloop serve: cannot start the engine thread\n");

@@ -18,7 +18,8 @@ static const cJSON *given(const cJSON *obj, const char *key) {
 void tools_free(chat_tools *t) {
     free(t->system);
     free(t->tools_json);
-    gl_grammar_free(t->grammar);
+    cJSON_Delete(t->defs);
+    compile_spec_free(t->spec);
     memset(t, 0, sizeof *t);
 }
 
@@ -52,6 +53,55 @@ static int call_rule(jbuf *g, const char *name, const cJSON *params, int k, para
     return 0;
 }
 
+/* The reply's grammar, built on a compile thread (compile.h): the calls
+ * allowed, then the envelope. */
+typedef struct tools_spec {
+    compile_spec base;       /* first */
+    cJSON *tools;            /* [{type, function}], checked */
+    char *named;             /* tool_choice names this function, or NULL */
+    bool many;               /* parallel_tool_calls */
+    bool text_allowed;       /* "auto": free text instead of calls */
+} tools_spec;
+
+static gl_grammar *tools_build(compile_spec *self, params_error *e) {
+    tools_spec *ts = (tools_spec *)self;
+    jbuf g = {0}, rules = {0};
+    jbuf_puts(&rules, "call ::= ");
+    int first = 1, k = 0, rc = 0;
+    for (const cJSON *t = ts->tools->child; t && rc == 0; t = t->next, k++) {
+        const cJSON *fn = given(t, "function");
+        const char *name = given(fn, "name")->valuestring;
+        if (ts->named && strcmp(ts->named, name)) continue;
+        rc = call_rule(&g, name, given(fn, "parameters"), k, e);
+        jbuf_printf(&rules, "%st%d-call", first ? "" : " | ", k);
+        first = 0;
+    }
+    gl_grammar *grammar = NULL;
+    if (rc == 0) {
+        jbuf_printf(&rules, "\none-call ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\n"
+                            "calls-all ::= one-call%s\n", ts->many ? " (\"\\n\" one-call){0,7}" : "");
+        jbuf_printf(&rules, "root ::= calls-all%s\n", ts->text_allowed ? " | [^<] .*" : "");
+        jbuf_puts(&rules, gl_json_schema_gbnf_common());
+        jbuf full = {0};
+        jbuf_raw(&full, g.data ? g.data : "", g.len);
+        jbuf_raw(&full, rules.data, rules.len);
+        gl_error err = {{0}};
+        grammar = full.oom ? NULL : gl_grammar_from_gbnf(full.data, full.len, &err);
+        if (!grammar) params_fail(e, 400, "tools", "invalid_value", "tools: %s", full.oom ? "out of memory" : err.message);
+        jbuf_free(&full);
+    }
+    jbuf_free(&rules);
+    jbuf_free(&g);
+    return grammar;
+}
+
+static void tools_spec_destroy(compile_spec *self) {
+    tools_spec *ts = (tools_spec *)self;
+    cJSON_Delete(ts->tools);
+    free(ts->named);
+    free(ts);
+}
+
 int tools_parse(const cJSON *body, chat_tools *out, params_error *e) {
     memset(out, 0, sizeof *out);
     const cJSON *tools = given(body, "tools"), *choice = given(body, "tool_choice");
@@ -83,7 +133,7 @@ int tools_parse(const cJSON *body, chat_tools *out, params_error *e) {
             return params_fail(e, 400, "tool_choice", "invalid_value", "'tool_choice' needs 'tools'");
         return 0;
     }
-    jbuf desc = {0}, g = {0};
+    jbuf desc = {0};
     cJSON *list = cJSON_CreateArray();
     int found = named ? -1 : 0, rc = 0, k = 0;
     char param[64];
@@ -100,6 +150,11 @@ int tools_parse(const cJSON *body, chat_tools *out, params_error *e) {
         else if (!cJSON_IsObject(params))
             rc = params_fail(e, 400, param, "missing_required_parameter",
                              "'%s.function.parameters' must be a JSON schema object", param);
+        for (const cJSON *prev = list->child; prev && !rc; prev = prev->next)
+            if (!strcmp(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(prev, "function"), "name")
+                            ->valuestring, name->valuestring))
+                rc = params_fail(e, 400, param, "invalid_value", "'%s.function.name': '%.64s' names two tools", param,
+                                 name->valuestring);
         if (rc) break;
         if (named && !strcmp(named, name->valuestring)) found = k;
         cJSON *entry = cJSON_CreateObject();
@@ -126,39 +181,29 @@ int tools_parse(const cJSON *body, chat_tools *out, params_error *e) {
         out->system = desc.data ? desc.data : strdup("");
         desc.data = NULL;
         out->tools_json = cJSON_PrintUnformatted(list);
-        if (!out->system || !out->tools_json) rc = params_fail(e, 500, "tools", NULL, "out of memory");
+        out->defs = cJSON_Duplicate(list, 1);
+        out->one_call = parallel && !cJSON_IsTrue(parallel);
+        out->free_text = !strcmp(mode, "auto");
+        if (!out->system || !out->tools_json || !out->defs) rc = params_fail(e, 500, "tools", NULL, "out of memory");
     }
     if (rc == 0 && out->active) {
-        /* the grammar: the calls allowed, then the envelope */
-        jbuf rules = {0};
-        jbuf_puts(&rules, "call ::= ");
-        int first = 1;
-        k = 0;
-        for (const cJSON *t = tools->child; t && rc == 0; t = t->next, k++) {
-            const cJSON *fn = given(t, "function");
-            const char *name = given(fn, "name")->valuestring;
-            if (named && strcmp(named, name)) continue;
-            rc = call_rule(&g, name, given(fn, "parameters"), k, e);
-            jbuf_printf(&rules, "%st%d-call", first ? "" : " | ", k);
-            first = 0;
+        tools_spec *ts = calloc(1, sizeof *ts);
+        if (ts) {
+            ts->base.build = tools_build;
+            ts->base.destroy = tools_spec_destroy;
+            snprintf(ts->base.param, sizeof ts->base.param, "tools");
+            ts->tools = cJSON_Duplicate(list, 1);
+            ts->named = named ? strdup(named) : NULL;
+            ts->many = !parallel || cJSON_IsTrue(parallel);
+            ts->text_allowed = !strcmp(mode, "auto");
         }
-        if (rc == 0) {
-            bool many = !parallel || cJSON_IsTrue(parallel);
-            jbuf_printf(&rules, "\none-call ::= \"<tool_call>\\n\" call \"\\n</tool_call>\"\n"
-                                "calls-all ::= one-call%s\n", many ? " (\"\\n\" one-call){0,7}" : "");
-            jbuf_printf(&rules, "root ::= calls-all%s\n", !strcmp(mode, "auto") ? " | [^<] .*" : "");
-            jbuf_puts(&rules, gl_json_schema_gbnf_common());
-            jbuf full = {0};
-            jbuf_raw(&full, g.data ? g.data : "", g.len);
-            jbuf_raw(&full, rules.data, rules.len);
-            gl_error err = {{0}};
-            out->grammar = gl_grammar_from_gbnf(full.data, full.len, &err);
-            if (!out->grammar) rc = params_fail(e, 400, "tools", "invalid_value", "tools: %s", err.message);
-            jbuf_free(&full);
+        if (!ts || !ts->tools || (named && !ts->named)) {
+            compile_spec_free(ts ? &ts->base : NULL);
+            rc = params_fail(e, 500, "tools", NULL, "out of memory");
+        } else {
+            out->spec = &ts->base;
         }
-        jbuf_free(&rules);
     }
-    jbuf_free(&g);
     jbuf_free(&desc);
     cJSON_Delete(list);
     if (rc) tools_free(out);
@@ -385,4 +430,163 @@ void tools_calls_free(tool_call *calls, int n) {
         free(calls[i].arguments);
     }
     free(calls);
+}
+
+/* ---- calls in the forms models write them ------------------------------------------ */
+
+static const char *skip_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\n' || *p == '\t' || *p == '\r')) p++;
+    return p;
+}
+
+static bool starts(const char *p, const char *end, const char *lit) {
+    size_t n = strlen(lit);
+    return (size_t)(end - p) >= n && !memcmp(p, lit, n);
+}
+
+/* The tool named `name` among defs, or NULL. */
+static const cJSON *find_tool(const cJSON *defs, const char *name) {
+    for (const cJSON *t = defs ? defs->child : NULL; t; t = t->next) {
+        const cJSON *fn = given(t, "function");
+        const cJSON *n = fn ? given(fn, "name") : NULL;
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, name)) return fn;
+    }
+    return NULL;
+}
+
+typedef struct call_list {
+    tool_call *calls;
+    int n, cap;
+    bool bad;                /* something that is not a call of a known tool */
+} call_list;
+
+/* One call object: {"name", "arguments" | "parameters"} (arguments an
+ * object, or its JSON text), or OpenAI's {"type": "function", "function":
+ * {...}}. It counts when it names a tool and its arguments are an object
+ * holding the parameters' required properties. */
+static void add_call(call_list *l, const cJSON *defs, const cJSON *obj) {
+    const cJSON *fn = cJSON_IsObject(obj) ? given(obj, "function") : NULL;
+    if (cJSON_IsObject(fn) && given(fn, "name")) obj = fn;
+    const cJSON *name = cJSON_IsObject(obj) ? given(obj, "name") : NULL;
+    const cJSON *args = cJSON_IsObject(obj) ? given(obj, "arguments") : NULL;
+    if (!args && cJSON_IsObject(obj)) args = given(obj, "parameters");
+    const cJSON *tool = cJSON_IsString(name) ? find_tool(defs, name->valuestring) : NULL;
+    cJSON *parsed = NULL;
+    if (cJSON_IsString(args)) args = parsed = cJSON_Parse(args->valuestring);
+    if (!args && tool) args = parsed = cJSON_CreateObject(); /* a call without arguments */
+    bool ok = tool && cJSON_IsObject(args);
+    const cJSON *required = ok ? given(given(tool, "parameters"), "required") : NULL;
+    for (const cJSON *r = cJSON_IsArray(required) ? required->child : NULL; r && ok; r = r->next)
+        ok = !cJSON_IsString(r) || cJSON_GetObjectItemCaseSensitive(args, r->valuestring);
+    char *text = ok ? cJSON_PrintUnformatted(args) : NULL;
+    cJSON_Delete(parsed);
+    if (text && l->n == l->cap) {
+        int cap = l->cap ? 2 * l->cap : 4;
+        tool_call *grown = realloc(l->calls, (size_t)cap * sizeof *grown);
+        if (grown) l->calls = grown, l->cap = cap;
+    }
+    if (!text || l->n == l->cap) {
+        free(text);
+        l->bad = true;
+        return;
+    }
+    l->calls[l->n++] = (tool_call){strdup(name->valuestring), text};
+    if (!l->calls[l->n - 1].name) l->bad = true;
+}
+
+/* A JSON value at p: a call object or a list of them. Returns the end of
+ * the value, or NULL when it is not one. */
+static const char *json_calls(call_list *l, const cJSON *defs, const char *p, const char *end) {
+    const char *stop = NULL;
+    cJSON *v = cJSON_ParseWithLengthOpts(p, (size_t)(end - p), &stop, 0);
+    if (!v) return NULL;
+    if (cJSON_IsArray(v) && v->child) {
+        for (const cJSON *c = v->child; c; c = c->next) add_call(l, defs, c);
+    } else if (cJSON_IsObject(v)) {
+        add_call(l, defs, v);
+    } else {
+        l->bad = true;
+    }
+    cJSON_Delete(v);
+    return stop;
+}
+
+tool_call *tools_recognize(const char *text, size_t len, const chat_tools *t, int *n) {
+    call_list l = {0};
+    const char *p = skip_ws(text, text + len), *end = text + len;
+    while (end > p && (end[-1] == ' ' || end[-1] == '\n' || end[-1] == '\t' || end[-1] == '\r')) end--;
+    if (starts(p, end, "<tool_call>")) { /* Hermes, Qwen: one tagged object per call */
+        while (p < end && !l.bad) {
+            if (!starts(p, end, "<tool_call>")) { l.bad = true; break; }
+            p = skip_ws(p + strlen("<tool_call>"), end);
+            const char *after = json_calls(&l, t->defs, p, end);
+            if (!after) { l.bad = true; break; }
+            p = skip_ws(after, end);
+            if (!starts(p, end, "</tool_call>")) { l.bad = true; break; }
+            p = skip_ws(p + strlen("</tool_call>"), end);
+        }
+    } else if (starts(p, end, "```")) { /* a fenced block: ```json or ``` */
+        p += 3;
+        if (starts(p, end, "json")) p += 4;
+        const char *after = json_calls(&l, t->defs, skip_ws(p, end), end);
+        p = after ? skip_ws(after, end) : NULL;
+        if (!p || !starts(p, end, "```") || skip_ws(p + 3, end) != end) l.bad = true;
+    } else if (starts(p, end, "[TOOL_CALLS]")) { /* Mistral: a list, or NAME[ARGS]{...} */
+        p = skip_ws(p + strlen("[TOOL_CALLS]"), end);
+        const char *args = NULL;
+        for (const char *q = p; q + 6 <= end && !args; q++)
+            if (!memcmp(q, "[ARGS]", 6)) args = q;
+        if (*p != '[' && *p != '{' && args) {
+            cJSON *call = cJSON_CreateObject();
+            char *name = strndup(p, (size_t)(args - p));
+            cJSON_AddStringToObject(call, "name", name ? name : "");
+            free(name);
+            const char *stop = NULL;
+            cJSON *a = cJSON_ParseWithLengthOpts(args + 6, (size_t)(end - args - 6), &stop, 0);
+            if (a) cJSON_AddItemToObject(call, "arguments", a);
+            if (a && skip_ws(stop, end) == end) add_call(&l, t->defs, call);
+            else l.bad = true;
+            cJSON_Delete(call);
+        } else {
+            const char *after = json_calls(&l, t->defs, p, end);
+            if (!after || skip_ws(after, end) != end) l.bad = true;
+        }
+    } else if (p < end && (*p == '{' || *p == '[' || starts(p, end, "<|python_tag|>"))) {
+        /* bare JSON, Llama 3.x (with or without <|python_tag|>): calls separated by ';' or newlines */
+        if (starts(p, end, "<|python_tag|>")) p = skip_ws(p + strlen("<|python_tag|>"), end);
+        while (p < end && !l.bad) {
+            const char *after = json_calls(&l, t->defs, p, end);
+            if (!after) { l.bad = true; break; }
+            p = skip_ws(after, end);
+            if (p < end && *p == ';') p = skip_ws(p + 1, end);
+        }
+    } else {
+        l.bad = true;
+    }
+    if (l.bad || l.n == 0) {
+        tools_calls_free(l.calls, l.n);
+        *n = 0;
+        return NULL;
+    }
+    if (t->one_call) { /* parallel_tool_calls false: the first call only */
+        for (int i = 1; i < l.n; i++) {
+            free(l.calls[i].name);
+            free(l.calls[i].arguments);
+        }
+        l.n = 1;
+    }
+    *n = l.n;
+    return l.calls;
+}
+
+int tools_maybe_call(const char *text, size_t len) {
+    static const char *const starts_of_calls[] = {"<tool_call>", "```", "[TOOL_CALLS]", "<|python_tag|>", "{", "[",
+                                                  NULL};
+    const char *p = skip_ws(text, text + len), *end = text + len;
+    if (p == end) return -1;
+    for (int i = 0; starts_of_calls[i]; i++) {
+        size_t n = strlen(starts_of_calls[i]), have = (size_t)(end - p);
+        if (!memcmp(p, starts_of_calls[i], have < n ? have : n)) return have < n ? -1 : 1;
+    }
+    return 0;
 }

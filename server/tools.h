@@ -19,6 +19,7 @@
 #include <cjson/cJSON.h>
 #include <stdbool.h>
 
+#include "compile.h"
 #include "genloop.h"
 #include "jbuf.h"
 #include "params.h"
@@ -28,7 +29,10 @@ typedef struct chat_tools {
     bool listed;             /* tools given (they are described to the model even with "none") */
     char *system;            /* the tools' description for the system message (owned) */
     char *tools_json;        /* the tools as a JSON list, for a template's own tool section (owned) */
-    gl_grammar *grammar;     /* the reply's constraint when active (owned) */
+    compile_spec *spec;      /* the reply's constraint when active, to compile (owned) */
+    cJSON *defs;             /* the tools, as listed: the calls a reply may make (owned) */
+    bool one_call;           /* parallel_tool_calls false */
+    bool free_text;          /* tool_choice "auto": the reply may be text */
 } chat_tools;
 
 /* Reads tools, tool_choice and parallel_tool_calls. 0, or -1 with a 400. */
@@ -47,8 +51,10 @@ char *tools_render_result(const char *content);
  * when there are none), or -1 with a 400. */
 int tools_message_fields(const cJSON *m, int i, char **out, params_error *e);
 
-/* Whether generated text is a tool-call reply (it starts with '<'). */
+/* Whether generated text is a tool-call reply in the grammar's own form
+ * (it starts with '<'). */
 bool tools_is_call_text(const char *text, size_t len);
+
 
 /* Reads a tool-call reply as it is generated, so that a stream can send
  * each call's name as soon as it is complete and its arguments in pieces.
@@ -80,5 +86,19 @@ typedef struct tool_call {
  * cut by max_tokens is left out. */
 tool_call *tools_extract(const char *text, size_t len, int *n);
 void tools_calls_free(tool_call *calls, int n);
+
+/* The calls a whole reply makes in any of the forms models write (after
+ * leading whitespace): Hermes/Qwen <tool_call>{...}</tool_call> blocks; a
+ * bare JSON call {"name": N, "arguments" or "parameters": {...}} or a list
+ * of them; the same in a ```json fenced block; Llama 3.x's, optionally
+ * after <|python_tag|>, several separated by ';'; Mistral's
+ * [TOOL_CALLS][...] or [TOOL_CALLS]NAME[ARGS]{...}. The reply counts as
+ * calls only when it is nothing but calls, each naming a listed tool with
+ * an object of arguments holding its required properties; else NULL (it is
+ * text). With one_call, only the first call. Arguments come out compact. */
+tool_call *tools_recognize(const char *text, size_t len, const chat_tools *t, int *n);
+/* For a stream: whether the reply so far can still become calls in one of
+ * those forms (1: it starts like one, 0: it cannot, -1: too short to tell). */
+int tools_maybe_call(const char *text, size_t len);
 
 #endif

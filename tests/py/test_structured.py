@@ -620,7 +620,8 @@ def test_langchain_streamed_tool_calls(server):
      "/not"),
     ({"tools": [WEATHER], "tool_choice": "sometimes"}, "tool_choice"),
     ({"tool_choice": "required"}, "needs 'tools'"),
-    ({"tools": [WEATHER], "response_format": {"type": "json_object"}}, "cannot be combined"),
+    ({"tools": [WEATHER], "tool_choice": "required", "response_format": {"type": "json_object"}}, "cannot be combined"),
+    ({"tools": [WEATHER, WEATHER]}, "names two tools"),
 ])
 def test_tool_faults_are_400(server, extra, needle):
     status, _, r = post_json(server.url + "/v1/chat/completions", {"messages": ASK, "max_tokens": 4, **extra})
