@@ -114,6 +114,22 @@ void gl_grammar_free(gl_grammar *g);
  * once. malloc'd; NULL with err naming the keyword's JSON path. */
 char *gl_json_schema_to_gbnf(const char *schema, size_t len, const char *prefix, gl_error *err);
 const char *gl_json_schema_gbnf_common(void);
+/* Measuring a grammar (genloop schema-check): a text walked through it as
+ * generation would walk it, tokenized by the model (no special tokens),
+ * each token allowed by the mask computed before it, and an end of
+ * generation allowed after the last one. */
+typedef struct gl_grammar_probe gl_grammar_probe;
+typedef struct gl_grammar_walk {
+    bool accepted;            /* every token allowed and the end accepts */
+    int n_tokens;             /* tokens of the text */
+    int n_masks;              /* masks computed (up to the first refused token) */
+    const double *mask_us;    /* each mask's time; valid until the next walk */
+} gl_grammar_walk;
+gl_grammar_probe *gl_grammar_probe_create(const gl_model *m, gl_error *err);
+void gl_grammar_probe_free(gl_grammar_probe *p);
+/* false with err only when the text cannot be tokenized or memory fails. */
+bool gl_grammar_probe_walk(gl_grammar_probe *p, gl_grammar *g, const char *text, size_t len, gl_grammar_walk *out,
+                           gl_error *err);
 
 /* ---- engine ----------------------------------------------------------------- */
 typedef struct gl_engine gl_engine;
