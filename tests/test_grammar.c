@@ -240,11 +240,18 @@ END_TEST
 
 START_TEST(test_schema_errors) {
     schema_fails("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"array\",\"uniqueItems\":true}}}",
-                 "json_schema at /properties/x/uniqueItems: unsupported keyword 'uniqueItems'");
+                 "json_schema at /properties/x/uniqueItems: uniqueItems cannot be enforced");
     schema_fails("{\"$ref\":\"#/$defs/missing\"}", "does not resolve");
-    schema_fails("{\"type\":\"string\",\"format\":\"ipv4\"}", "/format: format 'ipv4' is not supported");
-    schema_fails("{\"type\":\"number\",\"minimum\":1}", "/minimum: bounds are supported for type integer only");
-    schema_fails("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer fits");
+    schema_fails("{\"type\":\"string\",\"format\":\"ipv4\",\"maxLength\":9}", "/format: format 'ipv4' together with");
+    schema_fails("{\"type\":\"number\",\"minimum\":1,\"exclusiveMaximum\":1}", "the minimum is above the maximum");
+    schema_fails("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "the minimum is above the maximum");
+    /* unsatisfiable schemas are refused, never compiled into something that breaks them */
+    schema_fails("{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"zz\"],\"additionalProperties\":false}",
+                 "required property 'zz'");
+    schema_fails("{\"type\":\"string\",\"enum\":[1,2]}", "no enum value satisfies");
+    schema_fails("{\"type\":\"integer\",\"const\":\"a\"}", "const value does not satisfy");
+    schema_fails("{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "no type is in every branch");
+    schema_fails("{\"not\":{\"type\":\"string\"}}", "'not' cannot be enforced");
     schema_fails("{\"type\":\"strin\"}", "unknown type 'strin'");
     schema_fails("{\"type\":\"object\"", "not valid JSON");
     schema_fails("false", "accepts nothing");
