@@ -168,6 +168,7 @@ static const char *const PRELUDE =
     "label ::= [a-zA-Z0-9] ([a-zA-Z0-9-]{0,61} [a-zA-Z0-9])?\n"
     "hostname ::= label (\".\" label){0,8}\n"
     "uri ::= [a-zA-Z] [a-zA-Z0-9+.-]{0,15} \":\" [a-zA-Z0-9._~:/?#@!$&'()*+,;=%-]{0,512}\n"
+    "uri-ref ::= [a-zA-Z0-9._~:/?#@!$&'()*+,;=%-]{0,512}\n"
     "duration ::= \"P\" ([0-9]{1,9} \"W\" | ([0-9]{1,9} \"Y\")? ([0-9]{1,9} \"M\")? ([0-9]{1,9} \"D\")? "
     "(\"T\" ([0-9]{1,9} \"H\")? ([0-9]{1,9} \"M\")? ([0-9]{1,9} ([.] [0-9]{1,9})? \"S\")?)?)\n";
 
@@ -336,7 +337,8 @@ static void decimal_parts(double x, long long *ip, char *frac, size_t cap) {
  * nonempty ones as GBNF alternatives; returns whether any exists, *empty
  * whether s = "" fits. */
 static bool frac_range(sbuf *b, const char *lo, bool lo_open, const char *hi, bool hi_open, int left, bool *empty) {
-    *empty = (!lo || (!*lo && !lo_open)) && (!hi || *hi || !hi_open);
+    if (lo && !*lo && !lo_open) lo = NULL; /* at least zero: no bound */
+    *empty = !lo && (!hi || *hi || !hi_open);
     if (left == 0) return false;
     char l0 = lo ? (*lo ? *lo : '0') : 0, h0 = hi ? (*hi ? *hi : '0') : 0;
     char free_cls[11];
@@ -356,7 +358,11 @@ static bool frac_range(sbuf *b, const char *lo, bool lo_open, const char *hi, bo
         if (some || e) {
             if (n++) sb_puts(&alts, " | ");
             sb_printf(&alts, "\"%c\"", d);
-            if (some) sb_printf(&alts, " (%s)%s", sub.s, e ? "?" : "");
+            if (some) {
+                sb_puts(&alts, " (");
+                sb_put(&alts, sub.s, sub.len);
+                sb_puts(&alts, e ? ")?" : ")");
+            }
         }
         free(sub.s);
     }
@@ -378,8 +384,13 @@ static bool with_fraction(sbuf *b, const char *ip, const char *lo, bool lo_open,
     bool e;
     bool some = frac_range(&f, lo, lo_open, hi, hi_open, max_frac, &e);
     if (some || e) {
-        sb_printf(b, "(%s", ip);
-        if (some) sb_printf(b, " (\".\" (%s))%s", f.s, e ? "?" : "");
+        sb_puts(b, "(");
+        sb_puts(b, ip);
+        if (some) {
+            sb_puts(b, " (\".\" (");
+            sb_put(b, f.s, f.len);
+            sb_puts(b, e ? "))?" : "))");
+        }
         sb_puts(b, ")");
     }
     free(f.s);
@@ -594,7 +605,9 @@ static void emit_set_json(rx *r, const cp_set *s) {
     bool any = false;
     sb_puts(b, "(");
     if (cls.len) {
-        sb_printf(b, "[%s] ", cls.s);
+        sb_puts(b, "[");
+        sb_put(b, cls.s, cls.len);
+        sb_puts(b, "] ");
         any = true;
     }
     free(cls.s);
@@ -1720,7 +1733,8 @@ static int gen_array(compiler *c, const cJSON *s, int depth, sbuf *b) {
 static const char *format_rule(const char *f) {
     static const char *const fmt[][2] = {
         {"date", "date"}, {"time", "time"}, {"date-time", "date \"T\" time"}, {"uuid", "uuid"}, {"email", "email"},
-        {"ipv4", "ipv4"}, {"ipv6", "ipv6"}, {"hostname", "hostname"}, {"uri", "uri"}, {"duration", "duration"},
+        {"ipv4", "ipv4"}, {"ipv6", "ipv6"}, {"hostname", "hostname"}, {"uri", "uri"}, {"iri", "uri"}, {"url", "uri"},
+        {"uri-reference", "uri-ref"}, {"iri-reference", "uri-ref"}, {"duration", "duration"},
         {NULL, NULL}};
     for (int i = 0; fmt[i][0]; i++)
         if (!strcmp(f, fmt[i][0])) return fmt[i][1];
