@@ -1540,7 +1540,8 @@ static int gen_object(compiler *c, const cJSON *s, int depth, sbuf *b) {
         if (!cJSON_IsString(r)) {
             fail(c, "must be a string");
         } else {
-            int k = 0;
+            /* required usually lists the properties in their order: look there first */
+            int k = i < n && !strcmp(names[i], r->valuestring) ? i : 0;
             while (k < n && strcmp(names[k], r->valuestring)) k++;
             if (k == n && cJSON_IsFalse(addl) && !cJSON_GetObjectItemCaseSensitive(s, "patternProperties")) {
                 fail(c, "required property '%s' is not in properties and additionalProperties is false: no object fits",
