@@ -110,6 +110,8 @@ typedef struct parser {
     gr_range *ranges;
     int n_ranges, cap_ranges;
     long n_elems;             /* across all bodies, for the size bound */
+    int *by_name;             /* open-addressing table of named rules (-1 free), so lookups stay O(1) */
+    int cap_by_name;          /* a power of two, kept above twice n_rules */
 } parser;
 
 static void where(const parser *ps, const char *at, int *line, int *col) {
@@ -165,10 +167,39 @@ static int new_rule(parser *ps, const char *name, size_t len) {
     return ps->n_rules++;
 }
 
+static uint32_t name_hash(const char *name, size_t len) {
+    uint32_t h = 2166136261u; /* FNV-1a */
+    for (size_t i = 0; i < len; i++) h = (h ^ (unsigned char)name[i]) * 16777619u;
+    return h;
+}
+
 static int rule_by_name(parser *ps, const char *name, size_t len) {
-    for (int i = 0; i < ps->n_rules; i++)
-        if (ps->rules[i].name && strlen(ps->rules[i].name) == len && !memcmp(ps->rules[i].name, name, len)) return i;
-    return new_rule(ps, name, len);
+    if (2 * (ps->n_rules + 1) > ps->cap_by_name) { /* grow and rehash */
+        int cap = ps->cap_by_name ? 2 * ps->cap_by_name : 256;
+        int *t = malloc((size_t)cap * sizeof *t);
+        if (!t) {
+            fail_at(ps, ps->p, "out of memory");
+            return -1;
+        }
+        for (int i = 0; i < cap; i++) t[i] = -1;
+        for (int r = 0; r < ps->n_rules; r++) {
+            if (!ps->rules[r].name) continue;
+            uint32_t h = name_hash(ps->rules[r].name, strlen(ps->rules[r].name)) & (uint32_t)(cap - 1);
+            while (t[h] >= 0) h = (h + 1) & (uint32_t)(cap - 1);
+            t[h] = r;
+        }
+        free(ps->by_name);
+        ps->by_name = t;
+        ps->cap_by_name = cap;
+    }
+    uint32_t mask = (uint32_t)(ps->cap_by_name - 1), h = name_hash(name, len) & mask;
+    for (; ps->by_name[h] >= 0; h = (h + 1) & mask) {
+        const char *n = ps->rules[ps->by_name[h]].name;
+        if (strlen(n) == len && !memcmp(n, name, len)) return ps->by_name[h];
+    }
+    int r = new_rule(ps, name, len);
+    if (r >= 0) ps->by_name[h] = r;
+    return r;
 }
 
 static void emit(parser *ps, int rule, uint32_t type, uint32_t arg) {
@@ -776,6 +807,7 @@ static gr_grammar *compile_text(const char *text, size_t len, gl_error *err) {
         free(ps.rules[r].body);
     }
     free(ps.rules);
+    free(ps.by_name);
     free(ps.classes);
     free(ps.ranges);
     return g;

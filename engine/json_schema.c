@@ -1562,7 +1562,7 @@ static int gen_object(compiler *c, const cJSON *s, int depth, sbuf *b) {
      * properties already keep them */
     int n_required = 0;
     for (int i = 0; i < n; i++) n_required += required[i];
-    bool open = pprops || cJSON_IsObject(addl);
+    bool open = pprops || !cJSON_IsFalse(addl);
     if (!c->failed && min_props > n_required) {
         old = path_push(c, "minProperties");
         fail(c, "minProperties above the number of required properties is not supported");
@@ -1590,7 +1590,10 @@ static int gen_object(compiler *c, const cJSON *s, int depth, sbuf *b) {
         extra = new_rule(c);
         if (!c->failed) define(c, extra, &body);
         free(body.s);
-    } else if (addl && cJSON_IsObject(addl)) {
+    } else if (!cJSON_IsFalse(addl)) {
+        /* absent or true: any other key, with any value */
+        static const cJSON any_value = {.type = cJSON_True};
+        if (!addl) addl = &any_value;
         old = path_push(c, "additionalProperties");
         int v = gen(c, addl, depth + 1);
         path_pop(c, old);
@@ -1729,6 +1732,51 @@ static int gen_array(compiler *c, const cJSON *s, int depth, sbuf *b) {
     return c->failed ? -1 : 0;
 }
 
+/* A whole-string pattern of one repeated atom (^[a-z0-9_]+$, ^\\d{3,}$,
+ * ^.*$) with length bounds: the bounds folded into its repetition. Other
+ * patterns with lengths are refused: a grammar cannot intersect them. */
+static int pattern_with_length(compiler *c, const cJSON *s, const char *pat, sbuf *b) {
+    long min = count_kw(c, s, "minLength", 0, 1000), max = count_kw(c, s, "maxLength", -1, LONG_MAX);
+    if (c->failed) return -1;
+    if (max > 1000) max = -1; /* a bound this high never binds in practice */
+    size_t n = strlen(pat);
+    const char *atom = pat + 1, *q = atom;
+    if (n >= 3 && pat[0] == '^' && pat[n - 1] == '$') {
+        if (*q == '\\' && q[1]) q += 2;
+        else if (*q == '.') q++;
+        else if (*q == '[') {
+            for (q++; *q && *q != ']'; q++)
+                if (*q == '\\' && q[1]) q++;
+            q += *q == ']';
+        }
+    }
+    long lo = -1, hi = -1; /* the atom's own repetition */
+    const char *rest = q;
+    if (q > atom && rest[0] == '+' && rest + 2 == pat + n) lo = 1;
+    else if (q > atom && rest[0] == '*' && rest + 2 == pat + n) lo = 0;
+    else if (q > atom && rest[0] == '{') {
+        char *e;
+        lo = strtol(rest + 1, &e, 10);
+        if (e == rest + 1) lo = -1;
+        else if (*e == '}') hi = lo, e++;
+        else if (*e == ',' && e[1] == '}') e += 2;
+        else if (*e == ',') hi = strtol(e + 1, &e, 10), e += *e == '}';
+        if (lo >= 0 && (e != pat + n - 1 || e[-1] != '}')) lo = -1;
+    }
+    if (lo < 0) return fail(c, "pattern together with minLength/maxLength is not supported unless the pattern is one repeated character class (^[...]{m,n}$)");
+    if (min > lo) lo = min;
+    if (max >= 0 && (hi < 0 || max < hi)) hi = max;
+    if (hi >= 0 && lo > hi) return fail(c, "the pattern's repetition and minLength/maxLength leave no length: no string fits");
+    char *folded = malloc((size_t)(q - atom) + 48);
+    if (!folded) return fail(c, "out of memory");
+    int len = (int)(q - atom);
+    if (hi >= 0) snprintf(folded, (size_t)len + 48, "^%.*s{%ld,%ld}$", len, atom, lo, hi);
+    else snprintf(folded, (size_t)len + 48, "^%.*s{%ld,}$", len, atom, lo);
+    gen_pattern(c, folded, b);
+    free(folded);
+    return c->failed ? -1 : 0;
+}
+
 /* The formats a grammar enforces, as GBNF for the string's content; any
  * other format is an annotation (JSON Schema asserts none by default). */
 static const char *format_rule(const char *f) {
@@ -1760,7 +1808,7 @@ static int gen_string(compiler *c, const cJSON *s, sbuf *b) {
     }
     if (pat) {
         if (!cJSON_IsString(pat)) return fail(c, "pattern must be a string");
-        if (has_len) return fail(c, "pattern together with minLength/maxLength is not supported");
+        if (has_len) return pattern_with_length(c, s, pat->valuestring, b);
         gen_pattern(c, pat->valuestring, b);
         return c->failed ? -1 : 0;
     }
@@ -1917,9 +1965,19 @@ static int gen(compiler *c, const cJSON *s, int depth) {
                 gen_type(c, s, type->valuestring, depth, &body);
             }
         } else {
-            const char *t = implied_type(s);
-            if (t) gen_type(c, s, t, depth, &body);
-            else sb_puts(&body, "json-value");
+            /* without type, keywords constrain only their own type's
+             * instances: the other types stay free */
+            if (implied_type(s)) {
+                static const char *const all[] = {"object", "array", "string", "number", "boolean", "null"};
+                sb_puts(&body, "(");
+                for (int i = 0; i < 6 && !c->failed; i++) {
+                    if (i) sb_puts(&body, " | ");
+                    gen_type(c, s, all[i], depth, &body);
+                }
+                sb_puts(&body, ")");
+            } else {
+                sb_puts(&body, "json-value");
+            }
         }
     }
     if (!c->failed) define(c, rule, &body);

@@ -279,7 +279,37 @@ START_TEST(test_schema_objects) {
     ck_assert(!accepts(g, "{\"a\":1}"));
     ck_assert(!accepts(g, "{\"b\":\"x\",\"a\":1}")); /* schema order */
     ck_assert(!accepts(g, "{\"b\":\"x\",}"));
+    ck_assert(accepts(g, "{\"b\":\"x\",\"d\":1}")); /* additionalProperties absent: other keys, after */
+    ck_assert(!accepts(g, "{\"b\":\"x\",\"b\":1}"));
+    gr_release(g);
+    g = schema("{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"string\"}},\"additionalProperties\":false}");
+    ck_assert(accepts(g, "{\"b\":\"x\"}"));
     ck_assert(!accepts(g, "{\"b\":\"x\",\"d\":1}"));
+    gr_release(g);
+    /* enum beside type keeps the values of that type; numbers in fractional bounds */
+    g = schema("{\"type\":\"string\",\"enum\":[\"celsius\",\"fahrenheit\",1,null]}");
+    ck_assert(accepts(g, "\"celsius\""));
+    ck_assert(!accepts(g, "1"));
+    ck_assert(!accepts(g, "null"));
+    gr_release(g);
+    g = schema("{\"type\":\"number\",\"minimum\":-2.5,\"exclusiveMaximum\":0.75}");
+    ck_assert(accepts(g, "-2.5") && accepts(g, "-2.49") && accepts(g, "0") && accepts(g, "0.7499"));
+    ck_assert(!accepts(g, "-2.51") && !accepts(g, "0.75") && !accepts(g, "0.750") && !accepts(g, "1"));
+    gr_release(g);
+    /* allOf merged, $ref beside type, annotations ignored */
+    g = schema("{\"$defs\":{\"base\":{\"properties\":{\"id\":{\"type\":\"integer\"}},\"required\":[\"id\"]}},"
+               "\"x-vendor\":1,\"id\":\"u\",\"allOf\":[{\"$ref\":\"#/$defs/base\"},{\"properties\":{\"n\":{\"type\":\"string\"}},"
+               "\"required\":[\"n\"]}],\"type\":\"object\",\"additionalProperties\":false,"
+               "\"properties\":{\"id\":{\"minimum\":1},\"n\":{\"maxLength\":3}}}");
+    ck_assert(accepts(g, "{\"id\":1,\"n\":\"abc\"}"));
+    ck_assert(!accepts(g, "{\"id\":0,\"n\":\"abc\"}"));
+    ck_assert(!accepts(g, "{\"id\":1,\"n\":\"abcd\"}"));
+    ck_assert(!accepts(g, "{\"n\":\"abc\"}"));
+    gr_release(g);
+    /* pattern with lengths folded into its repetition */
+    g = schema("{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"minLength\":2,\"maxLength\":3}");
+    ck_assert(accepts(g, "\"ab\"") && accepts(g, "\"abc\""));
+    ck_assert(!accepts(g, "\"a\"") && !accepts(g, "\"abcd\"") && !accepts(g, "\"aB\""));
     gr_release(g);
     g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"}},\"additionalProperties\":{\"type\":\"integer\"}}");
     ck_assert(accepts(g, "{}"));
