@@ -7,5 +7,6 @@ int cmd_generate(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_chat(int argc, char **argv);
+int cmd_schema_check(int argc, char **argv);
 
 #endif

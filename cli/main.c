@@ -18,6 +18,7 @@ static void usage(FILE *out) {
             "  tokenize   show how a model tokenizes text\n"
             "  serve      run the OpenAI-compatible HTTP server (streaming, metrics, web chat)\n"
             "  bench      measure prompt, generation and batch throughput against memory bandwidth\n"
+            "  schema-check  compile JSON Schemas (MaskBench lines) and walk their test instances\n"
             "\n"
             "`genloop <command> --help` describes each command's options.\n",
             GL_VERSION);
@@ -42,6 +43,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "serve")) return serve_main(argc - 1, argv + 1);
     if (!strcmp(cmd, "bench")) return cmd_bench(argc - 1, argv + 1);
     if (!strcmp(cmd, "chat")) return cmd_chat(argc - 1, argv + 1);
+    if (!strcmp(cmd, "schema-check")) return cmd_schema_check(argc - 1, argv + 1);
     fprintf(stderr, "genloop: unknown command '%s' (try genloop --help)\n", cmd);
     return 2;
 }

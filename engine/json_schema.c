@@ -13,11 +13,15 @@
 
 #include <cjson/cJSON.h>
 #include <limits.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <pcre2.h>
 
 #include "gl_error.h"
 #include "grammar.h"
@@ -85,6 +89,7 @@ typedef struct compiler {
     int n_rules;
     ref_rule *refs;
     int n_refs, cap_refs;
+    cJSON *scratch;           /* nodes folding made, freed at the end */
     gl_error *err;
     size_t charged;           /* bytes of out charged to the compile budget */
     bool failed;
@@ -156,27 +161,19 @@ static const char *const PRELUDE =
     "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n"
     "hex ::= [0-9a-f]\n"
     "uuid ::= hex{8} \"-\" hex{4} \"-\" hex{4} \"-\" hex{4} \"-\" hex{12}\n"
-    "email ::= [a-zA-Z0-9_.+-]{1,32} \"@\" [a-zA-Z0-9-]{1,32} (\".\" [a-zA-Z0-9-]{1,16}){1,3}\n";
+    "email ::= [a-zA-Z0-9_.+-]{1,32} \"@\" [a-zA-Z0-9-]{1,32} (\".\" [a-zA-Z0-9-]{1,16}){1,3}\n"
+    "octet ::= [0-9] | [1-9] [0-9] | \"1\" [0-9] [0-9] | \"2\" [0-4] [0-9] | \"25\" [0-5]\n"
+    "ipv4 ::= octet \".\" octet \".\" octet \".\" octet\n"
+    "h16 ::= [0-9a-fA-F]{1,4}\n"
+    "ipv6 ::= h16 (\":\" h16){7} | (h16 (\":\" h16){0,6})? \"::\" (h16 (\":\" h16){0,6})?\n"
+    "label ::= [a-zA-Z0-9] ([a-zA-Z0-9-]{0,61} [a-zA-Z0-9])?\n"
+    "hostname ::= label (\".\" label){0,8}\n"
+    "uri ::= [a-zA-Z] [a-zA-Z0-9+.-]{0,15} \":\" [a-zA-Z0-9._~:/?#@!$&'()*+,;=%-]{0,512}\n"
+    "uri-ref ::= [a-zA-Z0-9._~:/?#@!$&'()*+,;=%-]{0,512}\n"
+    "duration ::= \"P\" ([0-9]{1,9} \"W\" | ([0-9]{1,9} \"Y\")? ([0-9]{1,9} \"M\")? ([0-9]{1,9} \"D\")? "
+    "(\"T\" ([0-9]{1,9} \"H\")? ([0-9]{1,9} \"M\")? ([0-9]{1,9} ([.] [0-9]{1,9})? \"S\")?)?)\n";
 
 static int gen(compiler *c, const cJSON *s, int depth);
-
-static bool is_annotation(const char *k) {
-    static const char *const ann[] = {"title", "description", "default", "examples", "$schema", "$id", "$comment",
-                                      "deprecated", "readOnly", "writeOnly", "$defs", "definitions", NULL};
-    for (int i = 0; ann[i]; i++)
-        if (!strcmp(k, ann[i])) return true;
-    return false;
-}
-
-static bool is_supported(const char *k) {
-    static const char *const kw[] = {"type", "properties", "required", "additionalProperties", "items", "prefixItems",
-                                     "minItems", "maxItems", "enum", "const", "anyOf", "oneOf", "allOf", "$ref",
-                                     "minLength", "maxLength", "pattern", "format", "minimum", "maximum",
-                                     "exclusiveMinimum", "exclusiveMaximum", NULL};
-    for (int i = 0; kw[i]; i++)
-        if (!strcmp(k, kw[i])) return true;
-    return is_annotation(k);
-}
 
 /* A non-negative integer keyword, or def when absent. */
 static long count_kw(compiler *c, const cJSON *s, const char *k, long def, long max) {
@@ -277,50 +274,234 @@ static void nonneg_range(sbuf *b, long long lo, long long hi) {
     sb_puts(b, ") ");
 }
 
-static int gen_integer(compiler *c, const cJSON *s, sbuf *b) {
-    bool has_lo = false, has_hi = false;
-    long long lo = 0, hi = 0;
+/* ---- numbers in a range ---------------------------------------------------------- */
+
+typedef struct bound {
+    bool has, open;
+    double v;
+} bound;
+
+/* The tightest lower and upper bounds of minimum, exclusiveMinimum, maximum, exclusiveMaximum. */
+static int num_bounds(compiler *c, const cJSON *s, bound *lo, bound *hi) {
     static const char *const kws[] = {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"};
+    *lo = *hi = (bound){0};
     for (int i = 0; i < 4; i++) {
         const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, kws[i]);
         if (!v) continue;
-        size_t old = path_push(c, kws[i]);
-        if (!cJSON_IsNumber(v) || v->valuedouble < -1e17 || v->valuedouble > 1e17) {
-            fail(c, "must be a number between -1e17 and 1e17");
+        if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble)) {
+            size_t old = path_push(c, kws[i]);
+            fail(c, "must be a number");
             path_pop(c, old);
             return -1;
         }
-        path_pop(c, old);
+        bound *b = i < 2 ? lo : hi;
+        bool open = i % 2 == 1;
         double d = v->valuedouble;
-        if (i < 2) {
-            long long x = (long long)d;
-            if ((double)x < d) x++; /* ceil */
-            if (i == 1 && (double)x == d) x++;
-            if (!has_lo || x > lo) lo = x;
-            has_lo = true;
-        } else {
-            long long x = (long long)d;
-            if ((double)x > d) x--; /* floor */
-            if (i == 3 && (double)x == d) x--;
-            if (!has_hi || x < hi) hi = x;
-            has_hi = true;
+        bool tighter = !b->has || (i < 2 ? d > b->v : d < b->v) || (d == b->v && open);
+        if (tighter) *b = (bound){true, open, d};
+    }
+    /* past 16 digits a bound cannot bind: the grammar's numbers are shorter */
+    if (lo->has && lo->v < -1e16) lo->has = false;
+    if (hi->has && hi->v > 1e16) hi->has = false;
+    if ((lo->has && lo->v > 1e16) || (hi->has && hi->v < -1e16))
+        return fail(c, "a bound past 1e16 leaves no number of at most 16 digits");
+    if (lo->has && hi->has && (lo->v > hi->v || (lo->v == hi->v && (lo->open || hi->open))))
+        return fail(c, "the minimum is above the maximum: no number fits");
+    return 0;
+}
+
+/* x >= 0 as integer part and fraction digits, the shortest spelling that
+ * reads back, trailing zeros dropped. */
+static void decimal_parts(double x, long long *ip, char *frac, size_t cap) {
+    char buf[48];
+    for (int prec = 1; prec <= 17; prec++) {
+        snprintf(buf, sizeof buf, "%.*e", prec - 1, x);
+        if (strtod(buf, NULL) == x) break;
+    }
+    char dg[24];
+    int nd = 0;
+    const char *p = buf;
+    for (; *p && *p != 'e'; p++)
+        if (*p >= '0' && *p <= '9') dg[nd++] = *p;
+    int e = atoi(p + 1);
+    *ip = 0;
+    size_t nf = 0;
+    for (int i = 0; i <= e && i < 17; i++) *ip = *ip * 10 + (i < nd ? dg[i] - '0' : 0);
+    for (int i = e + 1; i < 0 && nf + 1 < cap; i++) frac[nf++] = '0';
+    for (int i = e + 1 < 0 ? 0 : e + 1; i < nd && nf + 1 < cap; i++) frac[nf++] = dg[i];
+    while (nf && frac[nf - 1] == '0') nf--;
+    frac[nf] = 0;
+}
+
+/* Fraction digit strings s (at most left digits) with lo <= 0.s <= hi (lo
+ * NULL: no lower bound; hi NULL: none below 1; open: strict). Writes the
+ * nonempty ones as GBNF alternatives; returns whether any exists, *empty
+ * whether s = "" fits. */
+static bool frac_range(sbuf *b, const char *lo, bool lo_open, const char *hi, bool hi_open, int left, bool *empty) {
+    if (lo && !*lo && !lo_open) lo = NULL; /* at least zero: no bound */
+    *empty = !lo && (!hi || *hi || !hi_open);
+    if (left == 0) return false;
+    char l0 = lo ? (*lo ? *lo : '0') : 0, h0 = hi ? (*hi ? *hi : '0') : 0;
+    char free_cls[11];
+    int n_free = 0, n = 0;
+    sbuf alts = {0};
+    for (char d = '0'; d <= '9'; d++) {
+        if ((lo && d < l0) || (hi && d > h0)) continue;
+        bool lo_tight = lo && d == l0, hi_tight = hi && d == h0;
+        if (!lo_tight && !hi_tight) {
+            free_cls[n_free++] = d;
+            continue;
+        }
+        sbuf sub = {0};
+        bool e;
+        bool some = frac_range(&sub, lo_tight ? (*lo ? lo + 1 : lo) : NULL, lo_open, hi_tight ? (*hi ? hi + 1 : hi) : NULL,
+                               hi_open, left - 1, &e);
+        if (some || e) {
+            if (n++) sb_puts(&alts, " | ");
+            sb_printf(&alts, "\"%c\"", d);
+            if (some) {
+                sb_puts(&alts, " (");
+                sb_put(&alts, sub.s, sub.len);
+                sb_puts(&alts, e ? ")?" : ")");
+            }
+        }
+        free(sub.s);
+    }
+    if (n_free) {
+        free_cls[n_free] = 0;
+        sb_printf(b, "[%s] [0-9]{0,%d}", free_cls, left - 1);
+        if (n) sb_puts(b, " | ");
+    }
+    if (n) sb_put(b, alts.s, alts.len);
+    if (alts.oom) b->oom = true;
+    free(alts.s);
+    return n_free || n;
+}
+
+/* An integer part then a fraction in [lo, hi] (NULL hi: below 1); false when none fits. */
+static bool with_fraction(sbuf *b, const char *ip, const char *lo, bool lo_open, const char *hi, bool hi_open,
+                          int max_frac) {
+    sbuf f = {0};
+    bool e;
+    bool some = frac_range(&f, lo, lo_open, hi, hi_open, max_frac, &e);
+    if (some || e) {
+        sb_puts(b, "(");
+        sb_puts(b, ip);
+        if (some) {
+            sb_puts(b, " (\".\" (");
+            sb_put(b, f.s, f.len);
+            sb_puts(b, e ? "))?" : "))");
+        }
+        sb_puts(b, ")");
+    }
+    free(f.s);
+    return some || e;
+}
+
+/* Magnitudes m in [a, z] (z NULL: unbounded), a decimal number without sign or exponent. */
+static void magnitude_range(sbuf *b, double a, bool a_open, const double *z, bool z_open, int max_frac) {
+    long long ai, zi = 0;
+    char af[400], zf[400], ip[32];
+    decimal_parts(a, &ai, af, sizeof af);
+    if (z) decimal_parts(*z, &zi, zf, sizeof zf);
+    int n = 0;
+    sb_puts(b, "(");
+    if (z && ai == zi) {
+        snprintf(ip, sizeof ip, "\"%lld\"", ai);
+        n += with_fraction(b, ip, af, a_open, zf, z_open, max_frac);
+    } else {
+        snprintf(ip, sizeof ip, "\"%lld\"", ai);
+        n += with_fraction(b, ip, af, a_open, NULL, false, max_frac);
+        if (!z || zi - ai >= 2) { /* whole parts strictly between */
+            if (n) sb_puts(b, " | ");
+            sbuf r = {0};
+            nonneg_range(&r, ai + 1, z ? zi - 1 : -1);
+            n += with_fraction(b, r.s, NULL, false, NULL, false, max_frac);
+            free(r.s);
+        }
+        if (z) {
+            snprintf(ip, sizeof ip, "\"%lld\"", zi);
+            sbuf t = {0};
+            if (with_fraction(&t, ip, "", false, zf, z_open, max_frac)) {
+                if (n++) sb_puts(b, " | ");
+                sb_put(b, t.s, t.len);
+            }
+            free(t.s);
         }
     }
-    if (has_lo && has_hi && lo > hi) return fail(c, "minimum %lld is above maximum %lld: no integer fits", lo, hi);
-    if (!has_lo && !has_hi) {
-        sb_puts(b, "json-int");
-        return 0;
-    }
-    bool neg = !has_lo || lo < 0, pos = !has_hi || hi >= 0;
-    sb_puts(b, "(");
-    if (neg) { /* -x for x in [max(1, -hi), -lo] */
-        long long xl = has_hi && hi < 0 ? -hi : 1, xh = has_lo ? -lo : -1;
-        sb_puts(b, "\"-\" ");
-        nonneg_range(b, xl, xh);
-    }
-    if (neg && pos) sb_puts(b, "| ");
-    if (pos) nonneg_range(b, has_lo && lo > 0 ? lo : 0, has_hi ? hi : -1);
+    if (!n) sb_puts(b, "[^\\x00-\\U0010FFFF]"); /* nothing: cannot happen after num_bounds */
     sb_puts(b, ")");
+}
+
+/* A JSON number in the bounds, at most max_frac fraction digits (0: an integer). */
+static void number_range(sbuf *b, const bound *lo, const bound *hi, int max_frac) {
+    bool pos = !hi->has || hi->v > 0 || (hi->v == 0 && !hi->open);
+    bool neg = !lo->has || lo->v < 0;
+    sb_puts(b, "(");
+    if (neg) { /* "-" m, m > 0 and m <= -lo, m >= -hi when hi < 0 */
+        double top = lo->has ? -lo->v : 0;
+        bool below_zero = hi->has && hi->v < 0;
+        sb_puts(b, "\"-\" ");
+        magnitude_range(b, below_zero ? -hi->v : 0, below_zero ? hi->open : true, lo->has ? &top : NULL,
+                        lo->open, max_frac);
+    }
+    if (neg && pos) sb_puts(b, " | ");
+    if (pos) {
+        bool from_lo = lo->has && lo->v >= 0;
+        magnitude_range(b, from_lo ? lo->v : 0, from_lo && lo->open, hi->has ? &hi->v : NULL, hi->open, max_frac);
+    }
+    sb_puts(b, ")");
+}
+
+/* Non-negative multiples of k, digit by digit through the remainders (k rules). */
+static int multiples(compiler *c, long k) {
+    int first = c->n_rules;
+    for (long r = 0; r < k; r++)
+        if (new_rule(c) < 0) return -1;
+    for (long r = 0; r < k; r++) {
+        sb_printf(&c->out, "r%ld ::= %s", first + r, r == 0 ? "\"\"" : "");
+        for (int d = 0; d <= 9; d++) sb_printf(&c->out, "%s\"%d\" r%ld", r == 0 || d ? " | " : "", d, first + (r * 10 + d) % k);
+        sb_puts(&c->out, "\n");
+    }
+    return first;
+}
+
+static int gen_number(compiler *c, const cJSON *s, bool integer, sbuf *b) {
+    bound lo, hi;
+    if (num_bounds(c, s, &lo, &hi) < 0) return -1;
+    const cJSON *mult = cJSON_GetObjectItemCaseSensitive(s, "multipleOf");
+    int max_frac = integer ? 0 : 16;
+    if (mult) {
+        size_t old = path_push(c, "multipleOf");
+        double m = cJSON_IsNumber(mult) ? mult->valuedouble : 0;
+        int d = 0;
+        while (d < 16 && fabs(m * pow(10, d) - round(m * pow(10, d))) > 1e-9 * pow(10, d)) d++;
+        if (!(m > 0)) fail(c, "must be a number above 0");
+        else if (m == floor(m) && m <= 1000) integer = true;
+        else if (m == floor(m)) fail(c, "multipleOf above 1000 is not supported");
+        else if (fabs(m * pow(10, d) - 1) < 1e-9) max_frac = integer ? 0 : d; /* 0.1, 0.01, ... */
+        else fail(c, "multipleOf %g is not supported (integers up to 1000 and powers of ten below 1 are)", m);
+        if (!c->failed && integer && m > 1 && (lo.has || hi.has)) fail(c, "multipleOf together with minimum/maximum is not supported");
+        path_pop(c, old);
+        if (c->failed) return -1;
+        if (integer && m > 1) {
+            int first = multiples(c, (long)m);
+            if (first < 0) return -1;
+            /* the remainder after a first digit d is d mod m */
+            sb_puts(b, "(\"0\" | \"-\"? (");
+            for (int d = 1; d <= 9; d++) sb_printf(b, "%s\"%d\" r%ld", d > 1 ? " | " : "", d, first + d % (long)m);
+            sb_puts(b, "))");
+            return 0;
+        }
+    }
+    if (integer) {
+        if (lo.has) lo = (bound){true, false, lo.open && lo.v == ceil(lo.v) ? lo.v + 1 : ceil(lo.v)};
+        if (hi.has) hi = (bound){true, false, hi.open && hi.v == floor(hi.v) ? hi.v - 1 : floor(hi.v)};
+        if (lo.has && hi.has && lo.v > hi.v) return fail(c, "no integer lies between the minimum and the maximum");
+    }
+    if (!lo.has && !hi.has) sb_puts(b, integer ? "json-int" : max_frac == 16 ? "json-number" : "");
+    if (!lo.has && !hi.has && (integer || max_frac == 16)) return 0;
+    number_range(b, &lo, &hi, max_frac);
     return 0;
 }
 
@@ -433,7 +614,9 @@ static void emit_set_json(rx *r, const cp_set *s) {
     bool any = false;
     sb_puts(b, "(");
     if (cls.len) {
-        sb_printf(b, "[%s] ", cls.s);
+        sb_puts(b, "[");
+        sb_put(b, cls.s, cls.len);
+        sb_puts(b, "] ");
         any = true;
     }
     free(cls.s);
@@ -626,14 +809,16 @@ static void rx_alt(rx *r, int depth) {
 static void gen_pattern(compiler *c, const char *pattern, sbuf *b) {
     size_t n = strlen(pattern);
     const char *p = pattern, *end = pattern + n;
-    if (p < end && *p == '^') p++;
-    if (end > p && end[-1] == '$' && (end - 1 == p || end[-2] != '\\')) end--;
+    /* a pattern is searched for: unanchored ends match anything */
+    bool head = p < end && *p == '^', tail = false;
+    if (head) p++;
+    if (end > p && end[-1] == '$' && (end - 1 == p || end[-2] != '\\')) end--, tail = true;
     size_t old = path_push(c, "pattern");
-    rx r = {c, p, end, b};
-    sb_puts(b, "\"\\\"\" (");
+    rx r = {c, p, end, b, false};
+    sb_printf(b, "\"\\\"\" %s(", head ? "" : "json-char* ");
     rx_alt(&r, 0);
     if (!c->failed && r.p < r.end) fail(c, "pattern: unbalanced ')'");
-    sb_puts(b, ") \"\\\"\"");
+    sb_printf(b, ") %s\"\\\"\"", tail ? "" : "json-char* ");
     path_pop(c, old);
 }
 
@@ -707,6 +892,496 @@ static int gen_ref(compiler *c, const char *ref, int depth) {
     define(c, rule, &body);
     free(body.s);
     return rule;
+}
+
+/* ---- keywords ----------------------------------------------------------------------- */
+
+/* The keywords that assert something about an instance. Every other keyword
+ * is an annotation or unknown, which JSON Schema says a validator ignores
+ * (title, description, x-*, id, readonly, links, ...). */
+static bool is_assertion(const char *k) {
+    static const char *const kw[] = {
+        "type", "enum", "const", "properties", "required", "additionalProperties", "patternProperties", "items",
+        "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "contains", "minContains",
+        "maxContains", "minLength", "maxLength", "pattern", "format", "minimum", "maximum", "exclusiveMinimum",
+        "exclusiveMaximum", "multipleOf", "anyOf", "oneOf", "allOf", "not", "$ref", "minProperties", "maxProperties",
+        "propertyNames", "dependencies", "dependentRequired", "dependentSchemas", "if", "unevaluatedProperties",
+        "unevaluatedItems", "$dynamicRef", "$recursiveRef", NULL};
+    for (int i = 0; kw[i]; i++)
+        if (!strcmp(k, kw[i])) return true;
+    return false;
+}
+
+static int n_assertions(const cJSON *s) {
+    int n = 0;
+    for (const cJSON *k = s->child; k; k = k->next) n += is_assertion(k->string);
+    return n;
+}
+
+/* A new node the compiler owns until it finishes. */
+static cJSON *own(compiler *c, cJSON *node) {
+    if (!node) {
+        fail(c, "out of memory");
+        return NULL;
+    }
+    cJSON_AddItemToArray(c->scratch, node);
+    return node;
+}
+
+/* ---- folding: allOf, a $ref beside other keywords, anyOf/oneOf beside other keywords --- */
+
+static const cJSON *resolve_ref(compiler *c, const char *ref);
+static const cJSON *fold(compiler *c, const cJSON *s, int depth);
+
+static void replace(cJSON *o, const char *k, cJSON *v) {
+    if (!v) return;
+    if (cJSON_GetObjectItemCaseSensitive(o, k)) cJSON_ReplaceItemInObjectCaseSensitive(o, k, v);
+    else cJSON_AddItemToObject(o, k, v);
+}
+
+/* {"allOf": [a, b]} (copies of both) */
+static cJSON *all_of(compiler *c, const cJSON *a, const cJSON *b) {
+    if (cJSON_IsTrue(a)) return cJSON_Duplicate(b, true);
+    if (cJSON_IsTrue(b)) return cJSON_Duplicate(a, true);
+    cJSON *o = cJSON_CreateObject(), *list = cJSON_CreateArray();
+    if (!o || !list) {
+        cJSON_Delete(o);
+        cJSON_Delete(list);
+        fail(c, "out of memory");
+        return NULL;
+    }
+    cJSON_AddItemToObject(o, "allOf", list);
+    cJSON_AddItemToArray(list, cJSON_Duplicate(a, true));
+    cJSON_AddItemToArray(list, cJSON_Duplicate(b, true));
+    return o;
+}
+
+/* acc's anyOf (or oneOf) and another list of the same keyword: every pair. */
+static void cross(compiler *c, cJSON *acc, const char *key, const cJSON *list) {
+    cJSON *have = cJSON_GetObjectItemCaseSensitive(acc, key);
+    if (!have) {
+        cJSON_AddItemToObject(acc, key, cJSON_Duplicate(list, true));
+        return;
+    }
+    int na = cJSON_GetArraySize(have), nb = cJSON_GetArraySize(list);
+    if ((long)na * nb > 256) {
+        fail(c, "allOf of two %s lists with %d x %d alternatives is too big", key, na, nb);
+        return;
+    }
+    cJSON *out = cJSON_CreateArray();
+    for (const cJSON *x = have->child; x && out; x = x->next)
+        for (const cJSON *y = list->child; y; y = y->next) cJSON_AddItemToArray(out, all_of(c, x, y));
+    replace(acc, key, out);
+}
+
+/* The set of types a type keyword names (bits). */
+enum { T_NULL = 1, T_BOOL = 2, T_OBJECT = 4, T_ARRAY = 8, T_NUMBER = 16, T_STRING = 32, T_INTEGER = 64, T_ALL = 127 };
+static int type_bit(const char *t) {
+    static const char *const names[] = {"null", "boolean", "object", "array", "number", "string", "integer"};
+    for (int i = 0; i < 7; i++)
+        if (!strcmp(t, names[i])) return 1 << i;
+    return 0;
+}
+
+static int type_set(const cJSON *type) {
+    if (!type) return T_ALL;
+    if (cJSON_IsString(type)) return type_bit(type->valuestring);
+    int set = 0;
+    for (const cJSON *t = cJSON_IsArray(type) ? type->child : NULL; t; t = t->next)
+        if (cJSON_IsString(t)) set |= type_bit(t->valuestring);
+    return set;
+}
+
+static cJSON *type_node(int set) {
+    static const char *const names[] = {"null", "boolean", "object", "array", "number", "string", "integer"};
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < 7; i++)
+        if (set & 1 << i) cJSON_AddItemToArray(a, cJSON_CreateString(names[i]));
+    return a;
+}
+
+
+static bool is_min_kw(const char *k) {
+    return !strcmp(k, "minLength") || !strcmp(k, "minItems") || !strcmp(k, "minProperties") ||
+           !strcmp(k, "minContains") || !strcmp(k, "minimum") || !strcmp(k, "exclusiveMinimum");
+}
+static bool is_max_kw(const char *k) {
+    return !strcmp(k, "maxLength") || !strcmp(k, "maxItems") || !strcmp(k, "maxProperties") ||
+           !strcmp(k, "maxContains") || !strcmp(k, "maximum") || !strcmp(k, "exclusiveMaximum");
+}
+
+/* Draft 4's boolean exclusiveMinimum/Maximum as the later numeric form. */
+static void modern_bounds(cJSON *o) {
+    static const char *const ex[2] = {"exclusiveMinimum", "exclusiveMaximum"}, *const in[2] = {"minimum", "maximum"};
+    for (int i = 0; i < 2; i++) {
+        cJSON *e = cJSON_GetObjectItemCaseSensitive(o, ex[i]), *b = cJSON_GetObjectItemCaseSensitive(o, in[i]);
+        if (!cJSON_IsBool(e)) continue;
+        if (cJSON_IsTrue(e) && cJSON_IsNumber(b)) replace(o, ex[i], cJSON_CreateNumber(b->valuedouble));
+        else cJSON_DeleteItemFromObjectCaseSensitive(o, ex[i]);
+        if (cJSON_IsTrue(e)) cJSON_DeleteItemFromObjectCaseSensitive(o, in[i]);
+    }
+}
+
+/* The values of a list kept where keep says so. */
+static bool enum_has(const cJSON *list, const cJSON *v) {
+    for (const cJSON *x = list ? list->child : NULL; x; x = x->next)
+        if (cJSON_Compare(x, v, true)) return true;
+    return false;
+}
+
+/* Merge schema b (folded, an object) into acc: the instances both accept. */
+static void merge(compiler *c, cJSON *acc, const cJSON *b) {
+    if (cJSON_IsTrue(b)) return;
+    if (!cJSON_IsObject(b)) {
+        fail(c, "allOf: the schema false accepts nothing");
+        return;
+    }
+    /* additionalProperties sees only its own schema's properties: a name one
+     * side declares and the other side's additionalProperties: false
+     * forbids must stay absent. */
+    const cJSON *acc_props = cJSON_GetObjectItemCaseSensitive(acc, "properties");
+    const cJSON *b_props = cJSON_GetObjectItemCaseSensitive(b, "properties");
+    const cJSON *acc_addl = cJSON_GetObjectItemCaseSensitive(acc, "additionalProperties");
+    const cJSON *b_addl = cJSON_GetObjectItemCaseSensitive(b, "additionalProperties");
+    bool acc_closed = cJSON_IsFalse(acc_addl) && !cJSON_GetObjectItemCaseSensitive(acc, "patternProperties");
+    bool b_closed = cJSON_IsFalse(b_addl) && !cJSON_GetObjectItemCaseSensitive(b, "patternProperties");
+    for (const cJSON *k = b->child; k && !c->failed; k = k->next) {
+        const char *key = k->string;
+        if (!is_assertion(key) || !strcmp(key, "$ref")) continue;
+        cJSON *have = cJSON_GetObjectItemCaseSensitive(acc, key);
+        if (!strcmp(key, "type")) {
+            int x = type_set(have), y = type_set(k);
+            x |= x & T_NUMBER ? T_INTEGER : 0; /* a number type takes integers */
+            y |= y & T_NUMBER ? T_INTEGER : 0;
+            int set = x & y;
+            if (set & T_NUMBER) set &= ~T_INTEGER;
+            if (!set) {
+                fail(c, "allOf: no type is in every branch");
+                return;
+            }
+            replace(acc, "type", type_node(set));
+        } else if (!strcmp(key, "enum") || !strcmp(key, "const")) {
+            cJSON *list = cJSON_CreateArray();
+            const cJSON *mine = cJSON_GetObjectItemCaseSensitive(acc, "enum");
+            const cJSON *cn = cJSON_GetObjectItemCaseSensitive(acc, "const");
+            for (const cJSON *x = !strcmp(key, "enum") ? k->child : k; x; x = !strcmp(key, "enum") ? x->next : NULL) {
+                bool in = (!mine || enum_has(mine, x)) && (!cn || cJSON_Compare(cn, x, true));
+                if (in) cJSON_AddItemToArray(list, cJSON_Duplicate(x, true));
+            }
+            cJSON_DeleteItemFromObjectCaseSensitive(acc, "const");
+            replace(acc, "enum", list);
+        } else if (!strcmp(key, "properties")) {
+            cJSON *props = cJSON_CreateObject();
+            for (const cJSON *p = acc_props ? acc_props->child : NULL; p; p = p->next) {
+                if (b_closed && !cJSON_GetObjectItemCaseSensitive(b_props, p->string)) continue;
+                const cJSON *other = cJSON_GetObjectItemCaseSensitive(b_props, p->string);
+                if (!other && cJSON_IsObject(b_addl)) other = b_addl;
+                cJSON_AddItemToObject(props, p->string, other ? all_of(c, p, other) : cJSON_Duplicate(p, true));
+            }
+            for (const cJSON *p = k->child; p; p = p->next) {
+                if (cJSON_GetObjectItemCaseSensitive(acc_props, p->string) || acc_closed) continue;
+                cJSON_AddItemToObject(props, p->string,
+                                      cJSON_IsObject(acc_addl) ? all_of(c, p, acc_addl) : cJSON_Duplicate(p, true));
+            }
+            replace(acc, "properties", props);
+        } else if (!strcmp(key, "required")) {
+            cJSON *req = have ? have : cJSON_AddArrayToObject(acc, "required");
+            for (const cJSON *r = k->child; r && req; r = r->next)
+                if (!enum_has(req, r)) cJSON_AddItemToArray(req, cJSON_Duplicate(r, true));
+        } else if (!strcmp(key, "patternProperties")) {
+            cJSON *pp = have ? have : cJSON_AddObjectToObject(acc, "patternProperties");
+            for (const cJSON *p = k->child; p && pp; p = p->next) {
+                cJSON *old = cJSON_GetObjectItemCaseSensitive(pp, p->string);
+                if (old) cJSON_ReplaceItemInObjectCaseSensitive(pp, p->string, all_of(c, old, p));
+                else cJSON_AddItemToObject(pp, p->string, cJSON_Duplicate(p, true));
+            }
+        } else if (!have) {
+            cJSON_AddItemToObject(acc, key, cJSON_Duplicate(k, true));
+        } else if (is_min_kw(key) || is_max_kw(key)) {
+            if (cJSON_IsNumber(k) && cJSON_IsNumber(have) &&
+                (is_min_kw(key) ? k->valuedouble > have->valuedouble : k->valuedouble < have->valuedouble))
+                replace(acc, key, cJSON_CreateNumber(k->valuedouble));
+        } else if (!strcmp(key, "uniqueItems")) {
+            if (cJSON_IsTrue(k)) replace(acc, key, cJSON_CreateTrue());
+        } else if (!strcmp(key, "additionalProperties") || !strcmp(key, "items") || !strcmp(key, "additionalItems") ||
+                   !strcmp(key, "contains") || !strcmp(key, "propertyNames")) {
+            if (cJSON_IsFalse(have) || cJSON_IsTrue(k)) continue;
+            if (cJSON_IsFalse(k) || cJSON_IsTrue(have)) replace(acc, key, cJSON_Duplicate(k, true));
+            else replace(acc, key, all_of(c, have, k));
+        } else if (!strcmp(key, "prefixItems")) {
+            cJSON *list = cJSON_CreateArray();
+            int na = cJSON_GetArraySize(have), nb = cJSON_GetArraySize(k);
+            for (int i = 0; i < (na > nb ? na : nb); i++) {
+                const cJSON *x = cJSON_GetArrayItem(have, i), *y = cJSON_GetArrayItem(k, i);
+                cJSON_AddItemToArray(list, x && y ? all_of(c, x, y) : cJSON_Duplicate(x ? x : y, true));
+            }
+            replace(acc, key, list);
+        } else if (!strcmp(key, "anyOf") || !strcmp(key, "oneOf")) {
+            cross(c, acc, key, k);
+        } else if (cJSON_Compare(have, k, true)) {
+            /* the same value twice */
+        } else if (!strcmp(key, "multipleOf") && cJSON_IsNumber(k) && cJSON_IsNumber(have) &&
+                   k->valuedouble == (double)(long long)k->valuedouble && have->valuedouble == (double)(long long)have->valuedouble &&
+                   k->valuedouble > 0 && have->valuedouble > 0 && k->valuedouble < 1e6 && have->valuedouble < 1e6) {
+            long long x = (long long)k->valuedouble, y = (long long)have->valuedouble, a = x, bb = y;
+            while (bb) {
+                long long t = a % bb;
+                a = bb;
+                bb = t;
+            }
+            replace(acc, key, cJSON_CreateNumber((double)(x / a * y)));
+        } else {
+            fail(c, "allOf: two different values of '%s' cannot be combined", key);
+            return;
+        }
+    }
+    if (!c->failed && cJSON_IsObject(acc) && (acc_closed || b_closed)) {
+        /* required names the merged properties no longer hold */
+        const cJSON *req = cJSON_GetObjectItemCaseSensitive(acc, "required");
+        const cJSON *props = cJSON_GetObjectItemCaseSensitive(acc, "properties");
+        for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
+            if (cJSON_IsString(r) && !cJSON_GetObjectItemCaseSensitive(props, r->valuestring)) {
+                fail(c, "required property '%s' is not allowed by additionalProperties: false", r->valuestring);
+                return;
+            }
+    }
+}
+
+/* The schema a {"$ref": ...} (with nothing else asserted) stands for, followed. */
+static const cJSON *deref(compiler *c, const cJSON *s) {
+    for (int hops = 0;; hops++) {
+        const cJSON *ref = cJSON_IsObject(s) ? cJSON_GetObjectItemCaseSensitive(s, "$ref") : NULL;
+        if (!cJSON_IsString(ref) || n_assertions(s) != 1) return s;
+        if (hops == JS_MAX_DEPTH) {
+            fail(c, "$ref chain longer than %d", JS_MAX_DEPTH);
+            return NULL;
+        }
+        s = resolve_ref(c, ref->valuestring);
+        if (!s) return NULL;
+    }
+}
+
+/* s with allOf merged into one schema, a $ref beside other keywords merged
+ * with them, Draft 4's items array and boolean exclusive bounds in today's
+ * form, and anyOf/oneOf beside other keywords distributed over them (each
+ * alternative merged with the rest); s itself when none applies. */
+static const cJSON *fold(compiler *c, const cJSON *s, int depth) {
+    if (!cJSON_IsObject(s) || c->failed) return s;
+    if (depth > JS_MAX_DEPTH) {
+        fail(c, "schema nested deeper than %d", JS_MAX_DEPTH);
+        return NULL;
+    }
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
+    const cJSON *any = cJSON_GetObjectItemCaseSensitive(s, "anyOf");
+    const cJSON *one = cJSON_GetObjectItemCaseSensitive(s, "oneOf");
+    const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
+    const cJSON *exmin = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum");
+    const cJSON *exmax = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMaximum");
+    int n = n_assertions(s);
+    bool draft4 = cJSON_IsArray(items) || cJSON_IsBool(exmin) || cJSON_IsBool(exmax);
+    if (!all && !draft4 && !(ref && n > 1) && !((any || one) && n > 1)) return s;
+    if (all && !cJSON_IsArray(all)) {
+        fail(c, "allOf must be an array");
+        return NULL;
+    }
+    cJSON *acc = own(c, cJSON_CreateObject());
+    if (!acc) return NULL;
+    for (const cJSON *k = s->child; k; k = k->next)
+        if (is_assertion(k->string) && strcmp(k->string, "allOf") && strcmp(k->string, "$ref") &&
+            strcmp(k->string, "anyOf") && strcmp(k->string, "oneOf"))
+            cJSON_AddItemToObject(acc, k->string, cJSON_Duplicate(k, true));
+    if (cJSON_IsArray(items)) { /* Draft 4 tuples */
+        cJSON *list = cJSON_DetachItemFromObjectCaseSensitive(acc, "items");
+        cJSON *more = cJSON_DetachItemFromObjectCaseSensitive(acc, "additionalItems");
+        cJSON_AddItemToObject(acc, "prefixItems", list);
+        if (more) cJSON_AddItemToObject(acc, "items", more);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(acc, "additionalItems");
+    modern_bounds(acc);
+    if (ref) {
+        if (!cJSON_IsString(ref)) {
+            fail(c, "$ref must be a string");
+            return NULL;
+        }
+        const cJSON *t = deref(c, resolve_ref(c, ref->valuestring));
+        if (t) t = fold(c, t, depth + 1);
+        if (t) merge(c, acc, t);
+    }
+    for (const cJSON *x = all ? all->child : NULL; x && !c->failed; x = x->next) {
+        const cJSON *t = deref(c, x);
+        if (t) t = fold(c, t, depth + 1);
+        if (t) merge(c, acc, t);
+    }
+    if (c->failed) return NULL;
+    /* anyOf and oneOf: each alternative with the rest */
+    static const char *const kws[2] = {"anyOf", "oneOf"};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *list = i == 0 ? any : one;
+        if (!list) continue;
+        if (!cJSON_IsArray(list) || !list->child) {
+            fail(c, "%s must be a non-empty array", kws[i]);
+            return NULL;
+        }
+        cross(c, acc, kws[i], list);
+    }
+    if (c->failed) return NULL;
+    cJSON *alts = cJSON_GetObjectItemCaseSensitive(acc, "anyOf");
+    const char *alt_kw = "anyOf";
+    if (!alts) alts = cJSON_GetObjectItemCaseSensitive(acc, "oneOf"), alt_kw = "oneOf";
+    if (!alts || n_assertions(acc) == 1) return acc;
+    cJSON_DetachItemViaPointer(acc, alts);
+    cJSON *out = own(c, cJSON_CreateObject());
+    cJSON *list = out ? cJSON_AddArrayToObject(out, alt_kw) : NULL;
+    for (const cJSON *x = alts->child; x && list && !c->failed; x = x->next) {
+        cJSON *m = cJSON_Duplicate(acc, true);
+        const cJSON *t = deref(c, x);
+        if (t) t = fold(c, t, depth + 1);
+        if (t && m) merge(c, m, t);
+        if (m) cJSON_AddItemToArray(list, m);
+        if (c->failed) { /* an alternative that contradicts the rest is left out */
+            c->failed = false;
+            cJSON_DeleteItemFromArray(list, cJSON_GetArraySize(list) - 1);
+        }
+    }
+    cJSON_Delete(alts);
+    if (list && !list->child) fail(c, "no alternative of %s agrees with the keywords beside it", alt_kw);
+    return c->failed ? NULL : out;
+}
+
+/* ---- enum and const beside other keywords: the values the rest accepts ------------ */
+
+static size_t utf8_length(const char *s) {
+    size_t n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xC0) != 0x80;
+    return n;
+}
+
+static bool pattern_matches(const char *pattern, const char *subject) {
+    int code;
+    PCRE2_SIZE off;
+    pcre2_code *re = pcre2_compile((PCRE2_SPTR)pattern, PCRE2_ZERO_TERMINATED, PCRE2_UTF, &code, &off, NULL);
+    if (!re) return true; /* the grammar will refuse a pattern it cannot read */
+    pcre2_match_data *md = pcre2_match_data_create_from_pattern(re, NULL);
+    int rc = md ? pcre2_match(re, (PCRE2_SPTR)subject, strlen(subject), 0, 0, md, NULL) : 0;
+    pcre2_match_data_free(md);
+    pcre2_code_free(re);
+    return rc >= 0;
+}
+
+static double num_kw(const cJSON *s, const char *k, bool *has) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(s, k);
+    *has = cJSON_IsNumber(v);
+    return *has ? v->valuedouble : 0;
+}
+
+/* Whether instance v satisfies schema s, for the keywords a grammar
+ * enforces (an enum value the rest of its schema refuses is left out). */
+static bool value_ok(compiler *c, const cJSON *s, const cJSON *v, int depth) {
+    if (cJSON_IsFalse(s)) return false;
+    if (!cJSON_IsObject(s) || depth > JS_MAX_DEPTH) return true;
+    const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
+    if (cJSON_IsString(ref)) {
+        const cJSON *t = resolve_ref(c, ref->valuestring);
+        if (!t || !value_ok(c, t, v, depth + 1)) return false;
+    }
+    int is = cJSON_IsNull(v) ? T_NULL : cJSON_IsBool(v) ? T_BOOL : cJSON_IsObject(v) ? T_OBJECT : cJSON_IsArray(v) ? T_ARRAY
+             : cJSON_IsString(v) ? T_STRING : T_NUMBER;
+    if (is == T_NUMBER && v->valuedouble == floor(v->valuedouble) && fabs(v->valuedouble) < 1e16) is |= T_INTEGER;
+    int types = type_set(cJSON_GetObjectItemCaseSensitive(s, "type"));
+    if (types & T_NUMBER) types |= T_INTEGER;
+    if (!(types & is)) return false;
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum"), *cn = cJSON_GetObjectItemCaseSensitive(s, "const");
+    if ((en && !enum_has(en, v)) || (cn && !cJSON_Compare(cn, v, true))) return false;
+    bool has;
+    double x;
+    if (is & T_NUMBER) {
+        double d = v->valuedouble;
+        const cJSON *exmin = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMinimum");
+        const cJSON *exmax = cJSON_GetObjectItemCaseSensitive(s, "exclusiveMaximum");
+        if ((x = num_kw(s, "minimum", &has), has) && (cJSON_IsTrue(exmin) ? d <= x : d < x)) return false;
+        if ((x = num_kw(s, "maximum", &has), has) && (cJSON_IsTrue(exmax) ? d >= x : d > x)) return false;
+        if ((x = num_kw(s, "exclusiveMinimum", &has), has) && d <= x) return false;
+        if ((x = num_kw(s, "exclusiveMaximum", &has), has) && d >= x) return false;
+        if ((x = num_kw(s, "multipleOf", &has), has) && x > 0 && fabs(d / x - round(d / x)) > 1e-9) return false;
+    }
+    if (is == T_STRING) {
+        size_t n = utf8_length(v->valuestring);
+        if ((x = num_kw(s, "minLength", &has), has) && (double)n < x) return false;
+        if ((x = num_kw(s, "maxLength", &has), has) && (double)n > x) return false;
+        const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
+        if (cJSON_IsString(pat) && !pattern_matches(pat->valuestring, v->valuestring)) return false;
+    }
+    if (is == T_OBJECT) {
+        const cJSON *props = cJSON_GetObjectItemCaseSensitive(s, "properties");
+        const cJSON *addl = cJSON_GetObjectItemCaseSensitive(s, "additionalProperties");
+        const cJSON *req = cJSON_GetObjectItemCaseSensitive(s, "required");
+        for (const cJSON *r = req ? req->child : NULL; r; r = r->next)
+            if (cJSON_IsString(r) && !cJSON_GetObjectItemCaseSensitive(v, r->valuestring)) return false;
+        for (const cJSON *m = v->child; m; m = m->next) {
+            const cJSON *p = cJSON_GetObjectItemCaseSensitive(props, m->string);
+            if (!p && !cJSON_GetObjectItemCaseSensitive(s, "patternProperties")) p = addl;
+            if (p && !value_ok(c, p, m, depth + 1)) return false;
+        }
+        if ((x = num_kw(s, "minProperties", &has), has) && cJSON_GetArraySize(v) < x) return false;
+        if ((x = num_kw(s, "maxProperties", &has), has) && cJSON_GetArraySize(v) > x) return false;
+    }
+    if (is == T_ARRAY) {
+        const cJSON *items = cJSON_GetObjectItemCaseSensitive(s, "items");
+        const cJSON *prefix = cJSON_GetObjectItemCaseSensitive(s, "prefixItems");
+        if (cJSON_IsArray(items)) prefix = items, items = cJSON_GetObjectItemCaseSensitive(s, "additionalItems");
+        int i = 0;
+        for (const cJSON *m = v->child; m; m = m->next, i++) {
+            const cJSON *p = i < cJSON_GetArraySize(prefix) ? cJSON_GetArrayItem(prefix, i) : items;
+            if (p && !value_ok(c, p, m, depth + 1)) return false;
+        }
+        if ((x = num_kw(s, "minItems", &has), has) && i < x) return false;
+        if ((x = num_kw(s, "maxItems", &has), has) && i > x) return false;
+    }
+    const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
+    for (const cJSON *a = all ? all->child : NULL; a; a = a->next)
+        if (!value_ok(c, a, v, depth + 1)) return false;
+    static const char *const alts[2] = {"anyOf", "oneOf"};
+    for (int k = 0; k < 2; k++) {
+        const cJSON *list = cJSON_GetObjectItemCaseSensitive(s, alts[k]);
+        if (!cJSON_IsArray(list)) continue;
+        int n = 0;
+        for (const cJSON *a = list->child; a; a = a->next) n += value_ok(c, a, v, depth + 1);
+        if (k == 0 ? n == 0 : n != 1) return false;
+    }
+    const cJSON *not = cJSON_GetObjectItemCaseSensitive(s, "not");
+    if (not && value_ok(c, not, v, depth + 1)) return false;
+    return true;
+}
+
+/* The enum (or const) values s accepts as a whole, as GBNF alternatives. */
+static int gen_enum(compiler *c, const cJSON *s, sbuf *b) {
+    const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum"), *cn = cJSON_GetObjectItemCaseSensitive(s, "const");
+    const char *kw = cn ? "const" : "enum";
+    size_t old = path_push(c, kw);
+    if (en && !cJSON_IsArray(en)) {
+        int r = fail(c, "must be an array");
+        path_pop(c, old);
+        return r;
+    }
+    path_pop(c, old);
+    bool alone = n_assertions(s) == 1;
+    int n = 0;
+    sb_puts(b, "(");
+    for (const cJSON *x = cn ? cn : en->child; x; x = cn ? NULL : x->next) {
+        if (!alone && !value_ok(c, s, x, 0)) continue;
+        if (n++) sb_puts(b, " | ");
+        literal_value(c, b, x);
+    }
+    sb_puts(b, ")");
+    if (c->failed) return -1;
+    if (!n) {
+        old = path_push(c, kw);
+        fail(c, cn ? "the const value does not satisfy the rest of its schema" : en->child ? "no enum value satisfies the rest of its schema" : "an empty enum accepts nothing");
+        path_pop(c, old);
+        return -1;
+    }
+    return 0;
 }
 
 /* One property "name": value, as a GBNF sequence. */
@@ -840,7 +1515,11 @@ static int gen_object(compiler *c, const cJSON *s, int depth, sbuf *b) {
     if (addl && !cJSON_IsBool(addl) && !cJSON_IsObject(addl))
         return fail(c, "additionalProperties must be a boolean or a schema");
     int n_props = props ? cJSON_GetArraySize(props) : 0;
-    if (!props && !req && (!addl || cJSON_IsTrue(addl))) {
+    const cJSON *pprops = cJSON_GetObjectItemCaseSensitive(s, "patternProperties");
+    if (pprops && (!cJSON_IsObject(pprops) || !pprops->child)) pprops = NULL;
+    long min_props = count_kw(c, s, "minProperties", 0, LONG_MAX), max_props = count_kw(c, s, "maxProperties", -1, LONG_MAX);
+    if (c->failed) return -1;
+    if (!props && !req && !pprops && (!addl || cJSON_IsTrue(addl)) && min_props == 0 && max_props < 0) {
         sb_puts(b, "json-object");
         return 0;
     }
@@ -871,12 +1550,16 @@ static int gen_object(compiler *c, const cJSON *s, int depth, sbuf *b) {
         if (!cJSON_IsString(r)) {
             fail(c, "must be a string");
         } else {
-            int k = 0;
+            /* required usually lists the properties in their order: look there first */
+            int k = i < n && !strcmp(names[i], r->valuestring) ? i : 0;
             while (k < n && strcmp(names[k], r->valuestring)) k++;
-            if (k == n) {
+            if (k == n && cJSON_IsFalse(addl) && !cJSON_GetObjectItemCaseSensitive(s, "patternProperties")) {
+                fail(c, "required property '%s' is not in properties and additionalProperties is false: no object fits",
+                     r->valuestring);
+            } else if (k == n) { /* its value is an additional property's */
                 names[n] = r->valuestring;
-                rules[n] = new_rule(c);
-                if (rules[n] >= 0) sb_printf(&c->out, "r%d ::= json-value\n", rules[n]);
+                rules[n] = cJSON_IsObject(addl) ? gen(c, addl, depth + 1) : new_rule(c);
+                if (rules[n] >= 0 && !cJSON_IsObject(addl)) sb_printf(&c->out, "r%d ::= json-value\n", rules[n]);
                 n++;
             }
             required[k] = true;
@@ -885,7 +1568,42 @@ static int gen_object(compiler *c, const cJSON *s, int depth, sbuf *b) {
     }
     path_pop(c, old);
     int extra = -1;
-    if (addl && cJSON_IsObject(addl)) {
+    /* minProperties/maxProperties only where the required and declared
+     * properties already keep them */
+    int n_required = 0;
+    for (int i = 0; i < n; i++) n_required += required[i];
+    bool open = pprops || !cJSON_IsFalse(addl);
+    if (!c->failed && min_props > n_required) {
+        old = path_push(c, "minProperties");
+        fail(c, "minProperties above the number of required properties is not supported");
+    } else if (!c->failed && max_props >= 0 && (open || max_props < n)) {
+        old = path_push(c, "maxProperties");
+        fail(c, max_props < n_required ? "maxProperties is below the number of required properties: no object fits"
+                                       : "maxProperties below the number of properties an object may have is not supported");
+    }
+    if (pprops && !c->failed) {
+        /* keys matching a pattern, with that pattern's schema; other keys
+         * are left out, since a grammar cannot say "matches no pattern" */
+        old = path_push(c, "patternProperties");
+        sbuf body = {0};
+        int i = 0;
+        for (const cJSON *pp = pprops->child; pp && !c->failed; pp = pp->next, i++) {
+            size_t o2 = path_push(c, pp->string);
+            int v = gen(c, pp, depth + 1);
+            if (i) sb_puts(&body, " | ");
+            sb_puts(&body, "(");
+            gen_pattern(c, pp->string, &body);
+            sb_printf(&body, " ws \":\" ws r%d ws)", v);
+            path_pop(c, o2);
+        }
+        path_pop(c, old);
+        extra = new_rule(c);
+        if (!c->failed) define(c, extra, &body);
+        free(body.s);
+    } else if (!cJSON_IsFalse(addl)) {
+        /* absent or true: any other key, with any value */
+        static const cJSON any_value = {.type = cJSON_True};
+        if (!addl) addl = &any_value;
         old = path_push(c, "additionalProperties");
         int v = gen(c, addl, depth + 1);
         path_pop(c, old);
@@ -949,6 +1667,14 @@ static int gen_array(compiler *c, const cJSON *s, int depth, sbuf *b) {
     if (prefix && !cJSON_IsArray(prefix)) return fail(c, "prefixItems must be an array");
     if (items && !cJSON_IsBool(items) && !cJSON_IsObject(items))
         return fail(c, "items must be a schema (an array of schemas is prefixItems since 2020-12)");
+    const cJSON *uniq = cJSON_GetObjectItemCaseSensitive(s, "uniqueItems");
+    long cap_items = count_kw(c, s, "maxItems", -1, LONG_MAX);
+    if (cJSON_IsTrue(uniq) && !(cap_items >= 0 && cap_items <= 1)) {
+        size_t o = path_push(c, "uniqueItems");
+        int r = fail(c, "uniqueItems cannot be enforced by a grammar and is not supported");
+        path_pop(c, o);
+        return r;
+    }
     long min = count_kw(c, s, "minItems", 0, JS_MAX_ITEMS);
     long max = count_kw(c, s, "maxItems", -1, LONG_MAX);
     if (c->failed) return -1;
@@ -1016,39 +1742,103 @@ static int gen_array(compiler *c, const cJSON *s, int depth, sbuf *b) {
     return c->failed ? -1 : 0;
 }
 
+/* A whole-string pattern of one repeated atom (^[a-z0-9_]+$, ^\\d{3,}$,
+ * ^.*$) with length bounds: the bounds folded into its repetition. Other
+ * patterns with lengths are refused: a grammar cannot intersect them. */
+static int pattern_with_length(compiler *c, const cJSON *s, const char *pat, sbuf *b) {
+    long min = count_kw(c, s, "minLength", 0, 1000), max = count_kw(c, s, "maxLength", -1, LONG_MAX);
+    if (c->failed) return -1;
+    if (max > 1000) max = -1; /* a bound this high never binds in practice */
+    size_t n = strlen(pat);
+    const char *atom = pat + 1, *q = atom;
+    if (n >= 3 && pat[0] == '^' && pat[n - 1] == '$') {
+        if (*q == '\\' && q[1]) q += 2;
+        else if (*q == '.') q++;
+        else if (*q == '[') {
+            for (q++; *q && *q != ']'; q++)
+                if (*q == '\\' && q[1]) q++;
+            q += *q == ']';
+        }
+    }
+    long lo = -1, hi = -1; /* the atom's own repetition */
+    const char *rest = q;
+    if (q > atom && rest[0] == '+' && rest + 2 == pat + n) lo = 1;
+    else if (q > atom && rest[0] == '*' && rest + 2 == pat + n) lo = 0;
+    else if (q > atom && rest[0] == '{') {
+        char *e;
+        lo = strtol(rest + 1, &e, 10);
+        if (e == rest + 1) lo = -1;
+        else if (*e == '}') hi = lo, e++;
+        else if (*e == ',' && e[1] == '}') e += 2;
+        else if (*e == ',') hi = strtol(e + 1, &e, 10), e += *e == '}';
+        if (lo >= 0 && (e != pat + n - 1 || e[-1] != '}')) lo = -1;
+    }
+    if (lo < 0) return fail(c, "pattern together with minLength/maxLength is not supported unless the pattern is one repeated character class (^[...]{m,n}$)");
+    if (min > lo) lo = min;
+    if (max >= 0 && (hi < 0 || max < hi)) hi = max;
+    if (hi >= 0 && lo > hi) return fail(c, "the pattern's repetition and minLength/maxLength leave no length: no string fits");
+    char *folded = malloc((size_t)(q - atom) + 48);
+    if (!folded) return fail(c, "out of memory");
+    int len = (int)(q - atom);
+    if (hi >= 0) snprintf(folded, (size_t)len + 48, "^%.*s{%ld,%ld}$", len, atom, lo, hi);
+    else snprintf(folded, (size_t)len + 48, "^%.*s{%ld,}$", len, atom, lo);
+    gen_pattern(c, folded, b);
+    free(folded);
+    return c->failed ? -1 : 0;
+}
+
+/* The formats a grammar enforces, as GBNF for the string's content; any
+ * other format is an annotation (JSON Schema asserts none by default). */
+static const char *format_rule(const char *f) {
+    static const char *const fmt[][2] = {
+        {"date", "date"}, {"time", "time"}, {"date-time", "date \"T\" time"}, {"uuid", "uuid"}, {"email", "email"},
+        {"ipv4", "ipv4"}, {"ipv6", "ipv6"}, {"hostname", "hostname"}, {"uri", "uri"}, {"iri", "uri"}, {"url", "uri"},
+        {"uri-reference", "uri-ref"}, {"iri-reference", "uri-ref"}, {"duration", "duration"},
+        {NULL, NULL}};
+    for (int i = 0; fmt[i][0]; i++)
+        if (!strcmp(f, fmt[i][0])) return fmt[i][1];
+    return NULL;
+}
+
 static int gen_string(compiler *c, const cJSON *s, sbuf *b) {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
     bool has_len = cJSON_GetObjectItemCaseSensitive(s, "minLength") || cJSON_GetObjectItemCaseSensitive(s, "maxLength");
-    if (fmt) {
+    const char *rule = cJSON_IsString(fmt) ? format_rule(fmt->valuestring) : NULL;
+    if (rule) {
         size_t old = path_push(c, "format");
-        static const char *const formats[] = {"date", "time", "date-time", "uuid", "email", NULL};
-        int i = 0;
-        while (cJSON_IsString(fmt) && formats[i] && strcmp(formats[i], fmt->valuestring)) i++;
-        if (!cJSON_IsString(fmt) || !formats[i]) {
-            int r = fail(c, "format '%s' is not supported (date, time, date-time, uuid, email are)",
-                         cJSON_IsString(fmt) ? fmt->valuestring : "?");
-            path_pop(c, old);
-            return r;
-        }
         if (pat || has_len) {
-            int r = fail(c, "format together with pattern or minLength/maxLength is not supported");
+            int r = fail(c, "format '%s' together with pattern or minLength/maxLength is not supported", fmt->valuestring);
             path_pop(c, old);
             return r;
         }
         path_pop(c, old);
-        sb_printf(b, "\"\\\"\" %s \"\\\"\"", i == 2 ? "date \"T\" time" : formats[i]);
+        sb_printf(b, "\"\\\"\" %s \"\\\"\"", rule);
         return 0;
     }
     if (pat) {
         if (!cJSON_IsString(pat)) return fail(c, "pattern must be a string");
-        if (has_len) return fail(c, "pattern together with minLength/maxLength is not supported");
+        if (has_len) return pattern_with_length(c, s, pat->valuestring, b);
         gen_pattern(c, pat->valuestring, b);
         return c->failed ? -1 : 0;
     }
-    long min = count_kw(c, s, "minLength", 0, 1000), max = count_kw(c, s, "maxLength", -1, 1000);
+    long min = count_kw(c, s, "minLength", 0, 100000), max = count_kw(c, s, "maxLength", -1, LONG_MAX);
     if (c->failed) return -1;
     if (max >= 0 && min > max) return fail(c, "minLength %ld is above maxLength %ld", min, max);
+    if (max > 100000) max = -1; /* a bound this high never binds in practice */
+    if (min > 1000 || max > 1000) { /* past the grammar's repeat bound: thousands of characters a step */
+        long lo_k = min / 1000;
+        sb_printf(b, "\"\\\"\" (json-char{1000}){%ld} json-char{%ld} ", lo_k, min % 1000);
+        if (max < 0) sb_puts(b, "json-char*");
+        else {
+            long extra = max - min; /* 0..extra more, as thousands then the rest */
+            if (extra < 1000) sb_printf(b, "json-char{0,%ld}", extra);
+            else sb_printf(b, "((json-char{1000}){0,%ld} json-char{0,999} | (json-char{1000}){%ld} json-char{0,%ld})",
+                           extra / 1000 - 1, extra / 1000, extra % 1000);
+        }
+        sb_puts(b, " \"\\\"\"");
+        return 0;
+    }
     if (min == 0 && max < 0) sb_puts(b, "json-string");
     else if (max < 0) sb_printf(b, "\"\\\"\" json-char{%ld,} \"\\\"\"", min);
     else sb_printf(b, "\"\\\"\" json-char{%ld,%ld} \"\\\"\"", min, max);
@@ -1059,18 +1849,8 @@ static int gen_type(compiler *c, const cJSON *s, const char *type, int depth, sb
     if (!strcmp(type, "object")) return gen_object(c, s, depth, b);
     if (!strcmp(type, "array")) return gen_array(c, s, depth, b);
     if (!strcmp(type, "string")) return gen_string(c, s, b);
-    if (!strcmp(type, "integer")) return gen_integer(c, s, b);
-    if (!strcmp(type, "number")) {
-        static const char *const bounds[] = {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", NULL};
-        for (int i = 0; bounds[i]; i++) {
-            if (cJSON_GetObjectItemCaseSensitive(s, bounds[i])) {
-                path_push(c, bounds[i]);
-                return fail(c, "bounds are supported for type integer only");
-            }
-        }
-        sb_puts(b, "json-number");
-        return 0;
-    }
+    if (!strcmp(type, "integer")) return gen_number(c, s, true, b);
+    if (!strcmp(type, "number")) return gen_number(c, s, false, b);
     if (!strcmp(type, "boolean")) {
         sb_puts(b, "json-bool");
         return 0;
@@ -1137,48 +1917,41 @@ static int gen(compiler *c, const cJSON *s, int depth) {
     } else if (!cJSON_IsObject(s)) {
         return fail(c, "a schema must be an object or a boolean");
     } else {
-        for (const cJSON *k = s->child; k; k = k->next) {
-            if (!is_supported(k->string)) {
-                path_push(c, k->string);
-                return fail(c, "unsupported keyword '%s'", k->string);
-            }
+        s = fold(c, s, depth);
+        if (!s) {
+            free(body.s);
+            return -1;
+        }
+        if (cJSON_IsFalse(s)) {
+            free(body.s);
+            return fail(c, "the schema accepts nothing");
+        }
+        static const char *const refused[] = {"not", "if", "dependencies", "dependentRequired", "dependentSchemas",
+                                              "propertyNames", "contains", "unevaluatedProperties", "unevaluatedItems",
+                                              "$dynamicRef", "$recursiveRef", NULL};
+        for (int i = 0; refused[i]; i++) {
+            const cJSON *k = cJSON_GetObjectItemCaseSensitive(s, refused[i]);
+            if (!k || (!strcmp(refused[i], "dependencies") && !k->child)) continue;
+            path_push(c, refused[i]);
+            free(body.s);
+            return fail(c, "'%s' cannot be enforced by a grammar and is not supported", refused[i]);
         }
         const cJSON *ref = cJSON_GetObjectItemCaseSensitive(s, "$ref");
         const cJSON *en = cJSON_GetObjectItemCaseSensitive(s, "enum");
         const cJSON *cn = cJSON_GetObjectItemCaseSensitive(s, "const");
         const cJSON *any = cJSON_GetObjectItemCaseSensitive(s, "anyOf");
         const cJSON *one = cJSON_GetObjectItemCaseSensitive(s, "oneOf");
-        const cJSON *all = cJSON_GetObjectItemCaseSensitive(s, "allOf");
         const cJSON *type = cJSON_GetObjectItemCaseSensitive(s, "type");
-        int combinators = !!ref + !!en + !!cn + !!any + !!one + !!all;
-        if (combinators > 1 || (combinators && type)) {
-            free(body.s);
-            return fail(c, "combining %s with %s is not supported", ref ? "$ref" : en ? "enum" : cn ? "const" : any ? "anyOf" : one ? "oneOf" : "allOf",
-                        type ? "type" : "another combinator");
-        }
-        if (ref) {
+        if (en || cn) {
+            gen_enum(c, s, &body);
+        } else if (ref) {
             size_t old = path_push(c, "$ref");
             if (!cJSON_IsString(ref)) fail(c, "must be a string");
             path_pop(c, old);
             int r = c->failed ? -1 : gen_ref(c, ref->valuestring, depth);
             if (r >= 0) sb_printf(&body, "r%d", r);
-        } else if (cn) {
-            literal_value(c, &body, cn);
-        } else if (en) {
-            gen_alternatives(c, en, "enum", depth, &body);
         } else if (any || one) {
             gen_alternatives(c, any ? any : one, any ? "anyOf" : "oneOf", depth, &body);
-        } else if (all) {
-            size_t old = path_push(c, "allOf");
-            if (!cJSON_IsArray(all) || cJSON_GetArraySize(all) != 1) {
-                fail(c, "only an allOf of exactly one schema is supported");
-            } else {
-                size_t o2 = path_push_index(c, 0);
-                int r = gen(c, all->child, depth + 1);
-                path_pop(c, o2);
-                if (r >= 0) sb_printf(&body, "r%d", r);
-            }
-            path_pop(c, old);
         } else if (cJSON_IsArray(type)) {
             sb_puts(&body, "(");
             int i = 0;
@@ -1204,9 +1977,19 @@ static int gen(compiler *c, const cJSON *s, int depth) {
                 gen_type(c, s, type->valuestring, depth, &body);
             }
         } else {
-            const char *t = implied_type(s);
-            if (t) gen_type(c, s, t, depth, &body);
-            else sb_puts(&body, "json-value");
+            /* without type, keywords constrain only their own type's
+             * instances: the other types stay free */
+            if (implied_type(s)) {
+                static const char *const all[] = {"object", "array", "string", "number", "boolean", "null"};
+                sb_puts(&body, "(");
+                for (int i = 0; i < 6 && !c->failed; i++) {
+                    if (i) sb_puts(&body, " | ");
+                    gen_type(c, s, all[i], depth, &body);
+                }
+                sb_puts(&body, ")");
+            } else {
+                sb_puts(&body, "json-value");
+            }
         }
     }
     if (!c->failed) define(c, rule, &body);
@@ -1261,8 +2044,8 @@ char *js_to_gbnf(const char *schema, size_t len, gl_error *err) {
         gl_error_set(err, "json_schema: not valid JSON (near byte %ld)", off);
         return NULL;
     }
-    compiler c = {.root = root, .err = err};
-    int r = gen(&c, root, 0);
+    compiler c = {.root = root, .err = err, .scratch = cJSON_CreateArray()};
+    int r = c.scratch ? gen(&c, root, 0) : fail(&c, "out of memory");
     char *text = NULL;
     if (r >= 0) {
         sb_printf(&c.out, "root ::= r%d\n", r);
@@ -1273,6 +2056,7 @@ char *js_to_gbnf(const char *schema, size_t len, gl_error *err) {
     free(c.out.s);
     for (int i = 0; i < c.n_refs; i++) free(c.refs[i].ref);
     free(c.refs);
+    cJSON_Delete(c.scratch);
     cJSON_Delete(root);
     return text;
 }

@@ -130,6 +130,22 @@ typedef struct gl_compile_budget {
 /* The calling thread's budget from now on (NULL: none); its clock and
  * memory count start here. */
 void gl_compile_budget_set(gl_compile_budget *b);
+/* Measuring a grammar (genloop schema-check): a text walked through it as
+ * generation would walk it, tokenized by the model (no special tokens),
+ * each token allowed by the mask computed before it, and an end of
+ * generation allowed after the last one. */
+typedef struct gl_grammar_probe gl_grammar_probe;
+typedef struct gl_grammar_walk {
+    bool accepted;            /* every token allowed and the end accepts */
+    int n_tokens;             /* tokens of the text */
+    int n_masks;              /* masks computed (up to the first refused token) */
+    const double *mask_us;    /* each mask's time; valid until the next walk */
+} gl_grammar_walk;
+gl_grammar_probe *gl_grammar_probe_create(const gl_model *m, gl_error *err);
+void gl_grammar_probe_free(gl_grammar_probe *p);
+/* false with err only when the text cannot be tokenized or memory fails. */
+bool gl_grammar_probe_walk(gl_grammar_probe *p, gl_grammar *g, const char *text, size_t len, gl_grammar_walk *out,
+                           gl_error *err);
 
 /* ---- engine ----------------------------------------------------------------- */
 typedef struct gl_engine gl_engine;

@@ -240,11 +240,18 @@ END_TEST
 
 START_TEST(test_schema_errors) {
     schema_fails("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"array\",\"uniqueItems\":true}}}",
-                 "json_schema at /properties/x/uniqueItems: unsupported keyword 'uniqueItems'");
+                 "json_schema at /properties/x/uniqueItems: uniqueItems cannot be enforced");
     schema_fails("{\"$ref\":\"#/$defs/missing\"}", "does not resolve");
-    schema_fails("{\"type\":\"string\",\"format\":\"ipv4\"}", "/format: format 'ipv4' is not supported");
-    schema_fails("{\"type\":\"number\",\"minimum\":1}", "/minimum: bounds are supported for type integer only");
-    schema_fails("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "no integer fits");
+    schema_fails("{\"type\":\"string\",\"format\":\"ipv4\",\"maxLength\":9}", "/format: format 'ipv4' together with");
+    schema_fails("{\"type\":\"number\",\"minimum\":1,\"exclusiveMaximum\":1}", "the minimum is above the maximum");
+    schema_fails("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "the minimum is above the maximum");
+    /* unsatisfiable schemas are refused, never compiled into something that breaks them */
+    schema_fails("{\"type\":\"object\",\"properties\":{\"a\":{}},\"required\":[\"zz\"],\"additionalProperties\":false}",
+                 "required property 'zz'");
+    schema_fails("{\"type\":\"string\",\"enum\":[1,2]}", "no enum value satisfies");
+    schema_fails("{\"type\":\"integer\",\"const\":\"a\"}", "const value does not satisfy");
+    schema_fails("{\"allOf\":[{\"type\":\"string\"},{\"type\":\"integer\"}]}", "no type is in every branch");
+    schema_fails("{\"not\":{\"type\":\"string\"}}", "'not' cannot be enforced");
     schema_fails("{\"type\":\"strin\"}", "unknown type 'strin'");
     schema_fails("{\"type\":\"object\"", "not valid JSON");
     schema_fails("false", "accepts nothing");
@@ -272,7 +279,37 @@ START_TEST(test_schema_objects) {
     ck_assert(!accepts(g, "{\"a\":1}"));
     ck_assert(!accepts(g, "{\"b\":\"x\",\"a\":1}")); /* schema order */
     ck_assert(!accepts(g, "{\"b\":\"x\",}"));
+    ck_assert(accepts(g, "{\"b\":\"x\",\"d\":1}")); /* additionalProperties absent: other keys, after */
+    ck_assert(!accepts(g, "{\"b\":\"x\",\"b\":1}"));
+    gr_release(g);
+    g = schema("{\"type\":\"object\",\"properties\":{\"b\":{\"type\":\"string\"}},\"additionalProperties\":false}");
+    ck_assert(accepts(g, "{\"b\":\"x\"}"));
     ck_assert(!accepts(g, "{\"b\":\"x\",\"d\":1}"));
+    gr_release(g);
+    /* enum beside type keeps the values of that type; numbers in fractional bounds */
+    g = schema("{\"type\":\"string\",\"enum\":[\"celsius\",\"fahrenheit\",1,null]}");
+    ck_assert(accepts(g, "\"celsius\""));
+    ck_assert(!accepts(g, "1"));
+    ck_assert(!accepts(g, "null"));
+    gr_release(g);
+    g = schema("{\"type\":\"number\",\"minimum\":-2.5,\"exclusiveMaximum\":0.75}");
+    ck_assert(accepts(g, "-2.5") && accepts(g, "-2.49") && accepts(g, "0") && accepts(g, "0.7499"));
+    ck_assert(!accepts(g, "-2.51") && !accepts(g, "0.75") && !accepts(g, "0.750") && !accepts(g, "1"));
+    gr_release(g);
+    /* allOf merged, $ref beside type, annotations ignored */
+    g = schema("{\"$defs\":{\"base\":{\"properties\":{\"id\":{\"type\":\"integer\"}},\"required\":[\"id\"]}},"
+               "\"x-vendor\":1,\"id\":\"u\",\"allOf\":[{\"$ref\":\"#/$defs/base\"},{\"properties\":{\"n\":{\"type\":\"string\"}},"
+               "\"required\":[\"n\"]}],\"type\":\"object\",\"additionalProperties\":false,"
+               "\"properties\":{\"id\":{\"minimum\":1},\"n\":{\"maxLength\":3}}}");
+    ck_assert(accepts(g, "{\"id\":1,\"n\":\"abc\"}"));
+    ck_assert(!accepts(g, "{\"id\":0,\"n\":\"abc\"}"));
+    ck_assert(!accepts(g, "{\"id\":1,\"n\":\"abcd\"}"));
+    ck_assert(!accepts(g, "{\"n\":\"abc\"}"));
+    gr_release(g);
+    /* pattern with lengths folded into its repetition */
+    g = schema("{\"type\":\"string\",\"pattern\":\"^[a-z]+$\",\"minLength\":2,\"maxLength\":3}");
+    ck_assert(accepts(g, "\"ab\"") && accepts(g, "\"abc\""));
+    ck_assert(!accepts(g, "\"a\"") && !accepts(g, "\"abcd\"") && !accepts(g, "\"aB\""));
     gr_release(g);
     g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"null\"}},\"additionalProperties\":{\"type\":\"integer\"}}");
     ck_assert(accepts(g, "{}"));

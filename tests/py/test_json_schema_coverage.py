@@ -1,0 +1,176 @@
+"""JSON Schema coverage: a MaskBench sample through `genloop schema-check`
+(counts asserted at or above what was reached), compile time of very large
+schemas, the schemas Pydantic and tool definitions send (enum/const beside
+type, Literal and Enum fields through the openai SDK's parse(), answered by
+SmolLM2 and validated with jsonschema), and unsatisfiable schemas as 400."""
+import enum
+import json
+import os
+import subprocess
+import time
+import typing
+
+import pytest
+
+from server_util import TESTDATA, Server, binary, chat_model, need, post_json
+
+jsonschema = pytest.importorskip("jsonschema")
+
+MASKBENCH = os.path.join(TESTDATA, "maskbench", "public.jsonl.gz")
+QWEN_VOCAB = os.path.join(TESTDATA, "vocab", "ggml-vocab-qwen2.gguf")
+
+
+def schema_check(*args):
+    out = subprocess.run([binary(), "schema-check", "-m", need(QWEN_VOCAB, "Qwen2 vocabulary"), *args],
+                         capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr
+    return [json.loads(line) for line in out.stdout.splitlines()]
+
+
+def test_maskbench_sample():
+    """Every 28th public schema (about 200): compiled share and correctness
+    may only go up (the whole file: scripts/bench-maskbench)."""
+    lines = schema_check("--every", "28", need(MASKBENCH, "MaskBench public file"))
+    s = lines[-1]
+    print(json.dumps(s))
+    assert s["summary"] and s["schemas"] >= 190
+    assert s["passing"] >= 0.72 * s["schemas"], s
+    assert s["invalid_accepted"] <= 0.01 * s["invalid"], s
+    assert s["valid_rejected"] <= 0.10 * s["valid"], s
+
+
+def test_schema_check_instances(tmp_path):
+    f = tmp_path / "cases.jsonl"
+    cases = [
+        {"id": "enum-type", "schema": {"type": "string", "enum": ["celsius", "fahrenheit", 3]},
+         "tests": [{"valid": True, "data": "celsius"}, {"valid": False, "data": 3}, {"valid": False, "data": "kelvin"}]},
+        {"id": "number-bounds", "schema": {"type": "number", "minimum": -1.5, "exclusiveMaximum": 10},
+         "tests": [{"valid": True, "data": -1.5}, {"valid": True, "data": 9.99}, {"valid": True, "data": 0},
+                   {"valid": False, "data": 10}, {"valid": False, "data": -1.51}, {"valid": False, "data": 10.5}]},
+        {"id": "integer-big", "schema": {"type": "integer", "minimum": 1000, "maximum": 65535},
+         "tests": [{"valid": True, "data": 1000}, {"valid": True, "data": 65535}, {"valid": False, "data": 999},
+                   {"valid": False, "data": 65536}]},
+        {"id": "allOf", "schema": {"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                                             {"properties": {"b": {"type": "string"}}, "required": ["b"]}]},
+         "tests": [{"valid": True, "data": {"a": 1, "b": "x"}}, {"valid": False, "data": {"a": 1}}]},
+        {"id": "annotations", "schema": {"id": "x", "x-kubernetes-kind": "Pod", "readonly": True, "type": "object",
+                                         "properties": {"n": {"type": "integer", "javaType": "Long"}}, "required": ["n"]},
+         "tests": [{"valid": True, "data": {"n": 1}}, {"valid": False, "data": {"n": "1"}}]},
+        {"id": "formats", "schema": {"type": "array", "items": {"anyOf": [{"type": "string", "format": "ipv4"},
+                                                                          {"type": "string", "format": "uuid"}]}},
+         "tests": [{"valid": True, "data": ["10.0.0.255", "123e4567-e89b-12d3-a456-426614174000"]},
+                   {"valid": False, "data": ["10.0.0.256"]}]},
+        {"id": "recursive", "schema": {"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}},
+                                       "$ref": "#/$defs/n"},
+         "tests": [{"valid": True, "data": {"next": {"next": {}}}}, {"valid": False, "data": {"next": 1}}]},
+        {"id": "pattern-search", "schema": {"type": "string", "pattern": "[0-9]"},
+         "tests": [{"valid": True, "data": "ab1c"}, {"valid": False, "data": "abc"}]},
+    ]
+    f.write_text("".join(json.dumps(c) + "\n" for c in cases))
+    lines = schema_check(str(f))
+    for line in lines[:-1]:
+        assert line["compiled"], line
+        got = [(t["valid"], t["accepted"]) for t in line["tests"]]
+        assert all(v == a for v, a in got), (line["id"], got)
+    assert lines[-1]["passing"] == len(cases)
+
+
+def compile_ms(schema):
+    """Milliseconds to compile one schema, through schema-check."""
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        f.write(json.dumps({"id": "big", "schema": schema, "tests": []}) + "\n")
+    try:
+        t0 = time.monotonic()
+        line = schema_check(f.name)[0]
+        return line, (time.monotonic() - t0) * 1000
+    finally:
+        os.unlink(f.name)
+
+
+def test_large_schemas_compile_time():
+    props = {f"p{i}": {"type": "integer"} for i in range(7500)}
+    line, wall = compile_ms({"type": "object", "properties": props, "required": list(props)})
+    print(f"7,500 required properties: compile {line['compile_ms']:.0f} ms ({wall:.0f} ms with loading)")
+    assert line["compiled"], line
+    line, wall = compile_ms({"anyOf": [{"const": f"value-{i}"} for i in range(32000)]})
+    print(f"anyOf of 32,000 consts: compile {line['compile_ms']:.0f} ms ({wall:.0f} ms with loading)",
+          line.get("error", ""))
+    # its grammar text passes the GBNF size bound: a refusal that names it, quickly
+    assert line["compiled"] or "limit" in line["error"], line
+    assert line["compile_ms"] < 5000, line
+
+
+# ---- through the server -------------------------------------------------------------
+
+UNSAT = [
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["zz"], "additionalProperties": False},
+     "required property 'zz'"),
+    ({"type": "integer", "minimum": 5, "maximum": 4}, "minimum is above the maximum"),
+    ({"type": "string", "minLength": 5, "maxLength": 4}, "minLength 5 is above maxLength 4"),
+    ({"type": "string", "enum": [1, 2]}, "no enum value satisfies"),
+    ({"allOf": [{"type": "string"}, {"type": "object"}]}, "no type is in every branch"),
+]
+
+
+@pytest.fixture(scope="module")
+def server():
+    with Server(chat_model(), "--alias", "smollm") as s:
+        yield s
+
+
+def chat(server, schema, content="Answer as JSON.", **kw):
+    body = {"model": "smollm", "messages": [{"role": "user", "content": content}], "temperature": 0, "max_tokens": 80,
+            "response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}, **kw}
+    return post_json(server.url + "/v1/chat/completions", body)
+
+
+@pytest.mark.parametrize("schema,needle", UNSAT)
+def test_unsatisfiable_schema_is_400(server, schema, needle):
+    status, _, body = chat(server, schema)
+    assert status == 400, body
+    assert body["error"]["type"] == "invalid_request_error"
+    assert needle in body["error"]["message"], body
+
+
+WEATHER = {"type": "object", "properties": {
+    "location": {"type": "string", "maxLength": 30},
+    "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]},
+    "kind": {"type": "string", "const": "weather"},
+    "temp": {"type": "number", "minimum": -90, "maximum": 60},
+    "id": {"type": "string", "format": "uuid"},
+    "meta": {"x-note": "annotation", "type": "object", "properties": {"n": {"type": "integer", "minimum": 1, "maximum": 5}},
+             "required": ["n"], "additionalProperties": False}},
+    "required": ["location", "unit", "kind", "temp", "id", "meta"], "additionalProperties": False}
+
+
+def test_enum_beside_type_answers_valid_json(server):
+    status, _, body = chat(server, WEATHER, "What is the weather in Paris?", max_tokens=150)
+    assert status == 200, body
+    out = json.loads(body["choices"][0]["message"]["content"])
+    jsonschema.validate(out, WEATHER, format_checker=jsonschema.FormatChecker())
+
+
+def test_sdk_parse_literal_and_enum_fields(server):
+    openai = pytest.importorskip("openai")
+    pydantic = pytest.importorskip("pydantic")
+
+    class Unit(str, enum.Enum):
+        celsius = "celsius"
+        fahrenheit = "fahrenheit"
+
+    class Weather(pydantic.BaseModel):
+        city: str = pydantic.Field(max_length=30)
+        unit: Unit
+        sky: typing.Literal["sunny", "cloudy", "rain"]
+        temperature: int = pydantic.Field(ge=-90, le=60)
+
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key="none")
+    parse = client.chat.completions.parse if hasattr(client.chat.completions, "parse") else client.beta.chat.completions.parse
+    r = parse(model="smollm", messages=[{"role": "user", "content": "Weather in Paris as JSON."}],
+              response_format=Weather, temperature=0, max_tokens=100)
+    w = r.choices[0].message.parsed
+    assert isinstance(w, Weather), r
+    schema = Weather.model_json_schema()
+    jsonschema.validate(json.loads(r.choices[0].message.content), schema)
+    assert w.unit in Unit and w.sky in ("sunny", "cloudy", "rain")
