@@ -21,6 +21,7 @@
 #include "kv_cache.h"
 #include "kv_manager.h"
 #include "model.h"
+#include "reasoning.h"
 #include "sampler.h"
 #include "scheduler.h"
 #include "spec_rule.h"
@@ -363,7 +364,8 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     /* a constrained answer ends with its structure; a stop string would cut it */
     s->text = req->grammar ? ts_create(NULL, 0) : ts_create(req->stop, req->n_stop);
     if (!s->sampler || !s->text) goto oom;
-    if (req->grammar && !(s->grammar = gr_matcher_new(req->grammar, e->vocab, err))) {
+    if ((req->grammar && !(s->grammar = gr_matcher_new(req->grammar, e->vocab, err))) ||
+        (req->reasoning && !(s->reasoning = rs_create(req->reasoning, e->model->tokenizer, err)))) {
         seq_free(NULL, s);
         return 0;
     }
@@ -460,6 +462,7 @@ static void emit_finished(gl_seq *s, gl_finish_reason reason, const char *error,
         .n_prompt_tokens = s->n_prompt,
         .n_cached_tokens = s->n_cached,
         .n_generated = s->n_generated,
+        .n_reasoning_tokens = s->reasoning ? rs_thinking_tokens(s->reasoning) : 0,
         .t_queued = (s->t_scheduled > 0 ? s->t_scheduled : t) - s->t_submit,
         .t_first_token = s->t_first_token > 0 ? s->t_first_token - s->t_submit : 0,
         .t_total = t - s->t_submit,
@@ -579,34 +582,52 @@ static void emit_progress(gl_seq *s, int processed, gl_event_fn fn, void *ctx) {
 static gl_finish_reason sample_and_append(gl_engine *e, gl_seq *r, float *row, const char **error, gl_event_fn fn,
                                           void *ctx) {
     const gl_model *m = e->model;
-    if (r->grammar && gr_matcher_mask(r->grammar, row) == 0) {
-        *error = "the grammar allows no token here";
-        return GL_FINISH_ERROR;
-    }
+    /* a thinking block's budget forces its closing tokens; a grammar_after
+     * grammar waits for the block to end */
+    int32_t tok = r->reasoning ? rs_forced(r->reasoning) : -1, keep = -1;
+    bool masks = r->grammar && (!r->reasoning || rs_grammar_masks(r->reasoning, &keep));
+    bool forced = tok >= 0;
     float logprob = NAN;
-    if (r->n_generated < r->min_tokens && !r->ignore_eos)
-        for (int i = 0; i < e->n_eog; i++) row[e->eog_ids[i]] = -INFINITY;
-    int32_t tok = sampler_sample(r->sampler, row, r->logprobs ? &logprob : NULL, r->logprobs ? e->top : NULL);
+    if (forced) {
+        if (r->logprobs) logprob = sampler_logprob(row, m->config.n_vocab, tok, e->top, r->n_logprobs);
+    } else {
+        float kept = keep >= 0 ? row[keep] : 0;
+        if (masks && gr_matcher_mask(r->grammar, row) == 0 && keep < 0) {
+            *error = "the grammar allows no token here";
+            return GL_FINISH_ERROR;
+        }
+        if (keep >= 0) row[keep] = kept;
+        if (r->n_generated < r->min_tokens && !r->ignore_eos)
+            for (int i = 0; i < e->n_eog; i++) row[e->eog_ids[i]] = -INFINITY;
+        tok = sampler_sample(r->sampler, row, r->logprobs ? &logprob : NULL, r->logprobs ? e->top : NULL);
+    }
     if (r->t_first_token == 0) r->t_first_token = now_s();
-    if ((!r->ignore_eos || r->grammar) && tok_is_eog(m->tokenizer, tok)) {
+    if ((!r->ignore_eos || masks) && tok_is_eog(m->tokenizer, tok)) {
         r->tokens[r->n_tokens] = tok; /* not appended, but seen by the draft check */
         return GL_FINISH_STOP;
     }
-    if (r->grammar && !gr_matcher_accept_token(r->grammar, tok)) {
-        *error = "the grammar's run-time bounds (parse stacks, depth) were exceeded";
+    size_t piece_len;
+    const char *piece = tok_piece(m->tokenizer, tok, &piece_len);
+    const char *held = NULL;
+    size_t held_len = 0;
+    int follow = r->reasoning ? rs_accept(r->reasoning, tok, piece, piece_len, &held, &held_len) : 1;
+    if (r->grammar && follow && !(follow == 1 ? gr_matcher_accept_token(r->grammar, tok)
+                                              : gr_matcher_accept_bytes(r->grammar, held, held_len))) {
+        *error = follow == 2 ? "the grammar does not allow the start of the reply"
+               : forced ? "the grammar does not allow the thinking block's closing text"
+                        : "the grammar's run-time bounds (parse stacks, depth) were exceeded";
         return GL_FINISH_ERROR;
     }
     sampler_accept(r->sampler, tok);
     r->tokens[r->n_tokens++] = tok;
     r->n_generated++;
-    size_t piece_len;
-    const char *piece = tok_piece(m->tokenizer, tok, &piece_len);
     const char *text;
     size_t text_len;
     bool stopped = ts_push(r->text, piece, piece_len, &text, &text_len);
     gl_event ev = {.type = GL_EVENT_TOKEN, .request_id = r->id, .user = r->user, .token = tok,
                    .text = text, .text_len = text_len, .logprob = logprob, .n_top = r->logprobs ? r->n_logprobs : 0,
-                   .top = e->top, .n_generated = r->n_generated};
+                   .top = e->top, .n_generated = r->n_generated,
+                   .n_reasoning_tokens = r->reasoning ? rs_thinking_tokens(r->reasoning) : 0};
     if (fn) fn(&ev, ctx);
     if (stopped || (r->grammar && gr_matcher_is_done(r->grammar))) return GL_FINISH_STOP;
     if (r->n_generated >= r->max_generated || r->n_tokens >= r->cap_tokens) return GL_FINISH_LENGTH;

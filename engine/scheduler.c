@@ -37,6 +37,7 @@ void seq_free(kv_manager *m, gl_seq *s) {
     kv_seq_release(m, &s->kv);
     sampler_free(s->sampler);
     gr_matcher_free(s->grammar);
+    rs_free(s->reasoning);
     ts_free(s->text);
     free(s->tokens);
     free(s);

@@ -53,6 +53,7 @@ typedef struct gl_seq {
     int progress_sent;        /* prompt tokens last reported as processed; -1 = none yet */
     gl_sampler *sampler;      /* NULL in scheduler tests */
     struct gr_matcher *grammar; /* NULL, or the constraint on the output (grammar.h) */
+    struct rs_state *reasoning; /* NULL, or its thinking block (reasoning.h) */
     ts_stream *text;          /* stop strings and UTF-8 holdback; NULL in scheduler tests */
     int n_logprobs;           /* alternatives per generated token */
     bool logprobs;            /* report each generated token's logprob */
