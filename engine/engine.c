@@ -20,6 +20,7 @@
 #include "kv_disk.h"
 #include "kv_manager.h"
 #include "model.h"
+#include "reasoning.h"
 #include "sampler.h"
 #include "scheduler.h"
 #include "spec.h"
@@ -312,7 +313,7 @@ uint64_t gl_engine_submit(gl_engine *e, const gl_request *req, bool *queue_full,
     }
     int limit = e->n_ctx;
     if (req->max_tokens > 0 && req->n_prompt + req->max_tokens < limit) limit = req->n_prompt + req->max_tokens;
-    gl_seq *s = request_create(req, limit, e->params.block_size, n_vocab, e->vocab, e->spec, err);
+    gl_seq *s = request_create(req, limit, e->params.block_size, n_vocab, e->vocab, e->model->tokenizer, e->spec, err);
     if (!s) return 0;
     s->t_submit = now_s();
 
@@ -390,6 +391,7 @@ static void emit_finished(gl_seq *s, gl_finish_reason reason, const char *error,
         .n_prompt_tokens = s->n_prompt,
         .n_cached_tokens = s->n_cached,
         .n_generated = s->n_generated,
+        .n_reasoning_tokens = s->reasoning ? rs_thinking_tokens(s->reasoning) : 0,
         .t_queued = (s->t_scheduled > 0 ? s->t_scheduled : t) - s->t_submit,
         .t_first_token = s->t_first_token > 0 ? s->t_first_token - s->t_submit : 0,
         .t_total = t - s->t_submit,
@@ -508,30 +510,43 @@ static void emit_progress(gl_seq *s, int processed, gl_event_fn fn, void *ctx) {
 static gl_finish_reason sample_and_append(gl_engine *e, gl_seq *r, float *row, const char **error, gl_event_fn fn,
                                           void *ctx) {
     const gl_model *m = e->model;
-    if ((*error = request_constrain(r, row, e->eog_ids, e->n_eog))) return GL_FINISH_ERROR;
+    int32_t tok;
+    if ((*error = request_constrain(r, row, e->eog_ids, e->n_eog, &tok))) return GL_FINISH_ERROR;
+    bool forced = tok >= 0; /* the thinking budget closes the block */
     float logprob = NAN;
-    int32_t tok = sampler_sample(r->sampler, row, r->logprobs ? &logprob : NULL, r->logprobs ? e->top : NULL);
+    if (forced) {
+        if (r->logprobs) logprob = sampler_logprob(row, m->config.n_vocab, tok, e->top, r->n_logprobs);
+    } else {
+        tok = sampler_sample(r->sampler, row, r->logprobs ? &logprob : NULL, r->logprobs ? e->top : NULL);
+    }
     if (r->t_first_token == 0) r->t_first_token = now_s();
     gl_finish_reason why = request_stop(r, tok_is_eog(m->tokenizer, tok), false, false);
     if (why != GL_FINISH_NONE) {
         r->tokens[r->n_tokens] = tok; /* not appended, but seen by the draft check */
         return why;
     }
-    if (r->grammar && !gr_matcher_accept_token(r->grammar, tok)) {
-        *error = "the grammar's run-time bounds (parse stacks, depth) were exceeded";
+    size_t piece_len;
+    const char *piece = tok_piece(m->tokenizer, tok, &piece_len);
+    const char *held = NULL;
+    size_t held_len = 0;
+    int follow = r->reasoning ? rs_accept(r->reasoning, tok, piece, piece_len, &held, &held_len) : 1;
+    if (r->grammar && follow && !(follow == 1 ? gr_matcher_accept_token(r->grammar, tok)
+                                              : gr_matcher_accept_bytes(r->grammar, held, held_len))) {
+        *error = follow == 2 ? "the grammar does not allow the start of the reply"
+               : forced ? "the grammar does not allow the thinking block's closing text"
+                        : "the grammar's run-time bounds (parse stacks, depth) were exceeded";
         return GL_FINISH_ERROR;
     }
     sampler_accept(r->sampler, tok);
     r->tokens[r->n_tokens++] = tok;
     r->n_generated++;
-    size_t piece_len;
-    const char *piece = tok_piece(m->tokenizer, tok, &piece_len);
     const char *text;
     size_t text_len;
     bool stopped = ts_push(r->text, piece, piece_len, &text, &text_len);
     gl_event ev = {.type = GL_EVENT_TOKEN, .request_id = r->id, .user = r->user, .token = tok,
                    .text = text, .text_len = text_len, .logprob = logprob, .n_top = r->logprobs ? r->n_logprobs : 0,
-                   .top = e->top, .n_generated = r->n_generated};
+                   .top = e->top, .n_generated = r->n_generated,
+                   .n_reasoning_tokens = r->reasoning ? rs_thinking_tokens(r->reasoning) : 0};
     if (fn) fn(&ev, ctx);
     return request_stop(r, false, true, stopped);
 }

@@ -8,6 +8,7 @@
 
 #include "gl_error.h"
 #include "grammar.h"
+#include "reasoning.h"
 #include "sampler.h"
 #include "textstream.h"
 
@@ -33,6 +34,7 @@ void seq_free(kv_manager *m, gl_seq *s) {
     kv_seq_release(m, &s->kv);
     sampler_free(s->sampler);
     gr_matcher_free(s->grammar);
+    rs_free(s->reasoning);
     ts_free(s->text);
     free(s->tokens);
     free(s);
@@ -43,14 +45,15 @@ bool seq_wants_prompt_logprob(const gl_seq *s, int pos) {
 }
 
 gl_seq *request_create(const gl_request *req, int cap_tokens, int block_size, int n_vocab, const gr_vocab *vocab,
-                       const gl_spec *sp, gl_error *err) {
+                       const gl_tokenizer *tokenizer, const gl_spec *sp, gl_error *err) {
     gl_seq *s = seq_create(req->prompt, req->n_prompt, cap_tokens, block_size);
     if (!s) goto oom;
     s->sampler = sampler_create(&req->sampling, n_vocab);
     /* a constrained answer ends with its structure; a stop string would cut it */
     s->text = req->grammar ? ts_create(NULL, 0) : ts_create(req->stop, req->n_stop);
     if (!s->sampler || !s->text) goto oom;
-    if (req->grammar && !(s->grammar = gr_matcher_new(req->grammar, vocab, err))) {
+    if ((req->grammar && !(s->grammar = gr_matcher_new(req->grammar, vocab, err))) ||
+        (req->reasoning && !(s->reasoning = rs_create(req->reasoning, tokenizer, err)))) {
         seq_free(NULL, s);
         return NULL;
     }
@@ -78,15 +81,30 @@ void request_free(kv_manager *m, gl_spec *sp, gl_seq *s) {
     seq_free(m, s);
 }
 
-const char *request_constrain(gl_seq *r, float *row, const int32_t *eog_ids, int n_eog) {
-    if (r->grammar && gr_matcher_mask(r->grammar, row) == 0) return "the grammar allows no token here";
+/* Whether the grammar masks r's next token: a grammar_after grammar waits
+ * for the thinking block to end. *keep: a token the mask must leave allowed. */
+static bool grammar_masks(const gl_seq *r, int32_t *keep) {
+    *keep = -1;
+    return r->grammar && (!r->reasoning || rs_grammar_masks(r->reasoning, keep));
+}
+
+const char *request_constrain(gl_seq *r, float *row, const int32_t *eog_ids, int n_eog, int32_t *forced) {
+    *forced = r->reasoning ? rs_forced(r->reasoning) : -1;
+    if (*forced >= 0) return NULL;
+    int32_t keep;
+    if (grammar_masks(r, &keep)) {
+        float kept = keep >= 0 ? row[keep] : 0;
+        if (gr_matcher_mask(r->grammar, row) == 0 && keep < 0) return "the grammar allows no token here";
+        if (keep >= 0) row[keep] = kept;
+    }
     if (r->n_generated < r->min_tokens && !r->ignore_eos)
         for (int i = 0; i < n_eog; i++) row[eog_ids[i]] = -INFINITY;
     return NULL;
 }
 
 gl_finish_reason request_stop(const gl_seq *r, bool is_eog, bool appended, bool stop_string) {
-    if (!appended) return is_eog && (!r->ignore_eos || r->grammar) ? GL_FINISH_STOP : GL_FINISH_NONE;
+    int32_t keep;
+    if (!appended) return is_eog && (!r->ignore_eos || grammar_masks(r, &keep)) ? GL_FINISH_STOP : GL_FINISH_NONE;
     if (stop_string || (r->grammar && gr_matcher_is_done(r->grammar))) return GL_FINISH_STOP;
     if (r->n_generated >= r->max_generated || r->n_tokens >= r->cap_tokens) return GL_FINISH_LENGTH;
     return GL_FINISH_NONE;

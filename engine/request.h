@@ -18,6 +18,8 @@
 struct gl_sampler;
 struct gr_matcher;
 struct gr_vocab;
+struct gl_tokenizer;
+struct rs_state;
 struct ts_stream;
 
 /* One request: its tokens, its progress, and what its events need. */
@@ -43,6 +45,7 @@ typedef struct gl_seq {
     int progress_sent;        /* prompt tokens last reported as processed; -1 = none yet */
     struct gl_sampler *sampler; /* NULL in scheduler tests */
     struct gr_matcher *grammar; /* NULL, or the constraint on the output (grammar.h) */
+    struct rs_state *reasoning; /* NULL, or its thinking block (reasoning.h) */
     struct ts_stream *text;   /* stop strings and UTF-8 holdback; NULL in scheduler tests */
     int n_logprobs;           /* alternatives per generated token */
     bool logprobs;            /* report each generated token's logprob */
@@ -51,11 +54,12 @@ typedef struct gl_seq {
 } gl_seq;
 
 /* A request's record for req: its prompt (cap_tokens in all), sampler,
- * text stream and, when req has a grammar, matcher over vocab; its
+ * text stream, when req has a grammar a matcher over vocab, when it has a
+ * thinking block its state over tokenizer; its
  * speculation part from sp (NULL: none). Any thread. NULL with err set
  * (out of memory, or the grammar's own error). */
 gl_seq *request_create(const gl_request *req, int cap_tokens, int block_size, int n_vocab, const struct gr_vocab *vocab,
-                       const gl_spec *sp, gl_error *err);
+                       const struct gl_tokenizer *tokenizer, const gl_spec *sp, gl_error *err);
 /* A sequence of n_prompt prompt tokens and at most cap_tokens in all, with
  * its prompt block hashes computed; no sampler or text stream yet. Any
  * thread. NULL when out of memory. */
@@ -71,16 +75,18 @@ void request_free(kv_manager *m, gl_spec *sp, gl_seq *s);
  * it predicts prompt token pos + 1, which has not been reported yet. */
 bool seq_wants_prompt_logprob(const gl_seq *s, int pos);
 
-/* The constraint stage, on r's logits row before sampling: the grammar's
- * mask, then end-of-generation tokens (eog_ids) banned while fewer than
- * min_tokens are generated. The logit bias is the sampler's first step
- * (sampler.h), where logprobs can still report the unbiased values. NULL,
- * or why no token can follow (the grammar allows none). */
-const char *request_constrain(gl_seq *r, float *row, const int32_t *eog_ids, int n_eog);
-
+/* The constraint stage, on r's logits row before sampling. *forced
+ * receives the token the thinking budget forces (the row is left alone),
+ * else -1 and the row gets the grammar's mask (a grammar_after grammar once
+ * the thinking block is over), then end-of-generation tokens (eog_ids)
+ * banned while fewer than min_tokens are generated. The logit bias is the
+ * sampler's first step (sampler.h), where logprobs can still report the
+ * unbiased values. NULL, or why no token can follow (the grammar allows
+ * none). */
+const char *request_constrain(gl_seq *r, float *row, const int32_t *eog_ids, int n_eog, int32_t *forced);
 /* The stop rule for r's sampled token. Before it is appended (appended
  * false): an end-of-generation token (is_eog) ends r unless ignored
- * (ignore_eos, no grammar). After (its text streamed): a stop string in
+ * (ignore_eos, no grammar masking). After (its text streamed): a stop string in
  * the text (stop_string), a grammar that is done, then the length limits.
  * GL_FINISH_NONE while r goes on. */
 gl_finish_reason request_stop(const gl_seq *r, bool is_eog, bool appended, bool stop_string);

@@ -207,6 +207,17 @@ typedef enum gl_finish_reason {
 
 const char *gl_finish_reason_str(gl_finish_reason r); /* "stop", "length", ... */
 
+/* A thinking block the output may start with (docs/reasoning.md): the
+ * engine counts its tokens and, given a budget, closes it itself. */
+typedef struct gl_reasoning {
+    const char *open;         /* text that opens the block, e.g. "<think>" */
+    const char *close;        /* text that closes it, e.g. "</think>" */
+    bool opened;              /* the prompt opened the block: the output starts inside it */
+    int budget;               /* tokens inside the block at most, then the engine appends
+                                 close's tokens; -1 = no bound */
+    bool grammar_after;       /* gl_request.grammar constrains only what follows the block */
+} gl_reasoning;
+
 typedef struct gl_request {
     const int32_t *prompt;    /* token ids (copied by submit) */
     int n_prompt;
@@ -225,6 +236,7 @@ typedef struct gl_request {
     bool no_prefix_cache;     /* do not reuse cached prompt blocks for this request */
     bool prompt_progress;     /* emit GL_EVENT_PROMPT_PROGRESS while the prompt is prefilled */
     bool no_speculation;      /* never draft for this request (the engine's spec_mode otherwise) */
+    const gl_reasoning *reasoning; /* NULL, or the output may start with a thinking block (copied) */
     void *user;               /* passed back in events */
 } gl_request;
 
@@ -258,6 +270,7 @@ typedef struct gl_event {
     int n_cached_tokens;      /* FINISHED, PROMPT_PROGRESS: prompt tokens served from the prefix cache */
     int n_processed;          /* PROMPT_PROGRESS: prompt tokens in the cache so far, cached ones included */
     int n_generated;          /* TOKEN/FINISHED: tokens generated so far */
+    int n_reasoning_tokens;   /* TOKEN/FINISHED: of those, the thinking block's (gl_request.reasoning) */
     double t_queued;          /* FINISHED, PROMPT_PROGRESS: seconds spent waiting */
     double t_first_token;     /* FINISHED: seconds from submit to the first token */
     double t_total;           /* FINISHED: seconds from submit to finish; PROMPT_PROGRESS: to now */

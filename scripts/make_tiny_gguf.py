@@ -6,13 +6,19 @@
         --output-type Q6_K --rope-base 10000]
     make_tiny_gguf.py OUT.gguf --preset tinyllama --type Q4_0
     make_tiny_gguf.py OUT.gguf --arch qwen3 --head-dim 64 [--omit KEY_OR_TENSOR]
+    make_tiny_gguf.py OUT.gguf --arch qwen3 --chat-template qwen3.jinja \
+        --control-token '<|im_start|>' --control-token '<|im_end|>' --user-token '<think>' \
+        --user-token '</think>' --eos-token '<|im_end|>'
 
 --arch picks the architecture (llama, qwen2, qwen3, gemma3) and with it the
 extra tensors: q/k/v biases (qwen2), per-head Q/K norms (qwen3, gemma3),
 post-attention and post-FFN norms and attention.sliding_window (gemma3).
 --omit leaves out a metadata key or a tensor and --wrong-shape gives a
 tensor one row too many (or a norm one column too many), for the
-bad-input tests.
+bad-input tests. --chat-template writes tokenizer.chat_template from a file;
+--control-token and --user-token append special tokens (control: parsed
+only as specials; user-defined: always whole, text when decoded), taking
+the last filler pieces' places; --eos-token makes one of them the EOS.
 
 Tensor names and shapes are llama.cpp's (ne[0] is a matrix's input size).
 Quantized matrices are random quant bytes written directly, with the scale
@@ -171,6 +177,10 @@ def main(argv=None):
     ap.add_argument("--sliding-window", type=int, default=8, help="gemma3's attention.sliding_window")
     ap.add_argument("--omit", action="append", default=[], help="metadata key or tensor to leave out")
     ap.add_argument("--wrong-shape", action="append", default=[], help="tensor to write with a wrong shape")
+    ap.add_argument("--chat-template", help="file whose text becomes tokenizer.chat_template")
+    ap.add_argument("--control-token", action="append", default=[], help="append a control token")
+    ap.add_argument("--user-token", action="append", default=[], help="append a user-defined token")
+    ap.add_argument("--eos-token", help="text of the EOS token (one of the appended ones)")
     args = ap.parse_args(argv)
 
     shape = dict(dim=256, n_layers=2, n_heads=4, n_kv_heads=2, ff=512, vocab=300, ctx=256)
@@ -244,12 +254,22 @@ def main(argv=None):
         if f"{arch}.{key}" not in args.omit:
             w.add_float32(f"{arch}.{key}", value)
     tokens, scores, types = vocab_pieces(n_vocab)
+    added = [(t, gguf.TokenType.CONTROL) for t in args.control_token] + \
+            [(t, gguf.TokenType.USER_DEFINED) for t in args.user_token]
+    if added and len(added) > n_vocab - 259:
+        raise SystemExit("--vocab has no room for the appended tokens")
+    for k, (text, ttype) in enumerate(added):
+        i = n_vocab - len(added) + k
+        tokens[i], types[i], scores[i] = text, int(ttype), 0.0
+    if args.chat_template:
+        with open(args.chat_template, encoding="utf-8") as f:
+            w.add_chat_template(f.read())
     w.add_tokenizer_model("llama")
     w.add_token_list(tokens)
     w.add_token_scores(scores)
     w.add_token_types(types)
     w.add_bos_token_id(1)
-    w.add_eos_token_id(2)
+    w.add_eos_token_id(tokens.index(args.eos_token) if args.eos_token else 2)
     w.add_unk_token_id(0)
     w.add_add_bos_token(True)
 

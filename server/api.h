@@ -16,6 +16,7 @@
 #include "jbuf.h"
 #include "metrics.h"
 #include "params.h"
+#include "reasoning.h"
 #include "worker.h"
 
 typedef struct api_sink {
@@ -67,6 +68,7 @@ typedef struct api_server {
     struct gl_chat_template *chat_template; /* NULL when the model's cannot be used */
     char chat_template_error[512];       /* why, for the chat endpoint's error */
     bool chat_tools_native;  /* the template renders tools itself (tools.h) */
+    reasoning_markers reasoning; /* the model's thinking-block markers (reasoning.h) */
 } api_server;
 
 void api_init(api_server *a, const config *cfg);

@@ -29,6 +29,7 @@ typedef struct chat_seq {
     tools_reader calls;      /* stream of a tool-call reply: how far its text was sent */
     jbuf args;               /* stream: argument bytes read, not yet sent */
     int args_index;          /* the call they belong to */
+    reasoning_split split;   /* base.split points here when the thinking is separated */
 } chat_seq;
 
 typedef struct chat_job {
@@ -41,6 +42,10 @@ typedef struct chat_job {
     int n_prompt;
     chat_tools tools;
     bool tools_grammar;      /* the reply is constrained by the tools' grammar (not the request's own) */
+    reasoning_opts reasoning;
+    gl_reasoning engine_reasoning; /* what the engine is told, when has_reasoning */
+    bool has_reasoning;
+    const reasoning_markers *split; /* the markers the reply is split with, or NULL */
 } chat_job;
 
 /* ---- the template, built at model load ------------------------------------------ */
@@ -60,6 +65,10 @@ void chat_setup(api_server *a) {
         return;
     }
     const gl_chat_template *t = a->chat_template;
+    reasoning_find_markers(a->model, info->chat_template, t, &a->reasoning);
+    if (a->reasoning.open[0])
+        fprintf(stderr, "genloop: thinking block: %s ... %s (reasoning_format %s)\n", a->reasoning.open,
+                a->reasoning.close, a->cfg->reasoning_format);
     /* Its own tool section is used only where it writes the calls as the grammar does. */
     a->chat_tools_native = gl_chat_template_has_tools(t) && gl_chat_template_is_model_source(t) &&
                            info->chat_template && strstr(info->chat_template, "<tool_call>");
@@ -250,7 +259,20 @@ static void stream_end(void *ctx, int index) {
 
 /* Sends a seq's pending content, and once it is done the closing chunk
  * (empty delta, finish_reason; any logprobs still pending ride on it). */
+/* The thinking not yet sent, as a reasoning_content delta. */
+static void send_reasoning(job_seq *s) {
+    if (!s->reasoning.len) return;
+    jbuf d = {0};
+    jbuf_puts(&d, "{\"reasoning_content\":");
+    jbuf_str(&d, s->reasoning.data, s->reasoning.len);
+    jbuf_puts(&d, "}");
+    if (!d.oom) send_delta(s, d.data, 0, 0);
+    jbuf_free(&d);
+    jbuf_clear(&s->reasoning);
+}
+
 static void chat_stream_flush(job_seq *s, bool with_timings) {
+    send_reasoning(s);
     int kind = reply_kind(s);
     if (kind == REPLY_UNKNOWN || (kind == REPLY_HELD && s->state != JOB_SEQ_DONE)) return; /* held back */
     chat_seq *cs = (chat_seq *)s;
@@ -293,6 +315,10 @@ static void chat_write_choice(jbuf *b, job_seq *s) {
         write_tool_calls(b, s);
     } else {
         jbuf_str(b, s->text.data ? s->text.data : "", s->text.len);
+    }
+    if (s->split && s->reasoning.len) {
+        jbuf_puts(b, ",\"reasoning_content\":");
+        jbuf_str(b, s->reasoning.data, s->reasoning.len);
     }
     jbuf_puts(b, "},\"logprobs\":");
     lp_write(b, (chat_seq *)s);
@@ -384,7 +410,8 @@ static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **own
         return params_fail(e, 400, param, "invalid_type", "'%s' must be an object", param);
     for (const cJSON *f = m->child; f; f = f->next) {
         if (!strcmp(f->string, "role") || !strcmp(f->string, "content") || !strcmp(f->string, "name") ||
-            !strcmp(f->string, "tool_calls") || !strcmp(f->string, "tool_call_id"))
+            !strcmp(f->string, "tool_calls") || !strcmp(f->string, "tool_call_id") ||
+            !strcmp(f->string, "reasoning_content"))
             continue;
         /* Assistant messages echoed back from a response carry nulls and empty lists. */
         if (cJSON_IsNull(f) || (cJSON_IsArray(f) && cJSON_GetArraySize(f) == 0)) continue;
@@ -454,7 +481,29 @@ static int parse_message(const cJSON *m, int i, gl_chat_message *out, char **own
     return 0;
 }
 
-#define CHAT_MAX_VARS 33 /* kwargs, reasoning_effort, tools */
+/* An assistant message's reasoning_content goes to the template as a field:
+ * Qwen3's shows it for the turns after the last user message, most
+ * templates drop past thinking. */
+static int add_reasoning_field(const cJSON *m, int i, gl_chat_message *out, char **fields, params_error *e) {
+    const cJSON *r = given(m, "reasoning_content");
+    if (!r) return 0;
+    char param[64];
+    snprintf(param, sizeof(param), "messages[%d].reasoning_content", i);
+    if (!cJSON_IsString(r) || !params_utf8_valid(r->valuestring, strlen(r->valuestring)))
+        return params_fail(e, 400, param, "invalid_type", "'%s' must be a string", param);
+    if (strcmp(out->role, "assistant") != 0)
+        return params_fail(e, 400, param, "invalid_value", "'%s' needs role 'assistant'", param);
+    cJSON *f = out->fields ? cJSON_Parse(out->fields) : cJSON_CreateObject();
+    char *text = f && cJSON_AddStringToObject(f, "reasoning_content", r->valuestring) ? cJSON_PrintUnformatted(f) : NULL;
+    cJSON_Delete(f);
+    if (!text) return params_fail(e, 500, param, NULL, "out of memory");
+    free(*fields);
+    *fields = text;
+    out->fields = text;
+    return 0;
+}
+
+#define CHAT_MAX_VARS 34 /* kwargs, reasoning_effort, enable_thinking, tools */
 #define CONTINUE_MARK "<|genloop-continue-here|>"
 
 /* How the conversation is rendered: the extensions add_generation_prompt,
@@ -484,9 +533,9 @@ static int parse_render_opts(const cJSON *body, render_opts *o, params_error *e)
     for (const cJSON *v = kw ? kw->child : NULL; v; v = v->next) {
         char param[96];
         snprintf(param, sizeof(param), "chat_template_kwargs.%.60s", v->string);
-        if (o->n_vars == CHAT_MAX_VARS - 2) /* two left: reasoning_effort, tools */
+        if (o->n_vars == CHAT_MAX_VARS - 3) /* three left: reasoning_effort, enable_thinking, tools */
             return params_fail(e, 400, "chat_template_kwargs", "invalid_value",
-                               "'chat_template_kwargs' takes at most %d entries", CHAT_MAX_VARS - 2);
+                               "'chat_template_kwargs' takes at most %d entries", CHAT_MAX_VARS - 3);
         gl_chat_var *cv = &o->vars[o->n_vars++];
         if (cJSON_IsBool(v)) {
             *cv = (gl_chat_var){ .name = v->string, .type = GL_CHAT_VAR_BOOL, .b = cJSON_IsTrue(v) };
@@ -507,6 +556,9 @@ static int parse_render_opts(const cJSON *body, render_opts *o, params_error *e)
             return params_fail(e, 400, "reasoning_effort", "invalid_type", "'reasoning_effort' must be a string");
         o->vars[o->n_vars++] = (gl_chat_var){ .name = "reasoning_effort", .type = GL_CHAT_VAR_STR,
                                            .s = effort->valuestring };
+        /* templates that only know enable_thinking (Qwen3's) hear "none" too */
+        if (!strcmp(effort->valuestring, "none") && !(kw && given(kw, "enable_thinking")))
+            o->vars[o->n_vars++] = (gl_chat_var){ .name = "enable_thinking", .type = GL_CHAT_VAR_BOOL, .b = false };
     }
     return 0;
 }
@@ -566,8 +618,10 @@ static int build_prompt(chat_job *cj, const cJSON *messages, const render_opts *
     int rc = 0, i = 0;
     bool native = a->chat_tools_native;
     if (!msgs || !owned) rc = params_fail(e, 500, "messages", NULL, "out of memory");
-    for (const cJSON *m = messages->child; m && rc == 0; m = m->next, i++)
+    for (const cJSON *m = messages->child; m && rc == 0; m = m->next, i++) {
         rc = parse_message(m, i, &msgs[i], &owned[2 * i], native, e);
+        if (rc == 0) rc = add_reasoning_field(m, i, &msgs[i], &owned[2 * i + 1], e);
+    }
     render_opts ro = *o; /* plus the tools for the template's own tool section */
     if (rc == 0 && cj->tools.listed && native) {
         ro.vars[ro.n_vars++] = (gl_chat_var){.name = "tools", .type = GL_CHAT_VAR_JSON, .s = cj->tools.tools_json};
@@ -608,6 +662,9 @@ static int build_prompt(chat_job *cj, const cJSON *messages, const render_opts *
     for (int k = 0; owned && k < 2 * n; k++) free(owned[k]);
     free(owned);
     free(msgs);
+    if (rc == 0)
+        cj->has_reasoning = reasoning_request(&a->reasoning, &cj->reasoning, text,
+                                              cj->engine_reasoning.grammar_after, &cj->engine_reasoning);
     if (rc) return rc;
     gl_error err = {{0}};
     /* Templates write BOS themselves; only their special tokens are parsed. */
@@ -636,6 +693,7 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
         /* llama.cpp server / vLLM extensions (README "Request fields") */
         "repeat_penalty", "repeat_last_n", "min_tokens", "cache_prompt", "speculative", "n_probs", "return_progress",
         "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "reasoning_effort",
+        "reasoning_format", "thinking_budget_tokens", "reasoning_budget_tokens",
         /* known, refused by check_unsupported unless null (or harmless) */
         "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio",
         "modalities", NULL };
@@ -687,6 +745,12 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
         }
     }
 
+    reasoning_format rf = REASONING_AUTO;
+    reasoning_format_parse(a->cfg->reasoning_format, &rf);
+    if (reasoning_parse(body, rf, a->cfg->reasoning_budget, &a->reasoning, &cj->reasoning, e)) return -1;
+    /* a schema or the tools shape the answer; a raw grammar the whole output */
+    cj->engine_reasoning.grammar_after = j->gen.grammar && !given(body, "grammar");
+    cj->split = reasoning_split_markers(&a->reasoning, cj->reasoning.format);
     render_opts ro;
     if (parse_render_opts(body, &ro, e) || build_prompt(cj, given(body, "messages"), &ro, e)) return -1;
     int need = cj->n_prompt + (has_mct || has_mt ? j->gen.max_tokens : 1);
@@ -719,6 +783,12 @@ static void chat_prepare(job_seq *s, gl_request *r) {
     r->n_prompt = cj->n_prompt;
     r->n_stop = cj->n_stops;
     r->stop = cj->stops;
+    if (cj->has_reasoning) r->reasoning = &cj->engine_reasoning;
+    if (cj->split) {
+        chat_seq *cs = (chat_seq *)s;
+        reasoning_split_init(&cs->split, cj->split, cj->has_reasoning && cj->engine_reasoning.opened);
+        s->split = &cs->split;
+    }
 }
 
 static const job_ops chat_ops = {

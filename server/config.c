@@ -14,6 +14,7 @@
 #include "genloop_chat.h"
 
 #include "params.h"
+#include "reasoning.h"
 
 typedef enum {
     SETTING_STR,
@@ -53,6 +54,9 @@ static const setting settings[] = {
     INT(shutdown_timeout, 0, 0, 86400, "seconds in-flight requests may take to finish on SIGTERM"),
     STR(chat_template, 0, "chat format: jinja (the model's own), chatml, llama2, llama3, mistral, "
                           "gemma, phi3, zephyr; empty = the model's, else a guess"),
+    STR(reasoning_format, 0, "where a reply's thinking goes: auto (reasoning_content, with the model's "
+                             "markers), deepseek (a leading <think> block), none (left in the content)"),
+    INT(reasoning_budget, 0, -1, 1 << 24, "thinking tokens at most, then the engine closes the block; -1 = no bound"),
     INT(threads, 't', 0, 1024, "compute threads; 0 = all cores"),
     INT(activation_bits, 0, INT_MIN, INT_MAX,
         "matmul activation precision: 16, or 8 (faster prefill and batches, less precise)"),
@@ -110,6 +114,8 @@ void config_default(config *c) {
      * keeps fewer sequences running and waiting than the engine allows. */
     gl_engine_params ep;
     gl_engine_params_default(&ep);
+    strcpy(c->reasoning_format, "auto");
+    c->reasoning_budget = -1;
     c->threads = ep.n_threads;
     c->activation_bits = ep.activation_bits;
     c->kv_cache_mib = ep.kv_cache_mib;
@@ -375,6 +381,9 @@ int config_validate(const config *c, char *err, size_t err_len) {
         o += n;
         if (*o == ',') o++;
     }
+    reasoning_format rf;
+    if (!reasoning_format_parse(c->reasoning_format, &rf))
+        return fail(err, err_len, "reasoning_format: \"%s\" is not none, auto or deepseek%s", c->reasoning_format, "");
     if (c->chat_template[0] && strcmp(c->chat_template, "jinja") != 0) {
         int known = 0;
         for (int i = 0; gl_chat_template_builtin_names[i]; i++)

@@ -21,6 +21,8 @@ typedef struct config {
     bool lenient_params;     /* unknown request fields are logged and ignored instead of 400 */
     int shutdown_timeout;    /* seconds running/queued requests may take to finish on SIGTERM */
     char chat_template[64];  /* "" = the model's template (or a guess); else a built-in name or "jinja" */
+    char reasoning_format[16]; /* none, auto or deepseek: where a reply's thinking goes (docs/reasoning.md) */
+    int reasoning_budget;    /* thinking tokens at most before the engine closes the block; -1 = no bound */
     int threads;             /* engine compute threads; 0 = all cores */
     int activation_bits;     /* matmul activation precision: 16 or 8 (faster, less precise) */
     int kv_cache_mib;        /* KV pool size */

@@ -13,7 +13,8 @@ job_seq *job_seq_at(job *j, int i) {
 }
 
 void job_seq_append(job_seq *s, const char *text, size_t len) {
-    jbuf_raw(&s->text, text, len);
+    if (s->split) reasoning_split_feed(s->split, text, len, &s->reasoning, &s->text);
+    else jbuf_raw(&s->text, text, len);
     s->text_bytes += len;
 }
 
@@ -24,7 +25,10 @@ static void job_destroy(api_job *base) {
     if (j->compiling) compile_abandon(j->compiling);
     compile_spec_free(j->grammar_spec);
     if (j->ops->free) j->ops->free(j);
-    for (int i = 0; j->seqs && i < j->n_seqs; i++) jbuf_free(&job_seq_at(j, i)->text);
+    for (int i = 0; j->seqs && i < j->n_seqs; i++) {
+        jbuf_free(&job_seq_at(j, i)->text);
+        jbuf_free(&job_seq_at(j, i)->reasoning);
+    }
     free(j->seqs);
     params_generation_free(&j->gen);
     jbuf_free(&j->chunk);
@@ -81,14 +85,18 @@ typedef struct job_totals {
     double prefill_time;     /* of the choice that answered first: ttft less its queueing */
     int seqs_with_tokens;
     int draft_tokens, accepted_tokens; /* speculative decoding */
+    int reasoning_tokens;    /* of completion_tokens, thinking */
+    bool split;              /* the thinking was separated: usage reports reasoning_tokens */
 } job_totals;
 
 static job_totals totals(job *j) {
-    job_totals t = { j->prompt_tokens, 0, 0, INFINITY, 0, 0, 0, 0, 0 };
+    job_totals t = { j->prompt_tokens, 0, 0, INFINITY, 0, 0, 0, 0, 0, 0, false };
     double last = 0;
     for (int i = 0; i < j->n_seqs; i++) {
         const job_seq *s = job_seq_at(j, i);
         t.completion_tokens += s->n_generated;
+        t.reasoning_tokens += s->n_reasoning;
+        t.split |= s->split != NULL;
         t.draft_tokens += s->n_draft;
         t.accepted_tokens += s->n_accepted;
         /* each prompt counts once in prompt_tokens: its first choice's cache use */
@@ -109,9 +117,11 @@ static job_totals totals(job *j) {
 
 static void write_usage(jbuf *b, const job_totals *t) {
     jbuf_printf(b, "\"usage\":{\"prompt_tokens\":%d,\"completion_tokens\":%d,\"total_tokens\":%d,"
-                   "\"prompt_tokens_details\":{\"cached_tokens\":%d}}",
+                   "\"prompt_tokens_details\":{\"cached_tokens\":%d}",
                 t->prompt_tokens, t->completion_tokens, t->prompt_tokens + t->completion_tokens,
                 t->cached_tokens);
+    if (t->split) jbuf_printf(b, ",\"completion_tokens_details\":{\"reasoning_tokens\":%d}", t->reasoning_tokens);
+    jbuf_puts(b, "}");
 }
 
 /* timings (llama.cpp server's names): prompt_n counts the prompt tokens
@@ -301,6 +311,7 @@ static void seq_on_event(api_sink *sink, const gl_event *ev, double t_event) {
         s->t_last_token = t_event;
         if (j->scoring_only) break;
         s->n_generated = ev->n_generated;
+        s->n_reasoning = ev->n_reasoning_tokens;
         if (j->ops->on_token) j->ops->on_token(s, ev);
         job_seq_append(s, ev->text, ev->text_len);
         if (j->gen.stream) stream_flush(s, 0);
@@ -313,6 +324,8 @@ static void seq_on_event(api_sink *sink, const gl_event *ev, double t_event) {
         }
         api_note_finished(a, &shown);
         if (!j->scoring_only) job_seq_append(s, ev->text, ev->text_len);
+        if (s->split) reasoning_split_finish(s->split, &s->reasoning, &s->text);
+        s->n_reasoning = ev->n_reasoning_tokens;
         s->state = JOB_SEQ_DONE;
         s->finish = shown.finish;
         s->n_generated = shown.n_generated;

@@ -28,6 +28,9 @@ typedef struct job_seq {
     uint64_t request_id;     /* the engine's, once submitted */
     job_seq_state state;
     jbuf text;               /* non-stream: the whole text; stream: not yet sent */
+    reasoning_split *split;  /* NULL, or the thinking goes to reasoning, not text (set by ops->prepare) */
+    jbuf reasoning;          /* with split: the thinking; non-stream: all of it; stream: not yet sent */
+    int n_reasoning;         /* tokens of the thinking block (usage's reasoning_tokens) */
     size_t text_bytes;       /* choice text so far, sent or not */
     bool final_sent;         /* stream: the chunk with finish_reason went out */
     int n_generated;
@@ -96,7 +99,7 @@ typedef struct job_ops {
 void job_handle(http_req *req, api_server *a, const job_ops *ops);
 
 job_seq *job_seq_at(job *j, int i);
-/* Appends to a seq's text (echo, tokens). */
+/* Appends to a seq's text (echo, tokens), its thinking to reasoning when split. */
 void job_seq_append(job_seq *s, const char *text, size_t len);
 
 /* A streamed chunk: begin writes `data: {"id":..,"choices":[` to j->chunk

@@ -38,7 +38,7 @@ START_TEST(test_create_free) {
     req.min_tokens = 2;
     req.user = &req;
     gl_error err;
-    gl_seq *s = request_create(&req, 10, 4, N_VOCAB, NULL, NULL, &err);
+    gl_seq *s = request_create(&req, 10, 4, N_VOCAB, NULL, NULL, NULL, &err);
     ck_assert_ptr_nonnull(s);
     ck_assert_int_eq(s->n_prompt, 3);
     ck_assert_int_eq(s->n_tokens, 3);
@@ -68,13 +68,14 @@ START_TEST(test_create_with_grammar) {
     int32_t prompt[] = {3};
     gl_request req = base_request(prompt, 1);
     req.grammar = g;
-    gl_seq *s = request_create(&req, 8, 4, N_VOCAB, v, NULL, &err);
+    gl_seq *s = request_create(&req, 8, 4, N_VOCAB, v, NULL, NULL, &err);
     ck_assert_ptr_nonnull(s);
     ck_assert_ptr_nonnull(s->grammar);
 
     /* the constraint stage: only "a" may start */
     float row[N_VOCAB] = {1, 2, 3, 4};
-    ck_assert_ptr_null(request_constrain(s, row, eog_ids, 1));
+    int32_t forced;
+    ck_assert_ptr_null(request_constrain(s, row, eog_ids, 1, &forced));
     ck_assert(isfinite(row[0]));
     ck_assert(!isfinite(row[1]) && !isfinite(row[2]) && !isfinite(row[3]));
     /* the stop rule: the end-of-generation token ends a grammar's request
@@ -96,16 +97,17 @@ START_TEST(test_constrain_and_stop) {
     gl_request req = base_request(prompt, 2);
     req.min_tokens = 1;
     gl_error err;
-    gl_seq *s = request_create(&req, 4, 4, N_VOCAB, NULL, NULL, &err);
+    gl_seq *s = request_create(&req, 4, 4, N_VOCAB, NULL, NULL, NULL, &err);
     ck_assert_ptr_nonnull(s);
     float row[N_VOCAB] = {1, 2, 3, 4};
+    int32_t forced;
     /* below min_tokens the end-of-generation token is banned, then not */
-    ck_assert_ptr_null(request_constrain(s, row, eog_ids, 1));
+    ck_assert_ptr_null(request_constrain(s, row, eog_ids, 1, &forced));
     ck_assert(isinf(row[2]) && row[2] < 0);
     ck_assert_float_eq(row[3], 4);
     s->n_generated = 1;
     row[2] = 3;
-    ck_assert_ptr_null(request_constrain(s, row, eog_ids, 1));
+    ck_assert_ptr_null(request_constrain(s, row, eog_ids, 1, &forced));
     ck_assert_float_eq(row[2], 3);
     /* end of generation before appending, unless ignored */
     ck_assert_int_eq(request_stop(s, true, false, false), GL_FINISH_STOP);

@@ -67,6 +67,7 @@ const SETTINGS = [
   { id: "frequency_penalty", def: 0, kind: "number", param: "frequency_penalty" },
   // empty: as many as the context has room for (the server's default)
   { id: "max_tokens", def: "", kind: "int", param: "max_tokens" },
+  { id: "thinking_budget_tokens", def: "", kind: "int", param: "thinking_budget_tokens" },
   { id: "seed", def: "", kind: "int", param: "seed" },
   { id: "stop", def: "", kind: "lines", param: "stop" },
   { id: "json_output", def: false, kind: "bool" },
@@ -420,6 +421,23 @@ function renderChat() {
   scrollToEnd();
 }
 
+// A reasoning model's thinking: a collapsible block above the answer, open
+// while the thinking streams and closed once the answer starts. It stays in
+// the conversation but is never sent back.
+function showThinking(msg, node, streaming) {
+  if (!node.reasoning) return;
+  let block = msg.querySelector(".thinking");
+  if (!block) {
+    block = make("details", "thinking");
+    block.append(make("summary", "", "Thinking"), make("div", "thinking-text"));
+    block.open = streaming && !node.content;
+    msg.querySelector(".bubble").before(block);
+  }
+  block.querySelector(".thinking-text").textContent = node.reasoning;
+  block.querySelector("summary").textContent = streaming && !node.content ? "Thinking…" : "Thinking";
+  if (streaming && node.content && !block.dataset.closed) { block.open = false; block.dataset.closed = "1"; }
+}
+
 function messageElement(conv, node) {
   const msg = make("article", "msg " + node.role);
   msg.dataset.id = node.id;
@@ -434,6 +452,7 @@ function messageElement(conv, node) {
     const view = new Markdown.View(bubble);
     view.render(node.content, streaming);
     state.views.set(node.id, view);
+    showThinking(msg, node, streaming);
     if (streaming) { msg.classList.add("streaming"); bubble.setAttribute("aria-busy", "true"); }
   }
   if (node.stats) msg.append(statsElement(node.stats));
@@ -669,6 +688,8 @@ async function generate(conv, parentId) {
     if (!view) return;
     const nearEnd = chatEl.scrollHeight - chatEl.scrollTop - chatEl.clientHeight < 80;
     view.render(node.content, state.run === run);
+    const msg = msgOnScreen();
+    if (msg) showThinking(msg, node, state.run === run);
     if (nearEnd) scrollToEnd();
   };
 
@@ -685,7 +706,17 @@ async function generate(conv, parentId) {
       const choice = event.choices && event.choices[0];
       if (!choice) continue;
       if (choice.finish_reason) finish = choice.finish_reason;
+      const thought = choice.delta && choice.delta.reasoning_content;
+      if (thought) {
+        node.reasoning = (node.reasoning || "") + thought;
+        if (!pending) { pending = true; requestAnimationFrame(paint); }
+      }
       const delta = choice.delta && choice.delta.content;
+      if (thought && firstAt === null) {
+        firstAt = performance.now();
+        const msg = msgOnScreen();
+        if (msg && msg.querySelector(".progress")) msg.querySelector(".progress").remove();
+      }
       if (delta) {
         if (firstAt === null) {
           firstAt = performance.now();

@@ -628,3 +628,53 @@ def test_screenshots(server_url, browser):
                 screenshot(d, f"webui-{theme}-{name}.png", docs=True)
             finally:
                 d.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+# A reasoning model's reply: thinking deltas (reasoning_content), then the answer.
+THINKING_STREAM = r"""
+const [thinking, answer, delayMs] = arguments;
+window.__requests = [];
+window.__realFetch = window.__realFetch || window.fetch;
+window.fetch = async (url, opts) => {
+  if (!String(url).includes('/v1/chat/completions')) return window.__realFetch(url, opts);
+  window.__requests.push(JSON.parse(opts.body));
+  const enc = new TextEncoder();
+  const sse = (obj) => enc.encode('data: ' + JSON.stringify(obj) + '\n\n');
+  const head = { id: 'fake', object: 'chat.completion.chunk', created: 0, model: 'fake' };
+  const stream = new ReadableStream({ async start(c) {
+    const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+    const part = (delta) => c.enqueue(sse({ ...head, choices: [{ index: 0, delta, finish_reason: null }] }));
+    for (const w of thinking.split(' ')) { part({ reasoning_content: w + ' ' }); await sleep(delayMs); }
+    for (const w of answer.split(' ')) { part({ content: w + ' ' }); await sleep(delayMs); }
+    c.enqueue(sse({ ...head, choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] }));
+    c.enqueue(sse({ ...head, choices: [], usage: { prompt_tokens: 5, completion_tokens: 20,
+      completion_tokens_details: { reasoning_tokens: 12 } } }));
+    c.enqueue(enc.encode('data: [DONE]\n\n'));
+    c.close();
+  } });
+  return new Response(stream, { status: 200, headers: { 'Content-Type': 'text/event-stream' } });
+};
+"""
+
+
+def test_thinking_block_streams_collapses_and_stays(server_url, browser):
+    d = browser
+    open_page(d, server_url, settings={"thinking_budget_tokens": "64"})
+    thinking = "the user greets me so I greet back " * 3
+    d.execute_script(THINKING_STREAM, thinking.strip(), "Hello there!", 60)
+    send(d, "Hi")
+    block = wait_for(lambda: css(d, ".msg.assistant .thinking"), 10, "the thinking block")[0]
+    assert block.get_attribute("open") is not None, "open while the model thinks"
+    wait_for(lambda: "Hello" in css(d, ".msg.assistant .bubble")[0].text, 20, "the answer")
+    assert block.get_attribute("open") is None, "collapsed once the answer starts"
+    wait_replies(d, 1)
+    assert css(d, ".msg.assistant .thinking-text")[0].get_attribute("textContent").strip() == thinking.strip()
+    assert d.execute_script("return window.__requests[0].thinking_budget_tokens") == 64
+    reload(d, server_url)   # kept in the conversation's history
+    assert css(d, ".msg.assistant .thinking"), "the thinking is kept"
+    d.execute_script(THINKING_STREAM, "again", "Fine.", 1)
+    send(d, "And now?")
+    wait_replies(d, 2)
+    sent = d.execute_script("return window.__requests.at(-1).messages")
+    assert sent[1]["role"] == "assistant" and sent[1]["content"].strip() == "Hello there!"
+    assert set(sent[1]) == {"role", "content"}, "the thinking is not sent back"
