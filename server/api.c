@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "access.h"
+#include "api_responses.h"
 #include "jbuf.h"
 #include "utf8.h"
 
@@ -125,6 +126,7 @@ void api_free(api_server *a) {
         api_job_remove(a, j);
         j->destroy(j);
     }
+    responses_store_free(a);
     metrics_free(a->registry);
     a->registry = NULL;
 }
