@@ -113,18 +113,6 @@ static int oom(params_error *e) {
     return params_fail(e, 500, NULL, NULL, "out of memory");
 }
 
-/* A field accepted only with the value that changes nothing (or null). */
-static int neutral_only(const cJSON *body, const char *key, const char *neutral, params_error *e) {
-    const cJSON *v = tr_given(body, key);
-    if (!v) return 0;
-    cJSON *n = cJSON_Parse(neutral);
-    bool same = cJSON_Compare(v, n, true);
-    cJSON_Delete(n);
-    if (same) return 0;
-    return params_fail(e, 400, key, "unsupported_parameter",
-                       "'%s' is not supported by this server (only %s is accepted)", key, neutral);
-}
-
 /* A content part list's texts as chat text parts; param names the list. */
 static int text_parts(const cJSON *parts, const char *param, cJSON **out, params_error *e) {
     if (cJSON_IsString(parts)) {
@@ -372,10 +360,10 @@ static int translate(job *j, const cJSON *body, resp_state *st, cJSON *chat, par
         "parallel_tool_calls", "reasoning", "store", "previous_response_id", "truncation", "include",
         "background", "max_tool_calls", "stream_options", "conversation", "prompt", "top_logprobs", NULL };
     if (tr_copy_fields(j->api, body, own, chat, e) ||
-        neutral_only(body, "truncation", "\"disabled\"", e) || neutral_only(body, "include", "[]", e) ||
-        neutral_only(body, "background", "false", e) || neutral_only(body, "max_tool_calls", "null", e) ||
-        neutral_only(body, "conversation", "null", e) || neutral_only(body, "prompt", "null", e) ||
-        neutral_only(body, "top_logprobs", "0", e))
+        tr_neutral_only(body, "truncation", "\"disabled\"", e) || tr_neutral_only(body, "include", "[]", e) ||
+        tr_neutral_only(body, "background", "false", e) || tr_neutral_only(body, "max_tool_calls", "null", e) ||
+        tr_neutral_only(body, "conversation", "null", e) || tr_neutral_only(body, "prompt", "null", e) ||
+        tr_neutral_only(body, "top_logprobs", "0", e))
         return -1;
     const cJSON *so = tr_given(body, "stream_options");
     for (const cJSON *f = so ? so->child : NULL; f; f = f->next)

@@ -3,6 +3,7 @@
 #include "routes.h"
 
 #include "api.h"
+#include "api_anthropic.h"
 #include "api_chat.h"
 #include "api_completions.h"
 #include "api_responses.h"
@@ -18,6 +19,8 @@ static const http_route routes[] = {
     { "POST", "/v1/chat/completions", chat_handle, false },
     { "POST", "/v1/responses", responses_handle, false },
     { "GET", "/v1/responses/*", responses_handle_get, false },
+    { "POST", "/v1/messages", anthropic_handle, false },
+    { "POST", "/v1/messages/count_tokens", anthropic_handle_count, false },
     /* the web chat UI; public like /health */
     { "GET", "/", static_handle, true },
     { "GET", "/index.html", static_handle, true },

@@ -44,6 +44,17 @@ int tr_copy_fields(const api_server *a, const cJSON *body, const char *const *ow
     return 0;
 }
 
+int tr_neutral_only(const cJSON *body, const char *key, const char *neutral, params_error *e) {
+    const cJSON *v = tr_given(body, key);
+    if (!v) return 0;
+    cJSON *n = cJSON_Parse(neutral);
+    bool same = cJSON_Compare(v, n, true);
+    cJSON_Delete(n);
+    if (same) return 0;
+    return params_fail(e, 400, key, "unsupported_parameter",
+                       "'%s' is not supported by this server (only %s is accepted)", key, neutral);
+}
+
 /* Replaces the first `from` in s (of size cap) by `to`. */
 static void replace_once(char *s, size_t cap, const char *from, const char *to) {
     char *at = strstr(s, from);
@@ -60,10 +71,16 @@ void tr_rename_error(params_error *e, const char *const (*names)[2]) {
             continue;
         char param[sizeof e->param], quoted[80];
         snprintf(param, sizeof param, "%s%s", names[i][1], e->param + n);
-        snprintf(quoted, sizeof quoted, "'%s", names[i][0]);
         char to[80];
+        snprintf(quoted, sizeof quoted, "'%s", names[i][0]);
         snprintf(to, sizeof to, "'%s", names[i][1]);
-        replace_once(e->message, sizeof e->message, quoted, to);
+        if (strstr(e->message, quoted)) {
+            replace_once(e->message, sizeof e->message, quoted, to);
+        } else { /* "Unrecognized request argument supplied: NAME" */
+            snprintf(quoted, sizeof quoted, ": %s", names[i][0]);
+            snprintf(to, sizeof to, ": %s", names[i][1]);
+            replace_once(e->message, sizeof e->message, quoted, to);
+        }
         snprintf(e->param, sizeof e->param, "%s", param);
         return;
     }

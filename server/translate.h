@@ -20,6 +20,9 @@ const cJSON *tr_given(const cJSON *obj, const char *key);
 int tr_copy_fields(const api_server *a, const cJSON *body, const char *const *own, cJSON *chat,
                    params_error *e);
 
+/* A field accepted only with the value that changes nothing (a JSON text), or null. */
+int tr_neutral_only(const cJSON *body, const char *key, const char *neutral, params_error *e);
+
 /* A chat field's name in the API's terms: pairs {chat name, API name},
  * NULL-terminated. A param starting with a chat name is renamed, and the
  * message's first quote of it too. */
