@@ -301,6 +301,8 @@ static int translate(job *j, const cJSON *body, bool counting, cJSON *chat, para
         return params_fail(e, 400, "max_tokens", "missing_required_parameter", "'max_tokens' is required");
     if (max && !counting) cJSON_AddItemToObject(chat, "max_completion_tokens", cJSON_Duplicate(max, 1));
     const cJSON *stops = tr_given(body, "stop_sequences");
+    if (stops && !cJSON_IsArray(stops))
+        return params_fail(e, 400, "stop_sequences", "invalid_type", "'stop_sequences' must be an array of strings");
     if (stops) cJSON_AddItemToObject(chat, "stop", cJSON_Duplicate(stops, 1));
     if (translate_tools(body, chat, e) || translate_thinking(body, chat, e)) return -1;
 
