@@ -11,6 +11,8 @@
 #include <unistd.h>
 
 #include "access.h"
+#include "api_anthropic.h"
+#include "api_responses.h"
 #include "jbuf.h"
 #include "utf8.h"
 
@@ -143,6 +145,7 @@ void api_free(api_server *a) {
         api_job_remove(a, j);
         j->destroy(j);
     }
+    responses_store_free(a);
     metrics_free(a->registry);
     a->registry = NULL;
     metrics_free(a->vllm_registry);
@@ -305,6 +308,11 @@ void api_reply_error(api_server *a, http_req *req, const params_error *e) {
     snprintf(code, sizeof(code), "%d", e->status);
     metrics_inc(a->m.errors_total, code, 1);
     if (e->status == 503) http_add_header(req, "Retry-After", "1");
+    if (anthropic_path(http_req_path(req))) { /* that API's clients read errors in its shape */
+        http_req_log(req, "error=\"%s\"", e->message);
+        api_reply_json(req, e->status, anthropic_error_json(e));
+        return;
+    }
     cJSON *root = cJSON_CreateObject(), *err = cJSON_AddObjectToObject(root, "error");
     cJSON_AddStringToObject(err, "message", e->message);
     cJSON_AddStringToObject(err, "type", e->type ? e->type : "invalid_request_error");
@@ -344,7 +352,7 @@ int api_admit(http_req *req, const http_route *route, void *ctx) {
             return 1;
         }
         http_add_header(req, "Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-        http_add_header(req, "Access-Control-Allow-Headers", "Authorization, Content-Type");
+        http_add_header(req, "Access-Control-Allow-Headers", "Authorization, Content-Type, x-api-key, anthropic-version");
         http_add_header(req, "Access-Control-Max-Age", "86400");
         http_reply(req, 204, NULL, "", 0);
         return 1;
@@ -354,11 +362,12 @@ int api_admit(http_req *req, const http_route *route, void *ctx) {
     if (a->cfg->metrics_public && !strcmp(route->path, "/metrics")) return 0;
     size_t given_len = 0;
     const char *given = access_bearer(http_req_header(req, "Authorization"), &given_len);
+    if (!given && (given = http_req_header(req, "x-api-key"))) given_len = strlen(given); /* Anthropic's clients */
     if (given && access_key_equal(key, strlen(key), given, given_len)) return 0;
     http_add_header(req, "WWW-Authenticate", "Bearer");
     params_fail(&e, 401, NULL, "invalid_api_key", "%s",
                 given ? "Incorrect API key provided"
-                      : "Missing API key: send the header 'Authorization: Bearer YOUR_KEY'");
+                      : "Missing API key: send the header 'Authorization: Bearer YOUR_KEY' (or 'x-api-key: YOUR_KEY')");
     api_reply_error(a, req, &e);
     return 1;
 }

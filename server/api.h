@@ -69,6 +69,7 @@ typedef struct api_server {
     char chat_template_error[512];       /* why, for the chat endpoint's error */
     bool chat_tools_native;  /* the template renders tools itself (tools.h) */
     reasoning_markers reasoning; /* the model's thinking-block markers (reasoning.h) */
+    struct responses_store *responses; /* kept /v1/responses (api_responses.h) */
 } api_server;
 
 void api_init(api_server *a, const config *cfg);

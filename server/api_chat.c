@@ -30,6 +30,8 @@ typedef struct chat_seq {
     jbuf args;               /* stream: argument bytes read, not yet sent */
     int args_index;          /* the call they belong to */
     reasoning_split split;   /* base.split points here when the thinking is separated */
+    jbuf delta;              /* stream: scratch for one delta object */
+    const chat_stream_ops *out; /* stream: the writer chat_stream_drive feeds */
 } chat_seq;
 
 typedef struct chat_job {
@@ -90,6 +92,7 @@ static void chat_free(job *j) {
         jbuf_free(&((chat_seq *)job_seq_at(j, i))->lp);
         jbuf_free(&((chat_seq *)job_seq_at(j, i))->args);
         tools_calls_free(((chat_seq *)job_seq_at(j, i))->found, ((chat_seq *)job_seq_at(j, i))->n_found);
+        jbuf_free(&((chat_seq *)job_seq_at(j, i))->delta);
     }
     free(cj->prompt);
     tools_free(&cj->tools);
@@ -171,14 +174,25 @@ static bool is_tool_reply(const job_seq *s) {
     return kind == REPLY_LIVE || (kind == REPLY_HELD && ((const chat_seq *)s)->found);
 }
 
+static const char *finish_reason(const job_seq *s) {
+    if (s->finish == GL_FINISH_STOP && is_tool_reply(s)) return "tool_calls";
+    if (s->finish == GL_FINISH_STOP || s->finish == GL_FINISH_LENGTH) return gl_finish_reason_str(s->finish);
+    return NULL;
+}
+
+void chat_call_id(char *out, size_t size, const job_seq *s, int k) {
+    snprintf(out, size, "call_%s_%d_%d", s->job->id, s->index, k);
+}
+
 static void chat_write_finish(jbuf *b, const job_seq *s, int final) {
     if (final && s->finish == GL_FINISH_STOP && is_tool_reply(s)) jbuf_puts(b, ",\"finish_reason\":\"tool_calls\"");
     else job_write_finish(b, s, final);
 }
 
 static void write_call_head(jbuf *b, const job_seq *s, int k, const char *name, const char *args) {
-    jbuf_printf(b, "{\"index\":%d,\"id\":\"call_%s_%d_%d\",\"type\":\"function\",\"function\":{\"name\":",
-                k, s->job->id, s->index, k);
+    char id[96];
+    chat_call_id(id, sizeof id, s, k);
+    jbuf_printf(b, "{\"index\":%d,\"id\":\"%s\",\"type\":\"function\",\"function\":{\"name\":", k, id);
     jbuf_str(b, name, strlen(name));
     jbuf_puts(b, ",\"arguments\":");
     jbuf_str(b, args, strlen(args));
@@ -199,112 +213,155 @@ static void write_tool_calls(jbuf *b, const job_seq *s) {
     if (!cs->found) tools_calls_free(calls, n);
 }
 
-/* One chat.completion.chunk with one choice; delta is a JSON object text
- * or NULL for the pending content. */
-static void send_delta(job_seq *s, const char *delta, bool final, bool with_timings) {
+/* One chat.completion.chunk with one choice: delta (a JSON object text),
+ * the pending logprobs when with_lp, the finish_reason when final. */
+static void send_delta(job_seq *s, const char *delta, bool with_lp, bool final, bool with_timings) {
     jbuf *b = job_chunk_begin(s->job);
-    jbuf_printf(b, "{\"index\":%d,\"delta\":", s->index);
-    if (delta) {
-        jbuf_puts(b, delta);
-    } else {
-        jbuf_puts(b, "{\"content\":");
-        jbuf_str(b, s->text.data ? s->text.data : "", s->text.len);
-        jbuf_puts(b, "}");
-        jbuf_clear(&s->text);
-    }
-    jbuf_puts(b, ",\"logprobs\":");
-    if (delta && !final) jbuf_puts(b, "null");
-    else lp_write(b, (chat_seq *)s);
+    jbuf_printf(b, "{\"index\":%d,\"delta\":%s,\"logprobs\":", s->index, delta);
+    if (with_lp) lp_write(b, (chat_seq *)s);
+    else jbuf_puts(b, "null");
     chat_write_finish(b, s, final);
     jbuf_puts(b, "}");
     job_chunk_end(s->job, with_timings);
 }
 
+/* A delta {"KEY": "text"} (content) or {"tool_calls": [...]} through the seq's scratch. */
+static void send_text_delta(job_seq *s, const char *key, const char *p, size_t n) {
+    jbuf *d = &((chat_seq *)s)->delta;
+    jbuf_clear(d);
+    jbuf_printf(d, "{\"%s\":", key);
+    jbuf_str(d, p, n);
+    jbuf_puts(d, "}");
+    if (!d->oom) send_delta(s, d->data, true, false, false);
+}
+
+static void chat_out_content(job_seq *s, const char *p, size_t n) {
+    send_text_delta(s, "content", p, n);
+}
+
 /* A streamed tool-call reply goes out as OpenAI streams it: per call, a
  * delta with index, id, type, name and empty arguments, then deltas with
  * the index and pieces of the arguments as they are generated. */
-static void send_args(chat_seq *cs) {
+static void chat_out_call(job_seq *s, int index, const char *id, const char *name) {
+    (void)id; /* write_call_head spells the same id */
+    jbuf *d = &((chat_seq *)s)->delta;
+    jbuf_clear(d);
+    jbuf_puts(d, "{\"tool_calls\":[");
+    write_call_head(d, s, index, name, "");
+    jbuf_puts(d, "]}");
+    if (!d->oom) send_delta(s, d->data, false, false, false);
+}
+
+static void chat_out_args(job_seq *s, int index, const char *p, size_t n) {
+    jbuf *d = &((chat_seq *)s)->delta;
+    jbuf_clear(d);
+    jbuf_printf(d, "{\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":", index);
+    jbuf_str(d, p, n);
+    jbuf_puts(d, "}}]}");
+    if (!d->oom) send_delta(s, d->data, false, false, false);
+}
+
+/* The closing chunk: empty delta, finish_reason; logprobs still pending ride on it. */
+static void chat_out_finish(job_seq *s, const char *reason, bool with_timings) {
+    (void)reason; /* chat_write_finish writes it */
+    send_delta(s, "{}", true, true, with_timings);
+}
+
+/* ---- the stream of a choice, for any API's writer ----------------------------------- */
+
+static void flush_args(chat_seq *cs) {
     if (!cs->args.len) return;
-    jbuf d = {0};
-    jbuf_printf(&d, "{\"tool_calls\":[{\"index\":%d,\"function\":{\"arguments\":", cs->args_index);
-    jbuf_str(&d, cs->args.data, cs->args.len);
-    jbuf_puts(&d, "}}]}");
-    if (!d.oom) send_delta(&cs->base, d.data, 0, 0);
-    jbuf_free(&d);
+    cs->out->args(&cs->base, cs->args_index, cs->args.data, cs->args.len);
     jbuf_clear(&cs->args);
 }
 
 static void stream_call(void *ctx, int index, const char *name) {
     chat_seq *cs = ctx;
-    send_args(cs);
-    jbuf d = {0};
-    jbuf_puts(&d, "{\"tool_calls\":[");
-    write_call_head(&d, &cs->base, index, name, "");
-    jbuf_puts(&d, "]}");
-    if (!d.oom) send_delta(&cs->base, d.data, 0, 0);
-    jbuf_free(&d);
+    flush_args(cs);
+    char id[96];
+    chat_call_id(id, sizeof id, &cs->base, index);
+    cs->out->call(&cs->base, index, id, name);
 }
 
 static void stream_args(void *ctx, int index, const char *p, size_t n) {
     chat_seq *cs = ctx;
-    if (cs->args.len && cs->args_index != index) send_args(cs);
+    if (cs->args.len && cs->args_index != index) flush_args(cs);
     cs->args_index = index;
     jbuf_raw(&cs->args, p, n);
 }
 
 static void stream_end(void *ctx, int index) {
     (void)index;
-    send_args(ctx);
+    flush_args(ctx);
 }
 
-/* Sends a seq's pending content, and once it is done the closing chunk
- * (empty delta, finish_reason; any logprobs still pending ride on it). */
-/* The thinking not yet sent, as a reasoning_content delta. */
-static void send_reasoning(job_seq *s) {
-    if (!s->reasoning.len) return;
-    jbuf d = {0};
-    jbuf_puts(&d, "{\"reasoning_content\":");
-    jbuf_str(&d, s->reasoning.data, s->reasoning.len);
-    jbuf_puts(&d, "}");
-    if (!d.oom) send_delta(s, d.data, 0, 0);
-    jbuf_free(&d);
-    jbuf_clear(&s->reasoning);
+/* Thinking goes out as reasoning_content deltas. */
+static void chat_out_reasoning(job_seq *s, const char *p, size_t n) {
+    send_text_delta(s, "reasoning_content", p, n);
+}
+
+void chat_stream_drive(job_seq *s, const chat_stream_ops *ops, bool with_timings) {
+    chat_seq *cs = (chat_seq *)s;
+    cs->out = ops;
+    if (s->reasoning.len) { /* the thinking goes first, whatever the reply turns out to be */
+        ops->reasoning(s, s->reasoning.data, s->reasoning.len);
+        jbuf_clear(&s->reasoning);
+    }
+    int kind = reply_kind(s);
+    if (kind == REPLY_UNKNOWN || (kind == REPLY_HELD && s->state != JOB_SEQ_DONE)) return; /* held back */
+    if (kind == REPLY_HELD && cs->found) { /* recognized once whole: each call at once */
+        for (int k = 0; k < cs->n_found; k++) {
+            char id[96];
+            chat_call_id(id, sizeof id, s, k);
+            ops->call(s, k, id, cs->found[k].name);
+            ops->args(s, k, cs->found[k].arguments, strlen(cs->found[k].arguments));
+        }
+    } else if (kind == REPLY_LIVE) { /* the text is kept whole: the reader moves through it */
+        static const tools_reader_ops reader = {stream_call, stream_args, stream_end};
+        tools_reader_feed(&cs->calls, s->text.data, s->text.len, &reader, cs);
+        flush_args(cs);
+    } else if (s->text.len > 0) {
+        ops->content(s, s->text.data, s->text.len);
+        jbuf_clear(&s->text);
+    }
+    if (s->state == JOB_SEQ_DONE) {
+        ops->finish(s, finish_reason(s), with_timings);
+        jbuf_clear(&s->text);
+    }
 }
 
 static void chat_stream_flush(job_seq *s, bool with_timings) {
-    send_reasoning(s);
-    int kind = reply_kind(s);
-    if (kind == REPLY_UNKNOWN || (kind == REPLY_HELD && s->state != JOB_SEQ_DONE)) return; /* held back */
-    chat_seq *cs = (chat_seq *)s;
-    if (kind == REPLY_HELD && cs->found) { /* each call whole */
-        for (int k = 0; k < cs->n_found; k++) {
-            jbuf d = {0};
-            jbuf_puts(&d, "{\"tool_calls\":[");
-            write_call_head(&d, s, k, cs->found[k].name, cs->found[k].arguments);
-            jbuf_puts(&d, "]}");
-            if (!d.oom) send_delta(s, d.data, 0, 0);
-            jbuf_free(&d);
-        }
-        send_delta(s, "{}", 1, with_timings);
-        jbuf_clear(&s->text);
+    static const chat_stream_ops chunks = {
+        .reasoning = chat_out_reasoning, .content = chat_out_content, .call = chat_out_call,
+        .args = chat_out_args, .finish = chat_out_finish,
+    };
+    chat_stream_drive(s, &chunks, with_timings);
+}
+
+void chat_result_get(job_seq *s, chat_result *r) {
+    memset(r, 0, sizeof *r);
+    r->finish_reason = finish_reason(s);
+    if (s->split && s->reasoning.len) {
+        r->reasoning = s->reasoning.data;
+        r->reasoning_len = s->reasoning.len;
+    }
+    if (is_tool_reply(s)) {
+        const chat_seq *cs = (const chat_seq *)s;
+        r->calls = cs->found ? tools_recognize(s->text.data, s->text.len, &((const chat_job *)s->job)->tools, &r->n_calls)
+                             : tools_extract(s->text.data, s->text.len, &r->n_calls);
         return;
     }
-    if (kind == REPLY_LIVE) { /* the text is kept whole: the reader moves through it */
-        static const tools_reader_ops ops = {stream_call, stream_args, stream_end};
-        tools_reader_feed(&cs->calls, s->text.data, s->text.len, &ops, cs);
-        send_args(cs);
-        if (s->state == JOB_SEQ_DONE) {
-            send_delta(s, "{}", 1, with_timings); /* finish_reason from the text, cleared after */
-            jbuf_clear(&s->text);
-        }
-        return;
-    }
-    if (s->text.len > 0) send_delta(s, NULL, 0, 0);
-    if (s->state == JOB_SEQ_DONE) send_delta(s, "{}", 1, with_timings);
+    r->content = s->text.data ? s->text.data : "";
+    r->content_len = s->text.len;
+}
+
+void chat_result_free(chat_result *r) {
+    tools_calls_free(r->calls, r->n_calls);
+    memset(r, 0, sizeof *r);
 }
 
 static int chat_stream_open(job_seq *s) {
-    send_delta(s, "{\"role\":\"assistant\",\"content\":\"\"}", 0, 0);
+    send_delta(s, "{\"role\":\"assistant\",\"content\":\"\"}", false, false, false);
     return 1;
 }
 
@@ -682,7 +739,7 @@ static void add_stop(chat_job *cj, const char *s) {
     if (cj->n_stops < CHAT_MAX_STOP) cj->stops[cj->n_stops++] = s;
 }
 
-static int chat_parse(job *j, const cJSON *body, params_error *e) {
+int chat_parse(job *j, const cJSON *body, params_error *e) {
     chat_job *cj = (chat_job *)j;
     static const char *const keys[] = {
         "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "n",
@@ -749,7 +806,7 @@ static int chat_parse(job *j, const cJSON *body, params_error *e) {
     reasoning_format_parse(a->cfg->reasoning_format, &rf);
     if (reasoning_parse(body, rf, a->cfg->reasoning_budget, &a->reasoning, &cj->reasoning, e)) return -1;
     /* a schema or the tools shape the answer; a raw grammar the whole output */
-    cj->engine_reasoning.grammar_after = j->gen.grammar && !given(body, "grammar");
+    cj->engine_reasoning.grammar_after = (j->gen.grammar || j->grammar_spec) && !given(body, "grammar");
     cj->split = reasoning_split_markers(&a->reasoning, cj->reasoning.format);
     render_opts ro;
     if (parse_render_opts(body, &ro, e) || build_prompt(cj, given(body, "messages"), &ro, e)) return -1;
@@ -801,6 +858,10 @@ static const job_ops chat_ops = {
     .write_choice = chat_write_choice,
     .free = chat_free,
 };
+
+const job_ops *chat_job_ops(void) {
+    return &chat_ops;
+}
 
 void chat_handle(http_req *req, void *ctx) {
     job_handle(req, ctx, &chat_ops);

@@ -78,18 +78,7 @@ void job_write_finish(jbuf *b, const job_seq *s, bool final) {
     jbuf_str(b, r, strlen(r));
 }
 
-typedef struct job_totals {
-    int prompt_tokens, completion_tokens;
-    int cached_tokens;       /* of prompt_tokens, served from the prefix cache */
-    double ttft, decode_time;
-    double prefill_time;     /* of the choice that answered first: ttft less its queueing */
-    int seqs_with_tokens;
-    int draft_tokens, accepted_tokens; /* speculative decoding */
-    int reasoning_tokens;    /* of completion_tokens, thinking */
-    bool split;              /* the thinking was separated: usage reports reasoning_tokens */
-} job_totals;
-
-static job_totals totals(job *j) {
+job_totals job_get_totals(job *j) {
     job_totals t = { j->prompt_tokens, 0, 0, INFINITY, 0, 0, 0, 0, 0, 0, false };
     double last = 0;
     for (int i = 0; i < j->n_seqs; i++) {
@@ -146,7 +135,7 @@ static void write_timings(jbuf *b, const job_totals *t) {
 
 /* ---- streaming -------------------------------------------------------------------- */
 
-static void send_chunk(job *j) {
+void job_send(job *j) {
     if (j->req) http_stream_write(j->req, j->chunk.data, j->chunk.len);
     jbuf_clear(&j->chunk);
 }
@@ -163,19 +152,19 @@ void job_chunk_end(job *j, bool with_timings) {
     jbuf *b = &j->chunk;
     jbuf_puts(b, "]");
     if (j->gen.include_usage && j->gen.continuous_usage) {
-        job_totals t = totals(j);
+        job_totals t = job_get_totals(j);
         jbuf_puts(b, ",");
         write_usage(b, &t);
     } else if (j->gen.include_usage) {
         jbuf_puts(b, ",\"usage\":null");
     }
     if (with_timings) {
-        job_totals t = totals(j);
+        job_totals t = job_get_totals(j);
         jbuf_puts(b, ",");
         write_timings(b, &t);
     }
     jbuf_puts(b, "}\n\n");
-    send_chunk(j);
+    job_send(j);
 }
 
 /* A prompt_progress chunk (PROGRESS_SHAPE.md): no choices. */
@@ -188,7 +177,7 @@ static void stream_progress(job *j, const gl_event *ev) {
                    "\"time_ms\":", ev->n_prompt_tokens, ev->n_cached_tokens, ev->n_processed);
     jbuf_num(b, (ev->t_total - ev->t_queued) * 1e3);
     jbuf_puts(b, "}}\n\n");
-    send_chunk(j);
+    job_send(j);
 }
 
 /* A long prompt is logged while it is read (a CPU reads a few hundred
@@ -237,19 +226,24 @@ static void log_line(job *j, const job_totals *t) {
                  j->n_seqs > 1 ? " (choice 0)" : "");
 }
 
+static void write_whole(job *j, const job_totals *t, jbuf *b) {
+    write_head(b, j, j->ops->object);
+    jbuf_puts(b, ",\"choices\":[");
+    for (int i = 0; i < j->n_seqs; i++) {
+        if (i) jbuf_puts(b, ",");
+        j->ops->write_choice(b, job_seq_at(j, i));
+    }
+    jbuf_puts(b, "],");
+    write_usage(b, t);
+    jbuf_puts(b, ",");
+    write_timings(b, t);
+    jbuf_puts(b, "}");
+}
+
 static void reply_whole(job *j, const job_totals *t) {
     jbuf b = {0};
-    write_head(&b, j, j->ops->object);
-    jbuf_puts(&b, ",\"choices\":[");
-    for (int i = 0; i < j->n_seqs; i++) {
-        if (i) jbuf_puts(&b, ",");
-        j->ops->write_choice(&b, job_seq_at(j, i));
-    }
-    jbuf_puts(&b, "],");
-    write_usage(&b, t);
-    jbuf_puts(&b, ",");
-    write_timings(&b, t);
-    jbuf_puts(&b, "}");
+    if (j->ops->reply) j->ops->reply(j, t, &b);
+    else write_whole(j, t, &b);
     if (b.oom) {
         params_fail(&j->err, 500, NULL, NULL, "out of memory");
         api_reply_error(j->api, j->req, &j->err);
@@ -260,13 +254,15 @@ static void reply_whole(job *j, const job_totals *t) {
 }
 
 static void job_complete(job *j) {
-    job_totals t = totals(j);
+    job_totals t = job_get_totals(j);
     if (j->failed) {
         if (j->req) api_reply_error(j->api, j->req, &j->err);
     } else if (j->gen.stream) {
         for (int i = 0; i < j->n_seqs; i++) stream_flush(job_seq_at(j, i), 0);
         jbuf *b = &j->chunk;
-        if (j->unfinished_err.status) { /* a choice was cut short: no finish_reason, an error */
+        if (j->ops->stream_close) {
+            j->ops->stream_close(j, &t);
+        } else if (j->unfinished_err.status) { /* a choice was cut short: no finish_reason, an error */
             jbuf_puts(b, "data: {\"error\":{\"message\":");
             jbuf_str(b, j->unfinished_err.message, strlen(j->unfinished_err.message));
             jbuf_printf(b, ",\"type\":\"%s\",\"param\":null,\"code\":", j->unfinished_err.type);
@@ -281,8 +277,8 @@ static void job_complete(job *j) {
             write_timings(b, &t);
             jbuf_puts(b, "}\n\n");
         }
-        jbuf_puts(b, "data: [DONE]\n\n");
-        send_chunk(j);
+        if (!j->ops->stream_close) jbuf_puts(b, "data: [DONE]\n\n");
+        job_send(j);
         if (j->req) http_stream_end(j->req);
         log_line(j, &t);
     } else if (j->req && j->unfinished_err.status) {
@@ -374,6 +370,18 @@ static void seq_rejected(job_seq *s, bool queue_full, const char *error) {
         j->n_unfinished--;
     }
     job_cancel(&j->base);
+}
+
+int job_count_prompt(api_server *a, const job_ops *ops, const cJSON *body, int *n_tokens,
+                     params_error *e) {
+    job *j = calloc(1, ops->job_size);
+    if (!j) return params_fail(e, 500, NULL, NULL, "out of memory");
+    j->ops = ops;
+    j->api = a;
+    int rc = ops->parse(j, body, e);
+    *n_tokens = j->prompt_tokens;
+    job_destroy(&j->base);
+    return rc;
 }
 
 /* ---- the handler --------------------------------------------------------------------- */

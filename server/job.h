@@ -64,7 +64,20 @@ typedef struct job {
     jbuf chunk;              /* scratch for one SSE chunk */
     double progress_logged;  /* prefill seconds at the last "prompt read" log line */
     uint64_t http_seq;       /* its request's number in the access log */
+    void *ext;               /* a translated API's own state (api_responses.c, api_anthropic.c) */
 } job;
+
+/* The usage and timings of a job, over its seqs. */
+typedef struct job_totals {
+    int prompt_tokens, completion_tokens;
+    int cached_tokens;       /* of prompt_tokens, served from the prefix cache */
+    double ttft, decode_time;
+    double prefill_time;     /* of the choice that answered first: ttft less its queueing */
+    int seqs_with_tokens;
+    int draft_tokens, accepted_tokens; /* speculative decoding */
+    int reasoning_tokens;    /* of completion_tokens, thinking */
+    bool split;              /* the thinking was separated: usage reports reasoning_tokens */
+} job_totals;
 
 typedef struct job_ops {
     size_t job_size, seq_size; /* the endpoint's structs */
@@ -93,12 +106,27 @@ typedef struct job_ops {
     void (*write_choice)(jbuf *b, job_seq *s);
     /* Optional: frees the endpoint's fields of the job and its seqs. */
     void (*free)(job *j);
+    /* Optional, for APIs with envelopes of their own (the ones translated
+     * onto chat): the whole response body, written instead of the
+     * completion object around write_choice's choices; */
+    void (*reply)(job *j, const job_totals *t, jbuf *b);
+    /* and the stream's last events (j->unfinished_err.status set: a choice
+     * was cut short), sent instead of the usage chunk and [DONE]. */
+    void (*stream_close)(job *j, const job_totals *t);
 } job_ops;
 
 /* The route handler of an endpoint: ctx is the api_server. */
 void job_handle(http_req *req, api_server *a, const job_ops *ops);
 
+/* What ops->parse makes of body, without running it: the prompt's length
+ * in tokens (an API's count_tokens). Returns 0 or -1 with e filled. */
+int job_count_prompt(api_server *a, const job_ops *ops, const cJSON *body, int *n_tokens,
+                     params_error *e);
+
 job_seq *job_seq_at(job *j, int i);
+job_totals job_get_totals(job *j);
+/* Sends j->chunk as it is (an SSE event written by the endpoint) and clears it. */
+void job_send(job *j);
 /* Appends to a seq's text (echo, tokens), its thinking to reasoning when split. */
 void job_seq_append(job_seq *s, const char *text, size_t len);
 

@@ -3,8 +3,10 @@
 #include "routes.h"
 
 #include "api.h"
+#include "api_anthropic.h"
 #include "api_chat.h"
 #include "api_completions.h"
+#include "api_responses.h"
 #include "static.h"
 
 static const http_route routes[] = {
@@ -15,6 +17,10 @@ static const http_route routes[] = {
     { "GET", "/v1/models/*", api_handle_model, false },
     { "POST", "/v1/completions", completions_handle, false },
     { "POST", "/v1/chat/completions", chat_handle, false },
+    { "POST", "/v1/responses", responses_handle, false },
+    { "GET", "/v1/responses/*", responses_handle_get, false },
+    { "POST", "/v1/messages", anthropic_handle, false },
+    { "POST", "/v1/messages/count_tokens", anthropic_handle_count, false },
     /* the web chat UI; public like /health */
     { "GET", "/", static_handle, true },
     { "GET", "/index.html", static_handle, true },
@@ -35,8 +41,6 @@ static const http_route routes[] = {
     { "GET", "/metrics", api_handle_metrics, false },
     /* not supported: a 404 that says so; a trailing star matches any rest of the path */
     { "POST", "/v1/embeddings", api_handle_unsupported, true },
-    { "POST", "/v1/responses", api_handle_unsupported, true },
-    { "GET", "/v1/responses/*", api_handle_unsupported, true },
     { "POST", "/v1/responses/*", api_handle_unsupported, true },
     { "POST", "/v1/audio/*", api_handle_unsupported, true },
     { "POST", "/v1/images/*", api_handle_unsupported, true },

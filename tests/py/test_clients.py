@@ -275,9 +275,6 @@ def test_unsupported_endpoints_say_so(tiny):
     with pytest.raises(openai.NotFoundError) as e:
         c.embeddings.create(model="tiny", input="hi")
     assert "not supported by this server" in e.value.body["message"]
-    with pytest.raises(openai.NotFoundError) as e:
-        c.responses.create(model="tiny", input="hi")
-    assert "not supported by this server" in e.value.body["message"]
     for path in ("/v1/audio/speech", "/v1/audio/transcriptions", "/v1/images/generations"):
         code, _, r = post_json(tiny.url + path, {"model": "tiny"})
         assert code == 404 and "not supported by this server" in r["error"]["message"], (path, r)

@@ -178,7 +178,8 @@ def think_bias(server):
 
 
 def test_schema_applies_after_the_thinking(server):
-    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"],
+              "additionalProperties": False}
     r = chat(server, max_tokens=80, logit_bias=think_bias(server), thinking_budget_tokens=3, temperature=0,
              response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})
     msg = r["choices"][0]["message"]
@@ -189,7 +190,8 @@ def test_schema_applies_after_the_thinking(server):
 
 def test_tool_call_after_the_thinking(server):
     tools = [{"type": "function", "function": {"name": "get_time", "parameters": {
-        "type": "object", "properties": {"zone": {"enum": ["utc"]}}, "required": ["zone"]}}}]
+        "type": "object", "properties": {"zone": {"enum": ["utc"]}}, "required": ["zone"],
+        "additionalProperties": False}}}]
     r = chat(server, max_tokens=400, logit_bias=think_bias(server), thinking_budget_tokens=2, temperature=0,
              tools=tools, tool_choice="required")
     choice = r["choices"][0]
