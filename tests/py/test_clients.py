@@ -1,6 +1,6 @@
 """genloop driven by the clients people already have: the official `openai`
 SDK and LangChain's `langchain-openai`, unchanged, plus the request-field
-table of the README (every row checked against the server), n > 1 with a
+table of docs/api-reference.md (every row checked against the server), n > 1 with a
 seed, model names, endpoints we do not have, and progress events.
 
 The tiny stories260K model (context 128) runs with the chatml template."""
@@ -48,12 +48,12 @@ def ok(reply):
     return r
 
 
-# ---- the README's request-field table ---------------------------------------------------
+# ---- the request-field table of docs/api-reference.md -------------------------------------
 
-def readme_fields():
-    """[(field, endpoints, status)] from the README table "Request fields"."""
-    text = open(os.path.join(SOURCE, "README.md")).read()
-    section = text.split("### Request fields", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
+def reference_fields():
+    """[(field, endpoints, status)] from the table "Request fields" of docs/api-reference.md."""
+    text = open(os.path.join(SOURCE, "docs", "api-reference.md")).read()
+    section = text.split("\n## Request fields", 1)[1].split("\n## ", 1)[0].split("\n### ", 1)[0]
     rows = []
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -89,7 +89,7 @@ IGNORED = {
 
 
 def test_readme_table_matches_server(tiny):
-    rows = readme_fields()
+    rows = reference_fields()
     assert len(rows) > 60, rows
     assert {st for _, _, st in rows} <= {"implemented", "ignored", "refused"}, rows
     assert {f for f, _, st in rows if st == "refused"} == set(REFUSED)

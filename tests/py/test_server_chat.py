@@ -242,7 +242,7 @@ TOOL = {"type": "function", "function": {"name": "f"}}  # no parameters
      "response_format.json_schema.schema"),
     ({"audio": {"voice": "alloy", "format": "wav"}}, "audio"),
     ({"modalities": ["text", "audio"]}, "modalities"),
-    ({"frobnicate": True}, "frobnicate"),  # unknown (store is accepted: README "Request fields")
+    ({"frobnicate": True}, "frobnicate"),  # unknown (store is accepted: docs/api-reference.md "Request fields")
     ({"echo": True}, "echo"),
     ({"messages": [{"role": "user", "content": [
         {"type": "text", "text": "what is this?"},
@@ -438,7 +438,7 @@ HERMES_TOOLS = ("# Tools\n\nYou may call one or more functions to assist with th
 def test_smollm_tools_in_the_generic_format(smol):
     """SmolLM2's template has no tool section: the tools go in a system
     message, calls in the assistant's text, results as user messages, in
-    the Hermes format (README "Tool calling"), rendered by its template."""
+    the Hermes format (docs/tool-calls.md), rendered by its template."""
     tool = {"type": "function", "function": {"name": "add", "parameters": {
         "type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}}}}
     msgs = [{"role": "system", "content": "Use tools."}, {"role": "user", "content": "2+2?"},
