@@ -143,7 +143,7 @@ static gr_vocab *engine_vocab(gl_engine *e, const gl_model *m) {
         e->eog_ids = malloc((size_t)(e->n_eog ? e->n_eog : 1) * sizeof *e->eog_ids);
         for (int t = 0, k = 0; e->eog_ids && t < n; t++)
             if (eog[t]) e->eog_ids[k++] = t;
-        v = gr_vocab_new(n, pieces, lens, eog);
+        v = gr_vocab_create(n, pieces, lens, eog);
     }
     free(pieces);
     free(lens);
@@ -214,7 +214,7 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     e->n_ctx = p.n_ctx > 0 ? p.n_ctx : c->n_ctx_train;
     if (e->n_ctx > n_blocks * p.block_size) e->n_ctx = n_blocks * p.block_size;
 
-    e->pool = kern_pool_new(p.n_threads);
+    e->pool = kern_pool_create(p.n_threads);
     if (!e->pool || kern_pool_reserve(e->pool, (size_t)c->n_widest) ||
         kern_pool_reserve_tokens(e->pool, p.max_batch_tokens, c->n_widest)) {
         gl_error_set(err, "cannot start %d compute threads", p.n_threads);

@@ -1004,7 +1004,7 @@ void gr_vocab_free(gr_vocab *v) {
     free(v);
 }
 
-gr_vocab *gr_vocab_new(int n_vocab, const char *const *pieces, const size_t *piece_lens, const bool *is_eog) {
+gr_vocab *gr_vocab_create(int n_vocab, const char *const *pieces, const size_t *piece_lens, const bool *is_eog) {
     gr_vocab *v = calloc(1, sizeof *v);
     if (!v) return NULL;
     v->n_vocab = n_vocab;
@@ -1334,7 +1334,7 @@ void gr_matcher_free(gr_matcher *m) {
     free(m);
 }
 
-gr_matcher *gr_matcher_new(gr_grammar *g, const gr_vocab *v, gl_error *err) {
+gr_matcher *gr_matcher_create(gr_grammar *g, const gr_vocab *v, gl_error *err) {
     gr_matcher *m = calloc(1, sizeof *m);
     if (!m) goto oom;
     m->g = gr_retain(g);
@@ -1697,7 +1697,7 @@ bool gr_matcher_allows(gr_matcher *m, int32_t t) {
  * start is over the run-time bounds is refused here, before it is cached. */
 static bool start_fits(gr_grammar *g, gl_error *err) {
     gr_vocab none = {.n_words = 1};
-    gr_matcher *m = gr_matcher_new(g, &none, err);
+    gr_matcher *m = gr_matcher_create(g, &none, err);
     if (!m) return false;
     gr_matcher_free(m);
     return true;

@@ -45,11 +45,11 @@ void gr_release(gr_grammar *g);
  * control tokens, never allowed by a grammar) and whether it ends
  * generation (allowed where the grammar accepts). Arrays are copied. */
 typedef struct gr_vocab gr_vocab;
-gr_vocab *gr_vocab_new(int n_vocab, const char *const *pieces, const size_t *piece_lens, const bool *is_eog);
+gr_vocab *gr_vocab_create(int n_vocab, const char *const *pieces, const size_t *piece_lens, const bool *is_eog);
 void gr_vocab_free(gr_vocab *v);
 
 typedef struct gr_matcher gr_matcher;
-gr_matcher *gr_matcher_new(gr_grammar *g, const gr_vocab *v, gl_error *err);
+gr_matcher *gr_matcher_create(gr_grammar *g, const gr_vocab *v, gl_error *err);
 void gr_matcher_free(gr_matcher *m);
 
 /* Set logits[n_vocab] of the tokens that cannot come next to -inf. Returns

@@ -31,7 +31,7 @@ gl_grammar_probe *gl_grammar_probe_create(const gl_model *m, gl_error *err) {
             eog[t] = tok_is_eog(m->tokenizer, t);
         }
         p->model = m;
-        p->vocab = gr_vocab_new(n, pieces, lens, eog);
+        p->vocab = gr_vocab_create(n, pieces, lens, eog);
         p->logits = malloc((size_t)n * sizeof *p->logits);
     }
     free(pieces);
@@ -75,7 +75,7 @@ bool gl_grammar_probe_walk(gl_grammar_probe *p, gl_grammar *g, const char *text,
         p->mask_us = t;
         p->cap_mask_us = n + 1;
     }
-    gr_matcher *m = gr_matcher_new(g, p->vocab, err);
+    gr_matcher *m = gr_matcher_create(g, p->vocab, err);
     if (!m) {
         free(ids);
         return false;

@@ -109,7 +109,7 @@ static void *pool_main(void *p) {
     }
 }
 
-kern_pool *kern_pool_new(int n_threads) {
+kern_pool *kern_pool_create(int n_threads) {
     if (n_threads < 1) n_threads = 1;
     kern_pool *p = calloc(1, sizeof *p);
     if (!p) return NULL;

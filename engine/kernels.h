@@ -26,7 +26,7 @@ typedef struct gl_tensor {
 typedef struct kern_pool kern_pool;
 
 /* Start n_threads - 1 workers (the caller is thread 0). NULL on failure. */
-kern_pool *kern_pool_new(int n_threads);
+kern_pool *kern_pool_create(int n_threads);
 void kern_pool_free(kern_pool *p);
 int kern_pool_size(const kern_pool *p);
 /* Give every thread a scratch buffer of n_floats (>= the widest weight row)

@@ -52,7 +52,7 @@ gl_seq *request_create(const gl_request *req, int cap_tokens, int block_size, in
     /* a constrained answer ends with its structure; a stop string would cut it */
     s->text = req->grammar ? ts_create(NULL, 0) : ts_create(req->stop, req->n_stop);
     if (!s->sampler || !s->text) goto oom;
-    if ((req->grammar && !(s->grammar = gr_matcher_new(req->grammar, vocab, err))) ||
+    if ((req->grammar && !(s->grammar = gr_matcher_create(req->grammar, vocab, err))) ||
         (req->reasoning && !(s->reasoning = rs_create(req->reasoning, tokenizer, err)))) {
         seq_free(NULL, s);
         return NULL;

@@ -3,8 +3,8 @@
  * llama.cpp-style extensions `grammar` (GBNF text) and `json_schema`, and
  * vLLM's guided_json, guided_regex, guided_choice, guided_grammar and
  * structured_outputs {json, regex, choice, grammar}. */
-#ifndef STRUCTURED_H
-#define STRUCTURED_H
+#ifndef GL_STRUCTURED_H
+#define GL_STRUCTURED_H
 
 #include <cjson/cJSON.h>
 

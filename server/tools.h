@@ -13,8 +13,8 @@
  * grammar: with "required" or a named function it is one call (or several,
  * newline-separated, with parallel_tool_calls), with "auto" either such
  * calls or free text that does not start with '<'. */
-#ifndef TOOLS_H
-#define TOOLS_H
+#ifndef GL_TOOLS_H
+#define GL_TOOLS_H
 
 #include <cjson/cJSON.h>
 #include <stdbool.h>

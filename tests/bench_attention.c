@@ -78,7 +78,7 @@ int main(int argc, char **argv) {
     }
     for (int s = 0; s < n_seqs; s++) tables[s] = table + s * blocks_per_seq, positions[s] = ctx - 1, seq_of[s] = s;
     for (int t = 0; prompt && t < n_tok; t++) positions[t] = t, seq_of[t] = 0;
-    kern_pool *p = kern_pool_new(threads);
+    kern_pool *p = kern_pool_create(threads);
     if (!p) return 1;
     kern_attn a = {.n_tokens = n_tok, .n_heads = n_heads, .n_kv_heads = n_kv, .head_dim = hd, .q = q, .out = out,
                    .positions = positions, .seq_of_token = seq_of, .block_tables = tables, .block_size = BLOCK,

@@ -126,14 +126,14 @@ int main(int argc, char **argv) {
         if (!pieces[t]) lens[t] = 0;
         eog[t] = gl_token_is_eog(m, t);
     }
-    gr_vocab *v = gr_vocab_new(n_vocab, pieces, lens, eog);
+    gr_vocab *v = gr_vocab_create(n_vocab, pieces, lens, eog);
     float *logits = malloc((size_t)n_vocab * sizeof *logits);
     double cold[5], warm[5];
     for (int k = 0; k < 5; k++) {
         char gbnf[128];
         snprintf(gbnf, sizeof gbnf, "root ::= \"{\\\"k%d\\\": \\\"\" [^\"\\\\]* \"\\\"}\"", k);
         gl_grammar *sg = gl_grammar_from_gbnf(gbnf, strlen(gbnf), &err);
-        gr_matcher *mt = gr_matcher_new(sg, v, &err);
+        gr_matcher *mt = gr_matcher_create(sg, v, &err);
         char pre[32];
         int pl = snprintf(pre, sizeof pre, "{\"k%d\": \"ab", k);
         gr_matcher_accept_bytes(mt, pre, (size_t)pl);

@@ -74,7 +74,7 @@ int main(int argc, char **argv) {
     const char *stream = getenv("BENCH_STREAM");
     long long noted = stream ? (atoi(stream) ? 1LL << 46 : 0) : (long long)n_bytes;
     kern_note_weights(noted);
-    kern_pool *p = kern_pool_new(threads);
+    kern_pool *p = kern_pool_create(threads);
     if (p && getenv("BENCH_ACT_BITS")) kern_pool_set_act_bits(p, atoi(getenv("BENCH_ACT_BITS")));
     if (!p || kern_pool_reserve(p, (size_t)cols) || kern_pool_reserve_tokens(p, n_tok, cols)) return 1;
     double *ts = malloc(sizeof(double) * reps), *cpu = malloc(sizeof(double) * reps);

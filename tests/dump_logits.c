@@ -51,7 +51,7 @@ int main(int argc, char **argv) {
     int block_size = 16, n_blocks = (n + block_size - 1) / block_size;
     gl_kv_cache *kv = kv_create(c->n_layers, c->n_kv_heads, c->head_dim, block_size, n_blocks, kv_f16 ? GL_KV_F16 : GL_KV_F32, &err);
     gl_run_state *rs = kv ? model_run_state_create(m, n, n, &err) : NULL;
-    kern_pool *pool = kern_pool_new(n_threads);
+    kern_pool *pool = kern_pool_create(n_threads);
     if (pool && kern_pool_set_act_bits(pool, act_bits)) {
         fprintf(stderr, "dump_logits: --activation-bits must be 8 or 16\n");
         return 2;

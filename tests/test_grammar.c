@@ -42,7 +42,7 @@ static void make_vocab(void) {
     pieces[EOS_ID] = "";
     lens[EOS_ID] = 0;
     eog[EOS_ID] = true;
-    vocab = gr_vocab_new(N_VOCAB, pieces, lens, eog);
+    vocab = gr_vocab_create(N_VOCAB, pieces, lens, eog);
     ck_assert_ptr_nonnull(vocab);
 }
 
@@ -63,7 +63,7 @@ static gr_grammar *schema(const char *json) {
 /* Whether the grammar accepts text as a complete sentence. */
 static bool accepts(gr_grammar *g, const char *text) {
     if (!vocab) make_vocab();
-    gr_matcher *m = gr_matcher_new(g, vocab, NULL);
+    gr_matcher *m = gr_matcher_create(g, vocab, NULL);
     ck_assert_ptr_nonnull(m);
     bool ok = gr_matcher_accept_bytes(m, text, strlen(text)) && gr_matcher_can_end(m);
     gr_matcher_free(m);
@@ -156,14 +156,14 @@ END_TEST
 START_TEST(test_partial_utf8) {
     if (!vocab) make_vocab();
     gr_grammar *g = gbnf("root ::= \"\u00e9\" [a-z]\n");
-    gr_matcher *m = gr_matcher_new(g, vocab, NULL);
+    gr_matcher *m = gr_matcher_create(g, vocab, NULL);
     ck_assert(gr_matcher_accept_bytes(m, "\xc3", 1));  /* first half of é */
     ck_assert(!gr_matcher_can_end(m));
     ck_assert(!gr_matcher_accept_bytes(m, "a", 1));    /* not a continuation byte */
     ck_assert(!gr_matcher_accept_bytes(m, "\xa8", 1)); /* è, not é */
     ck_assert(gr_matcher_accept_bytes(m, "\xa9t", 2)); /* a token spanning the rest and a letter */
     gr_matcher_free(m);
-    m = gr_matcher_new(g, vocab, NULL);
+    m = gr_matcher_create(g, vocab, NULL);
     ck_assert(!gr_matcher_accept_bytes(m, "\xe0", 1)); /* only an overlong form could reach U+00E9 */
     ck_assert(!gr_matcher_accept_bytes(m, "\xc3\xa9\xc0", 3));
     ck_assert(gr_matcher_accept_bytes(m, "\xc3\xa9t", 3));
@@ -177,13 +177,13 @@ END_TEST
  * next (brute force: a fresh matcher per token). */
 static void check_mask(gr_grammar *g, const char *prefix) {
     if (!vocab) make_vocab();
-    gr_matcher *m = gr_matcher_new(g, vocab, NULL);
+    gr_matcher *m = gr_matcher_create(g, vocab, NULL);
     ck_assert(gr_matcher_accept_bytes(m, prefix, strlen(prefix)));
     float logits[N_VOCAB];
     for (int t = 0; t < N_VOCAB; t++) logits[t] = 0;
     int allowed = gr_matcher_mask(m, logits), count = 0;
     for (int t = 0; t < N_VOCAB; t++) {
-        gr_matcher *b = gr_matcher_new(g, vocab, NULL);
+        gr_matcher *b = gr_matcher_create(g, vocab, NULL);
         ck_assert(gr_matcher_accept_bytes(b, prefix, strlen(prefix)));
         bool expect = gr_matcher_accept_token(b, t);
         gr_matcher_free(b);
@@ -217,7 +217,7 @@ END_TEST
 START_TEST(test_eos_and_done) {
     if (!vocab) make_vocab();
     gr_grammar *g = gbnf("root ::= [0-9]+\n");
-    gr_matcher *m = gr_matcher_new(g, vocab, NULL);
+    gr_matcher *m = gr_matcher_create(g, vocab, NULL);
     float logits[N_VOCAB] = {0};
     gr_matcher_mask(m, logits);
     ck_assert(isinf(logits[EOS_ID]));                     /* nothing yet: no EOS */
@@ -230,7 +230,7 @@ START_TEST(test_eos_and_done) {
     gr_matcher_free(m);
     gr_release(g);
     g = schema("{\"const\": 7}");
-    m = gr_matcher_new(g, vocab, NULL);
+    m = gr_matcher_create(g, vocab, NULL);
     ck_assert(gr_matcher_accept_bytes(m, "7", 1));
     ck_assert(gr_matcher_is_done(m));
     gr_matcher_free(m);
@@ -441,7 +441,7 @@ END_TEST
 START_TEST(test_runtime_bounds) {
     if (!vocab) make_vocab();
     gr_grammar *g = gbnf("root ::= (\"a\" | \"a\" | [a-b] | \"aa\")* \"z\"\n");
-    gr_matcher *m = gr_matcher_new(g, vocab, NULL);
+    gr_matcher *m = gr_matcher_create(g, vocab, NULL);
     char text[2001];
     memset(text, 'a', 2000);
     text[2000] = 0;
@@ -451,7 +451,7 @@ START_TEST(test_runtime_bounds) {
     gr_matcher_free(m);
     gr_release(g);
     g = gbnf("root ::= x\nx ::= \"(\" x \")\" | \"\"\n");
-    m = gr_matcher_new(g, vocab, NULL);
+    m = gr_matcher_create(g, vocab, NULL);
     char deep[3001];
     memset(deep, '(', 3000);
     bool all = gr_matcher_accept_bytes(m, deep, 3000); /* deeper than GR_MAX_DEPTH: refused, not a crash */

@@ -406,7 +406,7 @@ static float max_diff(const float *ref, const float *b, size_t n, float *maxref)
 
 static void matmul_bits(const char *backend, int n_threads, int act_bits, const gl_tensor *w, const float *x,
                         int n_tok, float *out) {
-    kern_pool *p = kern_pool_new(n_threads);
+    kern_pool *p = kern_pool_create(n_threads);
     ck_assert_ptr_nonnull(p);
     ck_assert_int_eq(kern_pool_set_act_bits(p, act_bits), 0);
     ck_assert_int_eq(kern_pool_reserve(p, (size_t)w->n_cols), 0);
@@ -881,7 +881,7 @@ START_TEST(matmul_n_matches_single_matmuls) {
     const int n_tok = 6;
     float *x = malloc((size_t)n_tok * n_cols * sizeof *x);
     fill_acts(x, n_tok * n_cols);
-    kern_pool *p = kern_pool_new(2);
+    kern_pool *p = kern_pool_create(2);
     ck_assert_int_eq(kern_pool_reserve(p, (size_t)n_cols), 0);
     for (size_t k = 0; k < 2 * sizeof types / sizeof types[0]; k++) {
         /* each case at 16-bit activations, then at 8 */
@@ -953,7 +953,7 @@ START_TEST(geglu_matches_reference) {
     const float special[] = {0.0f, -0.0f, 1e-30f, -1e-30f, 30.0f, -30.0f, 1e13f, -1e13f, 3e38f, -3e38f, 5.5f, -5.5f};
     memcpy(g + 200, special, sizeof special);
     for (size_t i = 0; i < sizeof special / sizeof *special; i++) u[200 + i] = 0.5f; /* products stay finite */
-    kern_pool *p = kern_pool_new(2);
+    kern_pool *p = kern_pool_create(2);
     for (int k = -1; k < n_impls; k++) {
         const char *name = k < 0 ? "scalar" : impls[k]->name;
         memcpy(all, g, sizeof all);
@@ -1142,7 +1142,7 @@ static void attention_run_case(gl_kv_type type, int n_heads, int n_kv_heads, int
     const char *backends[] = {"scalar", "avx2", "auto"};
     for (int b = 0; b < 3; b++) {
         if (kern_set_backend(backends[b])) continue;
-        kern_pool *p = kern_pool_new(2);
+        kern_pool *p = kern_pool_create(2);
         a.out = out;
         a.n_tokens = T;
         ck_assert_int_eq(kern_attention(p, &a), 0);

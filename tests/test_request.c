@@ -63,7 +63,7 @@ START_TEST(test_create_with_grammar) {
     const char *text = "root ::= \"a\" \"b\"";
     gr_grammar *g = gr_compile(text, strlen(text), &err);
     ck_assert_ptr_nonnull(g);
-    gr_vocab *v = gr_vocab_new(N_VOCAB, pieces, lens, eog);
+    gr_vocab *v = gr_vocab_create(N_VOCAB, pieces, lens, eog);
     ck_assert_ptr_nonnull(v);
     int32_t prompt[] = {3};
     gl_request req = base_request(prompt, 1);

@@ -37,7 +37,7 @@ static void make_vocab(void) {
     pieces[N - 1] = "";
     lens[N - 1] = 0;
     eog[N - 1] = true;
-    vocab = gr_vocab_new(N, pieces, lens, eog);
+    vocab = gr_vocab_create(N, pieces, lens, eog);
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -57,7 +57,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         return 0;
     }
-    gr_matcher *m = gr_matcher_new(g, vocab, &err);
+    gr_matcher *m = gr_matcher_create(g, vocab, &err);
     if (m && nul) {
         float logits[256 + 10];
         const char *in = nul + 1;
