@@ -10,7 +10,10 @@
  * per step, so tg x weight bytes per token / bandwidth is the fraction of the
  * roofline reached: per repetition, against the mean of the probes just
  * before and after its decode run; the bandwidth printed is the median of
- * those means. */
+ * those means. Prompt processing is compute-bound instead: it is set against
+ * the int8 ceiling, the layers' multiply-adds per token (two int8 ones each
+ * at 16-bit activations) over the peak int8 rate of the kernels in use on
+ * the threads' cores at the measured clock. */
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -106,6 +109,66 @@ static double measure_bandwidth(int n_threads, int passes) {
     }
     if (sink == 42) fprintf(stderr, " "); /* a use of the sums */
     return best;
+}
+
+/* ---- the int8 ceiling of prompt processing ------------------------------------- */
+
+/* Clock of one busy core in GHz, the higher of what Linux reports
+ * (/proc/cpuinfo: the nominal clock on VMs) and a measurement: a chain of
+ * dependent register adds runs one a cycle (adds of an immediate would
+ * not: newer cores fold those at rename), best of five tries, since a
+ * preempted try only reads slower. The higher one keeps the ceiling a
+ * ceiling when turbo runs above the nominal clock. */
+static double measure_ghz(void) {
+    double best = 0;
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f) {
+        char line[256];
+        while (fgets(line, sizeof line, f))
+            if (!strncmp(line, "cpu MHz", 7) && strchr(line, ':')) {
+                best = atof(strchr(line, ':') + 1) / 1e3;
+                break;
+            }
+        fclose(f);
+    }
+#if defined(__x86_64__)
+    const long iters = 5000000;
+    for (int rep = 0; rep < 5; rep++) {
+        uint64_t x = 0, one = 1;
+        long n = iters;
+        double t0 = now_s();
+        __asm__ volatile("1:\n\t"
+                         "add %2, %0\n\tadd %2, %0\n\tadd %2, %0\n\tadd %2, %0\n\t"
+                         "add %2, %0\n\tadd %2, %0\n\tadd %2, %0\n\tadd %2, %0\n\t"
+                         "dec %1\n\tjnz 1b"
+                         : "+r"(x), "+r"(n)
+                         : "r"(one));
+        double ghz = (double)iters * 8 / (now_s() - t0) / 1e9;
+        if (ghz > best) best = ghz;
+    }
+#endif
+    return best;
+}
+
+/* int8 multiply-adds a core issues per cycle on the kernels in use, peak:
+ * AMX's tdpbusd does 16 x 16 x 64 in 16 cycles; a 512-bit vpdpbusd 64, and
+ * we assume two ports issue one each a cycle (Xeon cores; client cores
+ * with one 512-bit port reach half); a 256-bit one 32, on two ports. 0 for
+ * the scalar reference, which has no such peak. */
+static int int8_macs_per_cycle(const char *kernels) {
+    if (!strcmp(kernels, "amx")) return 1024;
+    if (!strcmp(kernels, "avx512")) return 2 * 64;
+    if (!strcmp(kernels, "avx2")) return 2 * 32;
+    return 0;
+}
+
+/* Multiply-adds of one prompt token in the layers' matrices (Q, K, V, O,
+ * gate, up, down); the output matrix runs for the last token only, and
+ * attention is float work beside these. */
+static double layer_macs_per_token(const gl_model_info *info) {
+    double q = (double)info->n_heads * info->head_dim, kv = (double)info->n_kv_heads * info->head_dim;
+    double d = info->n_embd;
+    return info->n_layers * (d * (q + 2 * kv) + q * d + 3 * d * info->n_ff);
 }
 
 /* ---- engine runs -------------------------------------------------------------- */
@@ -378,13 +441,24 @@ int cmd_bench(int argc, char **argv) {
         double bw_m = median(bw, (int)reps), pp_m = median(pp, (int)reps), tg_m = median(tg, (int)reps);
         for (int b = 0; b < n_batches; b++) bt_med[b] = median(bt + b * reps, (int)reps);
         double roof_m = median(roof, (int)reps);
+        /* At 16 bits each activation block is two int8 parts, so a weight's
+         * multiply-add costs two int8 ones. */
+        const char *kernels = gl_kernels_name();
+        double ghz = measure_ghz(), macs = layer_macs_per_token(info) * (act_bits == 16 ? 2 : 1);
+        long cores = sysconf(_SC_NPROCESSORS_ONLN) > 0 && sysconf(_SC_NPROCESSORS_ONLN) < n_threads
+                         ? sysconf(_SC_NPROCESSORS_ONLN) : n_threads;
+        double ceiling = (double)int8_macs_per_cycle(kernels) * (double)cores * ghz * 1e9 / macs;
+        double pp_frac = ceiling > 0 ? pp_m / ceiling : 0;
         if (json) {
             printf("{\"model\": \"%s\", \"threads\": %ld, \"activation_bits\": %d, \"kv_type\": \"%s\", \"n_prompt\": %ld, "
                    "\"n_gen\": %ld, \"depth\": %ld, \"reps\": %ld, "
                    "\"pp_tokens_per_s\": %.2f, \"tg_tokens_per_s\": %.2f, \"bandwidth_gb_per_s\": %.2f, "
-                   "\"weight_bytes_per_token\": %llu, \"roofline_fraction\": %.4f, \"batch_tg_tokens_per_s\": {",
+                   "\"weight_bytes_per_token\": %llu, \"roofline_fraction\": %.4f, \"kernels\": \"%s\", "
+                   "\"cpu_ghz\": %.3f, \"int8_macs_per_cycle_core\": %d, \"int8_macs_per_prompt_token\": %.0f, "
+                   "\"pp_int8_ceiling_tokens_per_s\": %.1f, \"pp_int8_ceiling_fraction\": %.4f, \"batch_tg_tokens_per_s\": {",
                    info->name, n_threads, act_bits, gl_kv_type_name(kv_type), n_prompt, n_gen, depth, reps, pp_m, tg_m, bw_m,
-                   (unsigned long long)info->weight_bytes, roof_m);
+                   (unsigned long long)info->weight_bytes, roof_m, kernels, ghz, int8_macs_per_cycle(kernels), macs,
+                   ceiling, pp_frac);
             for (int b = 0; b < n_batches; b++) printf("%s\"%d\": %.2f", b ? ", " : "", batches[b], bt_med[b]);
             printf("}}\n");
         } else {
@@ -395,6 +469,11 @@ int cmd_bench(int argc, char **argv) {
             printf("bandwidth           %.2f GB/s\n", bw_m);
             printf("weights per token   %.1f MB\n", (double)info->weight_bytes / 1e6);
             printf("pp%-5ld             %.1f tokens/s\n", n_prompt, pp_m);
+            if (ceiling > 0)
+                printf("int8 ceiling        %.3f of %.0f tokens/s (%s: %d int8 multiply-adds/cycle/core x %ld x %.2f GHz;"
+                       " %.2f G int8 multiply-adds a token)\n",
+                       pp_frac, ceiling, kernels, int8_macs_per_cycle(kernels), cores, ghz, macs / 1e9);
+            else printf("int8 ceiling        - (%s kernels)\n", kernels);
             char tg_label[64];
             if (depth == GEN_PROMPT) snprintf(tg_label, sizeof tg_label, "tg%ld", n_gen);
             else snprintf(tg_label, sizeof tg_label, "tg%ld @ depth %ld", n_gen, depth);

@@ -115,6 +115,10 @@ const char *gl_kv_type_name(gl_kv_type t) {
     return (unsigned)t < sizeof kv_type_names / sizeof *kv_type_names ? kv_type_names[t] : "?";
 }
 
+const char *gl_kernels_name(void) {
+    return kern_backend();
+}
+
 const char *gl_finish_reason_str(gl_finish_reason r) {
     switch (r) {
     case GL_FINISH_STOP: return "stop";

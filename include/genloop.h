@@ -195,6 +195,9 @@ void gl_engine_params_default(gl_engine_params *p);
 /* The one rule for activation_bits (8 or 16), for clients that check a
  * setting before they create an engine. */
 bool gl_activation_bits_valid(int bits);
+/* The matrix kernels this process runs: "amx", "avx512", "avx2" or "scalar"
+ * (docs/kernels.md; GENLOOP_KERNELS picks another). */
+const char *gl_kernels_name(void);
 
 typedef enum gl_finish_reason {
     GL_FINISH_NONE = 0,

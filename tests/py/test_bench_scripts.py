@@ -105,9 +105,12 @@ def test_table_against_stub_llama_bench(stub_bin, tmp_path):
     assert len(calls) == 2 and all("-p 32 -n 8 -t 2 -r 1 -o json" in c for c in calls), calls
     lines = r.stdout.strip().splitlines()
     assert lines[0].startswith("llama.cpp build 0c1e570 (1); 2 threads; medians of 2") and "load average" in lines[0]
-    assert lines[1] == ("| model | llama.cpp pp32 | genloop pp32 16/8-bit | ratio | "
+    # the host beside the table: CPU, L3, bandwidth, AMX state (the stub is no AMX build)
+    assert lines[1].startswith("host: ") and " L3 " in lines[1] and "GB/s (genloop bench probe" in lines[1], lines[1]
+    assert "AMX-INT8: " in lines[1] and "genloop kernels " in lines[1] and "llama.cpp AMX not compiled in" in lines[1]
+    assert lines[2] == ("| model | llama.cpp pp32 | genloop pp32 16/8-bit | ratio | "
                         "llama.cpp tg8 | genloop tg8 16/8-bit | ratio |")
-    cells = [c.strip() for c in lines[3].strip("|").split("|")]
+    cells = [c.strip() for c in lines[4].strip("|").split("|")]
     assert cells[0] == "tiny" and cells[1] == "812.5" and cells[4] == "101.2"
     res = json.loads(out_json.read_text())["results"][0]
     for k, col in (("pp", 2), ("tg", 5)):
@@ -116,20 +119,47 @@ def test_table_against_stub_llama_bench(stub_bin, tmp_path):
         assert all(v > 0 for v in ours) and len(res["samples"]["genloop16"][k]) == 2
         assert cells[col] == " / ".join(f"{v:.1f}" for v in ours)
         assert cells[col + 1] == " / ".join(f"{v / ref:.2f}x" for v in ours)
+    assert lines[5].startswith("tiny: genloop pp32 at ") and lines[5].endswith(
+        "of the host's int8 ceiling (16/8-bit; genloop bench)"), lines[5]
+    fractions = [float(x) for x in lines[5].split(" at ")[1].split(" of ")[0].split(" / ")]
+    assert len(fractions) == 2 and all(f > 0 for f in fractions)
+    assert json.loads(out_json.read_text())["host"] == lines[1]
     # rounds alternate: round 1 starts with llama.cpp, round 2 ends with it
     order = [line.split(": ")[0].split()[-1] for line in r.stderr.splitlines() if " round " in line]
     assert order == ["llama.cpp", "genloop16", "genloop8", "genloop8", "genloop16", "llama.cpp"], order
 
 
+def test_llama_build_amx_detection(mod, tmp_path):
+    """An AMX build of llama.cpp defines ggml_backend_amx_buffer_type; the
+    script reads it from the CPU backend library or a static llama-bench."""
+    (tmp_path / "llama-bench").write_bytes(b"\x7fELF no such symbol here")
+    assert mod.llama_has_amx(str(tmp_path)) is False
+    (tmp_path / "libggml-cpu.so.0").write_bytes(b"\x7fELF ... _Z28ggml_backend_amx_buffer_typev ...")
+    assert mod.llama_has_amx(str(tmp_path)) is True
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert mod.llama_has_amx(str(empty)) is None
+    facts = mod.cpu_facts()
+    assert set(facts) == {"cpu", "l3", "amx_int8"} and facts["cpu"]
+
+
+def test_native_build_is_documented():
+    """The script says how to build llama.cpp's native AMX build."""
+    text = SCRIPT.read_text()
+    for needle in ("pip download --no-deps --no-binary :all: llama-cpp-python==0.3.36", "-DGGML_NATIVE=ON",
+                   '__asm__ volatile("" : : "r"(&tc) : "memory");', "_tile_loadconfig(&tc);", "LLAMA_CPP_BIN"):
+        assert needle in text, needle
+
+
 @pytest.mark.parametrize("args, msg", [
-    ([], "LLAMACPP_BIN"),
+    ([], "LLAMA_CPP_BIN"),
     (["--llamacpp-bin", "/nonexistent"], "/nonexistent/llama-bench is not an executable"),
     (["--activation-bits", "4"], "--activation-bits"),
 ])
 def test_bad_arguments_are_one_clear_line(args, msg, stub_bin):
-    env = {k: v for k, v in os.environ.items() if k != "LLAMACPP_BIN"}
+    env = {k: v for k, v in os.environ.items() if k not in ("LLAMACPP_BIN", "LLAMA_CPP_BIN")}
     if args[:1] == ["--activation-bits"]:
-        args = args + ["--llamacpp-bin", str(stub_bin[0])]
+        args = args + ["--llama-bin", str(stub_bin[0])]
     r = subprocess.run([sys.executable, str(SCRIPT), *args, tiny_model()], capture_output=True, text=True, env=env)
     assert r.returncode == 2 and msg in r.stderr, r.stderr
 
@@ -142,22 +172,48 @@ def test_llama_bench_failure_is_reported(stub_bin):
     assert r.returncode == 1 and "llama-bench exited with status 1: llama-bench: boom" in r.stderr, r.stderr
 
 
-def test_bench_compare_mode_against_stub_llama_server(tmp_path):
-    """scripts/bench --llama-server, with a stub that is genloop serve under
-    llama-server's flags: both sides are measured, ratios printed."""
-    stub = tmp_path / "llama-server"
-    args_log = tmp_path / "args.log"
-    stub.write_text(f"""#!{sys.executable}
+# Logs, as a server starts, how many servers of this test's model are alive
+# beside it (/proc command lines naming the model and "serve"), then becomes
+# genloop serve (with llama-server's flags turned into genloop's for the stub).
+SERVER_STUB = """#!{python}
 import os, sys
 a = sys.argv[1:]
-open({str(args_log)!r}, "w").write(" ".join(a))
+me = str(os.getpid())
+alive = 0
+for pid in os.listdir("/proc"):
+    if pid.isdigit() and pid != me:
+        try:
+            cmd = open(f"/proc/{{pid}}/cmdline", "rb").read().split(b"\\0")
+        except OSError:
+            continue
+        if {model!r}.encode() in cmd and b"serve" in cmd:
+            alive += 1
+open({log!r}, "a").write({name!r} + " alive=" + str(alive) + "\\n")
+{body}
+"""
+
+
+def test_bench_compare_mode_against_stub_llama_server(tmp_path):
+    """scripts/bench --llama-server, with a stub that is genloop serve under
+    llama-server's flags: both sides are measured, ratios printed, and one
+    server runs at a time (each started after the previous one stopped)."""
+    model = tmp_path / "model.gguf"  # a path of this test alone, to find its servers by
+    model.symlink_to(tiny_model())
+    starts = tmp_path / "starts.log"
+    stub = tmp_path / "llama-server"
+    args_log = tmp_path / "args.log"
+    stub.write_text(SERVER_STUB.format(python=sys.executable, model=str(model), log=str(starts), name="llama-server",
+                                       body=f"""open({str(args_log)!r}, "w").write(" ".join(a))
 v = lambda flag: a[a.index(flag) + 1]
 os.execv({str(binary())!r}, [{str(binary())!r}, "serve", "-m", v("-m"), "--port", v("--port"),
-         "--max-seqs", v("-np"), "-t", v("-t"), "--max-waiting", "64"])
-""")
+         "--max-seqs", v("-np"), "-t", v("-t"), "--max-waiting", "64"])"""))
     stub.chmod(stub.stat().st_mode | stat.S_IXUSR)
+    gl = tmp_path / "genloop"
+    gl.write_text(SERVER_STUB.format(python=sys.executable, model=str(model), log=str(starts), name="genloop",
+                                     body=f"os.execv({str(binary())!r}, [{str(binary())!r}] + a)"))
+    gl.chmod(gl.stat().st_mode | stat.S_IXUSR)
     csv_path, png = tmp_path / "b.csv", tmp_path / "b.png"
-    r = subprocess.run([sys.executable, str(SOURCE_DIR / "scripts" / "bench"), "-m", tiny_model(),
+    r = subprocess.run([sys.executable, str(SOURCE_DIR / "scripts" / "bench"), "-m", str(model), "--genloop", str(gl),
                         "--llama-server", str(stub), "-c", "1,2", "--prompt-tokens", "20", "-n", "8",
                         "--rounds", "2", "--loaded-ttft", "2", "--loaded-tokens", "64", "--sweep-batch-tokens", "16", "--lock", str(tmp_path / "lock"),
                         "--csv", str(csv_path), "--png", str(png)],
@@ -177,6 +233,9 @@ os.execv({str(binary())!r}, [{str(binary())!r}, "serve", "-m", v("-m"), "--port"
     if shutil.which("gnuplot"):
         assert png.stat().st_size > 0 and (tmp_path / "b-tradeoff.png").stat().st_size > 0
     assert all(r.split(",")[3] == "0" for r in rows[1:])  # no failed requests
+    # 2 rounds x (genloop, genloop b=16, llama-server), each alone: round 2 in reverse order
+    assert starts.read_text().splitlines() == [f"{n} alive=0" for n in ("genloop", "genloop", "llama-server") * 1] + [
+        f"{n} alive=0" for n in ("llama-server", "genloop", "genloop")], starts.read_text()
 
 
 def test_perplexity_script_compares_kv_types_and_activation_bits(tmp_path):

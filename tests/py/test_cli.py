@@ -126,3 +126,27 @@ def test_bench_depth(stories260k):
     assert out["depth"] == 300 and out["tg_tokens_per_s"] > 0
     r = genloop("bench", "-m", stories260k, "-p", 16, "-n", 8, "-d", 40, "-b", 1, "-r", 1, "-t", 2)
     assert r.returncode == 0 and "tg8 @ depth 40" in r.stdout, r.stdout
+
+
+def test_bench_int8_ceiling(stories260k):
+    """Prompt processing is set against the host's int8 ceiling: the layers'
+    multiply-adds a token (twice at 16-bit activations, two int8 parts) over
+    the kernels' peak int8 rate on the threads' cores at the measured clock."""
+    per_cycle = {"amx": 1024, "avx512": 128, "avx2": 64}
+    outs = {}
+    for bits in (16, 8):
+        r = genloop("bench", "-m", stories260k, "-p", 16, "-n", 4, "-b", 1, "-r", 1, "-t", 1,
+                    "--activation-bits", bits, "--json")
+        assert r.returncode == 0, r.stderr
+        outs[bits] = o = json.loads(r.stdout)
+        assert o["kernels"] in per_cycle and o["int8_macs_per_cycle_core"] == per_cycle[o["kernels"]], o
+        assert 0.5 < o["cpu_ghz"] < 10, o
+        ceiling = o["int8_macs_per_cycle_core"] * o["cpu_ghz"] * 1e9 / o["int8_macs_per_prompt_token"]
+        assert o["pp_int8_ceiling_tokens_per_s"] == pytest.approx(ceiling, rel=1e-3)
+        assert o["pp_int8_ceiling_fraction"] == pytest.approx(o["pp_tokens_per_s"] / ceiling, rel=1e-2, abs=1e-4)
+    # stories260K: 5 layers, dim 64, 8 query and 4 KV heads of 8, FFN 172
+    assert outs[8]["int8_macs_per_prompt_token"] == 5 * (64 * (64 + 2 * 32) + 64 * 64 + 3 * 64 * 172)
+    assert outs[16]["int8_macs_per_prompt_token"] == 2 * outs[8]["int8_macs_per_prompt_token"]
+    r = genloop("bench", "-m", stories260k, "-p", 16, "-n", 4, "-b", 1, "-r", 1, "-t", 1)
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith("int8 ceiling")), "")
+    assert r.returncode == 0 and " of " in line and "int8 multiply-adds/cycle/core x 1 x" in line, r.stdout
