@@ -1,10 +1,12 @@
 /* sampler.h -- turns a row of logits into the next token.
  *
- * Order of operations (as in llama.cpp and vLLM): logit bias, repetition /
- * presence / frequency penalties over the recent history, then greedy if
- * temperature is 0, else temperature, top-k, top-p, min-p and a draw from the
- * per-sampler RNG. Log-probabilities reported are those of the model's raw
- * distribution (log-softmax of the logits before any processing). All
+ * The chain (docs/sampling.md): logit bias, repetition / presence /
+ * frequency penalties over the recent history, DRY; then greedy if
+ * temperature is 0, else top-n-sigma, top-k, temperature (or dynamic
+ * temperature), typical-p, top-p, min-p, XTC and a draw from the
+ * per-sampler RNG; with mirostat on, temperature and mirostat replace
+ * everything after DRY. Log-probabilities reported are those of the model's
+ * raw distribution (log-softmax of the logits before any processing). All
  * scratch memory is allocated by sampler_create: sampling never allocates. */
 #ifndef GL_SAMPLER_H
 #define GL_SAMPLER_H
@@ -15,13 +17,26 @@
 
 typedef struct gl_sampler gl_sampler;
 
-/* Copies params (and the logit bias array). NULL on allocation failure. */
+/* DRY's window when params.dry_penalty_last_n is -1 ("the context"):
+ * request_create passes the context size instead. */
+#define SAMPLER_DRY_DEFAULT_WINDOW 4096
+
+/* Copies params (and the logit bias array; not the DRY breaker strings,
+ * which the caller turns into tokens with sampler_set_breaker). NULL on
+ * allocation failure. */
 gl_sampler *sampler_create(const gl_sampling_params *params, int n_vocab);
 void sampler_free(gl_sampler *s);
 
-/* Record a token in the penalty history (prompt tokens and generated ones). */
+/* DRY is on: the caller marks the vocabulary's sequence breakers. */
+bool sampler_uses_breakers(const gl_sampler *s);
+/* A DRY repeat never runs across this token, and it is never penalised. */
+void sampler_set_breaker(gl_sampler *s, int32_t token);
+
+/* Record a token in the penalty and DRY history (prompt tokens and
+ * generated ones). */
 void sampler_accept(gl_sampler *s, int32_t token);
-/* Forget the history (used when a preempted request restarts). */
+/* Forget the history (used when a preempted request restarts); the RNG and
+ * mirostat's state go on. */
 void sampler_reset(gl_sampler *s);
 
 /* Pick a token from logits[n_vocab], used as scratch: on return it holds the
