@@ -45,19 +45,28 @@ bool seq_wants_prompt_logprob(const gl_seq *s, int pos) {
     return s->prompt_logprobs >= 0 && pos + 1 < s->n_prompt && pos + 1 >= s->prompt_logprobs_sent;
 }
 
+/* Whether text[0..len) holds one of the breakers; starts[c]: some breaker
+ * begins with byte c (most bytes of most tokens fail that one lookup). */
+static bool holds_breaker(const char *text, size_t len, const gl_sampling_params *p, const bool starts[256]) {
+    for (size_t i = 0; i < len; i++) {
+        if (!starts[(unsigned char)text[i]]) continue;
+        for (int b = 0; b < p->n_dry_breakers; b++) {
+            size_t n = strlen(p->dry_breakers[b]);
+            if (n > 0 && n <= len - i && !memcmp(text + i, p->dry_breakers[b], n)) return true;
+        }
+    }
+    return false;
+}
+
 /* DRY's sequence breakers as tokens: every token whose text holds one of
- * the strings. */
+ * the strings. It runs at submit, once over the vocabulary. */
 static void mark_breakers(gl_sampler *sm, const gl_sampling_params *p, const gl_tokenizer *tokenizer, int n_vocab) {
+    bool starts[256] = {false};
+    for (int b = 0; b < p->n_dry_breakers; b++) starts[(unsigned char)p->dry_breakers[b][0]] = true;
     for (int32_t t = 0; t < n_vocab; t++) {
         size_t len;
         const char *piece = tok_piece(tokenizer, t, &len);
-        for (int b = 0; piece && b < p->n_dry_breakers; b++) {
-            const char *brk = p->dry_breakers[b];
-            if (brk[0] && memmem(piece, len, brk, strlen(brk))) {
-                sampler_set_breaker(sm, t);
-                break;
-            }
-        }
+        if (piece && holds_breaker(piece, len, p, starts)) sampler_set_breaker(sm, t);
     }
 }
 

@@ -679,18 +679,21 @@ static float dynamic_temperature(gl_sampler *s, cand_set c, const float *logits,
 
 /* Locally typical sampling (Meister et al.): rank the candidates by how far
  * their surprise -log p lies from the entropy, closest first, and keep the
- * shortest such prefix holding typical_p of the mass. */
-static cand_set typical(gl_sampler *s, cand_set c, double z) {
+ * shortest such prefix holding typical_p of the mass. With w = exp(d),
+ * d = (l - max) / T: -log p = log z - d, and the entropy is
+ * log z - sum(w d) / z, so no logarithm per token is needed. */
+static cand_set typical(gl_sampler *s, cand_set c, const float *logits, float max, float inv_t, double z) {
     float *w = s->w, *key = s->key;
-    double entropy = 0;
-    for (int j = 0; j < c.n; j++) {
-        double q = w[cand_id(c, j)] / z;
-        if (q > 0) entropy -= q * log(q);
-    }
+    double wd = 0;
     for (int j = 0; j < c.n; j++) {
         int32_t t = cand_id(c, j);
-        double q = w[t] / z;
-        key[t] = q > 0 ? (float)-fabs(-log(q) - entropy) : -INFINITY;
+        if (w[t] > 0) wd += w[t] * (double)((logits[t] - max) * inv_t);
+    }
+    double log_z = log(z), entropy = log_z - wd / z;
+    for (int j = 0; j < c.n; j++) {
+        int32_t t = cand_id(c, j);
+        double surprise = log_z - (double)((logits[t] - max) * inv_t);
+        key[t] = w[t] > 0 ? (float)-fabs(surprise - entropy) : -INFINITY;
     }
     c = as_list(s, c);
     c.n = nucleus_end(c.ids, c.n, w, key, (double)s->params.typical_p * z);
@@ -756,7 +759,7 @@ static int32_t sample_truncated(gl_sampler *s, const float *logits) {
         z += s->w[t];
     }
     if (p->typical_p < 1.0f) {
-        c = typical(s, c, z);
+        c = typical(s, c, logits, max, inv_t, z);
         /* the best survivor may be below weight 1: scale it back to 1, as
          * top-p and min-p expect */
         float w_max = 0;
