@@ -45,29 +45,9 @@ bool seq_wants_prompt_logprob(const gl_seq *s, int pos) {
     return s->prompt_logprobs >= 0 && pos + 1 < s->n_prompt && pos + 1 >= s->prompt_logprobs_sent;
 }
 
-/* Whether text[0..len) holds one of the breakers; starts[c]: some breaker
- * begins with byte c (most bytes of most tokens fail that one lookup). */
-static bool holds_breaker(const char *text, size_t len, const gl_sampling_params *p, const bool starts[256]) {
-    for (size_t i = 0; i < len; i++) {
-        if (!starts[(unsigned char)text[i]]) continue;
-        for (int b = 0; b < p->n_dry_breakers; b++) {
-            size_t n = strlen(p->dry_breakers[b]);
-            if (n > 0 && n <= len - i && !memcmp(text + i, p->dry_breakers[b], n)) return true;
-        }
-    }
-    return false;
-}
-
-/* DRY's sequence breakers as tokens: every token whose text holds one of
- * the strings. It runs at submit, once over the vocabulary. */
-static void mark_breakers(gl_sampler *sm, const gl_sampling_params *p, const gl_tokenizer *tokenizer, int n_vocab) {
-    bool starts[256] = {false};
-    for (int b = 0; b < p->n_dry_breakers; b++) starts[(unsigned char)p->dry_breakers[b][0]] = true;
-    for (int32_t t = 0; t < n_vocab; t++) {
-        size_t len;
-        const char *piece = tok_piece(tokenizer, t, &len);
-        if (piece && holds_breaker(piece, len, p, starts)) sampler_set_breaker(sm, t);
-    }
+/* The sampler's view of the vocabulary's text (DRY's sequence breakers). */
+static const char *token_piece(const void *tokenizer, int32_t id, size_t *len) {
+    return tok_piece(tokenizer, id, len);
 }
 
 gl_seq *request_create(const gl_request *req, int cap_tokens, int block_size, int n_vocab, const gr_vocab *vocab,
@@ -80,8 +60,7 @@ gl_seq *request_create(const gl_request *req, int cap_tokens, int block_size, in
         sampling.dry_penalty_last_n = cap_tokens;
     if (sampling.penalty_last_n > cap_tokens) sampling.penalty_last_n = cap_tokens;
     s->sampler = sampler_create(&sampling, n_vocab);
-    if (s->sampler && sampler_uses_breakers(s->sampler) && tokenizer)
-        mark_breakers(s->sampler, &sampling, tokenizer, n_vocab);
+    if (s->sampler && tokenizer) sampler_set_text(s->sampler, token_piece, tokenizer);
     /* a constrained answer ends with its structure; a stop string would cut it */
     s->text = req->grammar ? ts_create(NULL, 0) : ts_create(req->stop, req->n_stop);
     if (!s->sampler || !s->text) goto oom;

@@ -123,6 +123,13 @@ struct gl_sampler {
     int32_t *dry_z;             /* [dry_cap] scratch: repeat length ending k tokens back */
     int32_t *dry_repeat;        /* [n_vocab] longest repeat the token would extend, -1 = none */
     int32_t *dry_hit;           /* [dry_cap] scratch: tokens with dry_repeat set */
+    /* Breakers that may span tokens (sampler_set_text): found in the text. */
+    char **brk;                 /* own copies of the non-empty breaker strings */
+    int n_brk, brk_max;         /* count, longest length */
+    sampler_piece_fn piece;     /* NULL: only tokens marked as breakers count */
+    const void *piece_ctx;
+    char *after;                /* [brk_max] scratch: the text after a token, closest first */
+    int32_t *after_tok;         /* [brk_max] scratch: which token each byte of it came from */
 
     float mu;                   /* mirostat: the surprise bound it steers (2 tau at start) */
 
@@ -147,6 +154,10 @@ void sampler_free(gl_sampler *s) {
     free(s->dry_z);
     free(s->dry_repeat);
     free(s->dry_hit);
+    for (int b = 0; b < s->n_brk; b++) free(s->brk[b]);
+    free(s->brk);
+    free(s->after);
+    free(s->after_tok);
     free(s->cand);
     free(s->w);
     free(s->key);
@@ -202,6 +213,16 @@ gl_sampler *sampler_create(const gl_sampling_params *params, int n_vocab) {
         s->dry_repeat = malloc((size_t)n_vocab * sizeof *s->dry_repeat);
         if (!s->dry_ring || !s->dry_rev || !s->dry_z || !s->dry_hit || !s->breaker || !s->dry_repeat) goto fail;
         for (int i = 0; i < n_vocab; i++) s->dry_repeat[i] = -1;
+        if (p->n_dry_breakers > 0 && !(s->brk = calloc((size_t)p->n_dry_breakers, sizeof *s->brk))) goto fail;
+        for (int b = 0; b < p->n_dry_breakers; b++) {
+            size_t len = p->dry_breakers[b] ? strlen(p->dry_breakers[b]) : 0;
+            if (len == 0) continue;
+            if (!(s->brk[s->n_brk++] = strdup(p->dry_breakers[b]))) goto fail;
+            if ((int)len > s->brk_max) s->brk_max = (int)len;
+        }
+        s->after = malloc((size_t)s->brk_max + 1);
+        s->after_tok = malloc(((size_t)s->brk_max + 1) * sizeof *s->after_tok);
+        if (!s->after || !s->after_tok) goto fail;
     }
     s->mu = 2.0f * p->mirostat_tau;
 
@@ -247,7 +268,31 @@ void sampler_set_breaker(gl_sampler *s, int32_t token) {
     if (s->dry && token >= 0 && token < s->n_vocab) s->breaker[token] = 1;
 }
 
-bool sampler_uses_breakers(const gl_sampler *s) { return s->dry; }
+/* Whether text[0..len) holds one of the breakers; starts[c]: some breaker
+ * begins with byte c (most bytes of most tokens fail that one lookup). */
+static bool holds_breaker(const gl_sampler *s, const char *text, size_t len, const bool starts[256]) {
+    for (size_t i = 0; i < len; i++) {
+        if (!starts[(unsigned char)text[i]]) continue;
+        for (int b = 0; b < s->n_brk; b++) {
+            size_t n = strlen(s->brk[b]);
+            if (n <= len - i && !memcmp(text + i, s->brk[b], n)) return true;
+        }
+    }
+    return false;
+}
+
+void sampler_set_text(gl_sampler *s, sampler_piece_fn piece, const void *ctx) {
+    if (!s->dry) return;
+    s->piece = piece;
+    s->piece_ctx = ctx;
+    bool starts[256] = {false};
+    for (int b = 0; b < s->n_brk; b++) starts[(unsigned char)s->brk[b][0]] = true;
+    for (int32_t t = 0; t < s->n_vocab; t++) {
+        size_t len;
+        const char *text = piece(ctx, t, &len);
+        if (text && holds_breaker(s, text, len, starts)) s->breaker[t] = 1;
+    }
+}
 
 static void dry_accept(gl_sampler *s, int32_t token) {
     if (s->dry_len == s->dry_cap) {
@@ -410,18 +455,51 @@ static void dry_repeats(int32_t *z, const int32_t *x, int n) {
     }
 }
 
+/* The newest tokens x[0..limit) that a repeat may use: a run never reaches
+ * back past the last breaker. A token holding a breaker is one; a breaker
+ * spread over tokens (its start ends token i's text, the rest starts the
+ * text after it) ends in the token holding its last byte, which is found
+ * within brk_max tokens of i. */
+static int dry_limit(gl_sampler *s, const int32_t *x, int n) {
+    int limit = n, n_after = 0;
+    for (int i = 0; i < n && i <= limit + s->brk_max; i++) {
+        if (s->breaker[x[i]] && i < limit) limit = i;
+        if (!s->piece || s->brk_max < 2) {
+            if (limit < n) break;
+            continue;
+        }
+        size_t len;
+        const char *text = s->piece(s->piece_ctx, x[i], &len);
+        if (!text) len = 0;
+        for (int b = 0; b < s->n_brk; b++) {
+            const char *brk = s->brk[b];
+            int m = (int)strlen(brk);
+            for (int k = 1; k < m && k <= (int)len; k++) { /* k bytes of it in this token */
+                if (m - k > n_after || memcmp(text + len - k, brk, (size_t)k) ||
+                    memcmp(s->after, brk + k, (size_t)(m - k)))
+                    continue;
+                if (s->after_tok[m - k - 1] < limit) limit = s->after_tok[m - k - 1];
+            }
+        }
+        /* the text after token i + 1 is token i's text, then what was after it */
+        int keep = (int)len < s->brk_max ? (int)len : s->brk_max;
+        int moved = n_after < s->brk_max - keep ? n_after : s->brk_max - keep;
+        memmove(s->after + keep, s->after, (size_t)moved);
+        memmove(s->after_tok + keep, s->after_tok, (size_t)moved * sizeof *s->after_tok);
+        memcpy(s->after, text, (size_t)keep);
+        for (int j = 0; j < keep; j++) s->after_tok[j] = i;
+        n_after = keep + moved;
+    }
+    return limit;
+}
+
 static void apply_dry(gl_sampler *s, float *logits) {
     const gl_sampling_params *p = &s->params;
     int n = s->dry_len, allowed = p->dry_allowed_length;
     if (!s->dry || n <= allowed) return;
     int32_t *x = s->dry_rev;
     for (int i = 0; i < n; i++) x[i] = s->dry_ring[(s->dry_head + n - 1 - i) % s->dry_cap];
-    int limit = n; /* a run never reaches back past the last breaker */
-    for (int i = 0; i < n; i++)
-        if (s->breaker[x[i]]) {
-            limit = i;
-            break;
-        }
+    int limit = dry_limit(s, x, n);
     if (limit < allowed) return;
     dry_repeats(s->dry_z, x, n);
 

@@ -11,6 +11,7 @@
 #ifndef GL_SAMPLER_H
 #define GL_SAMPLER_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "genloop.h"
@@ -21,14 +22,19 @@ typedef struct gl_sampler gl_sampler;
  * request_create passes the context size instead. */
 #define SAMPLER_DRY_DEFAULT_WINDOW 4096
 
-/* Copies params (and the logit bias array; not the DRY breaker strings,
- * which the caller turns into tokens with sampler_set_breaker). NULL on
- * allocation failure. */
+/* Copies params (the logit bias array and the DRY breaker strings too).
+ * NULL on allocation failure. */
 gl_sampler *sampler_create(const gl_sampling_params *params, int n_vocab);
 void sampler_free(gl_sampler *s);
 
-/* DRY is on: the caller marks the vocabulary's sequence breakers. */
-bool sampler_uses_breakers(const gl_sampler *s);
+/* The bytes token id adds to the text (NULL for none), for DRY's breakers. */
+typedef const char *(*sampler_piece_fn)(const void *ctx, int32_t id, size_t *len);
+/* Gives DRY the vocabulary's text (piece must stay valid while s lives):
+ * tokens holding a breaker string become breakers, and a breaker spread
+ * over several tokens is found in the text of the history. Without it
+ * only tokens marked by sampler_set_breaker break a repeat. Scans the
+ * vocabulary once; nothing when DRY is off. */
+void sampler_set_text(gl_sampler *s, sampler_piece_fn piece, const void *ctx);
 /* A DRY repeat never runs across this token, and it is never penalised. */
 void sampler_set_breaker(gl_sampler *s, int32_t token);
 

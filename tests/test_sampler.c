@@ -989,11 +989,6 @@ START_TEST(test_dry_by_hand) {
     gl_sampling_params p = params_default();
     p.temperature = 0;
     p.dry_multiplier = 0.8f;
-    gl_sampler *off = sampler_create(&(gl_sampling_params){.temperature = 1}, 10);
-    gl_sampler *on = sampler_create(&p, 10);
-    ck_assert(!sampler_uses_breakers(off) && sampler_uses_breakers(on));
-    sampler_free(off);
-    sampler_free(on);
     float pen[10];
     dry_penalties(&p, h, 7, NULL, 0, pen);
     for (int i = 0; i < 10; i++) ck_assert_float_eq_tol(pen[i], i == 4 ? 0.8f * 1.75f : 0, 1e-6);
@@ -1047,6 +1042,68 @@ START_TEST(test_dry_by_hand) {
     float row[10] = {0};
     sampler_sample(s, row, NULL, NULL);
     for (int i = 0; i < 10; i++) ck_assert_float_eq(row[i], 0);
+    sampler_free(s);
+}
+END_TEST
+
+/* A made-up vocabulary's text for sampler_set_text. */
+static const char *const test_pieces[10] = {"a", "b", "Us", "er", ":", "x", "U", "ser", "\n", "y"};
+
+static const char *test_piece(const void *ctx, int32_t id, size_t *len) {
+    (void)ctx;
+    if (id < 0 || id >= 10) return NULL;
+    *len = strlen(test_pieces[id]);
+    return test_pieces[id];
+}
+
+/* The DRY penalty on token 5 after history h, with these breakers found in
+ * the text of test_pieces. */
+static float dry_penalty_with_text(const int32_t *h, int n, const char *const *breakers, int n_breakers) {
+    gl_sampling_params p = params_default();
+    p.temperature = 0;
+    p.dry_multiplier = 0.8f;
+    p.dry_breakers = breakers;
+    p.n_dry_breakers = n_breakers;
+    gl_sampler *s = sampler_create(&p, 10);
+    ck_assert_ptr_nonnull(s);
+    sampler_set_text(s, test_piece, NULL);
+    for (int i = 0; i < n; i++) sampler_accept(s, h[i]);
+    float row[10] = {0};
+    sampler_sample(s, row, NULL, NULL);
+    sampler_free(s);
+    return -row[5];
+}
+
+/* "Us er : a b x Us er : a b": the text ends with "User:ab", which "x"
+ * followed before (a run of 5 tokens). A "User:" breaker, spelled over three
+ * tokens, ends the run at ":", leaving "a b" (run 2). */
+START_TEST(test_dry_breakers_in_text) {
+    const int32_t h[11] = {2, 3, 4, 0, 1, 5, 2, 3, 4, 0, 1};
+    const float full = 0.8f * powf(1.75f, 3), cut = 0.8f;
+    const char *const none[1] = {"zz"}, *const user[1] = {"User:"}, *const er[2] = {"q", "er:"};
+    const char *const sr[1] = {"ser"}, *const nl[1] = {"\n"};
+    ck_assert_float_eq_tol(dry_penalty_with_text(h, 11, none, 1), full, 1e-4);
+    ck_assert_float_eq_tol(dry_penalty_with_text(h, 11, user, 1), cut, 1e-6);
+    ck_assert_float_eq_tol(dry_penalty_with_text(h, 11, er, 2), cut, 1e-6);
+    ck_assert_float_eq_tol(dry_penalty_with_text(h, 11, nl, 1), full, 1e-4);
+    /* the same words spelled "U ser :": "ser" is inside one token */
+    const int32_t h2[11] = {6, 7, 4, 0, 1, 5, 6, 7, 4, 0, 1};
+    ck_assert_float_eq_tol(dry_penalty_with_text(h2, 11, user, 1), cut, 1e-6);
+    ck_assert_float_eq_tol(dry_penalty_with_text(h2, 11, sr, 1), 0.8f * 1.75f, 1e-5); /* ends at "ser": ": a b" */
+    /* a breaker the text never completes ("User" then "x") does not cut */
+    const int32_t h3[11] = {2, 3, 5, 0, 1, 5, 2, 3, 5, 0, 1};
+    ck_assert_float_eq_tol(dry_penalty_with_text(h3, 11, user, 1), full, 1e-4);
+    /* the default breakers: token 8 ("\n") breaks */
+    gl_sampling_params p = params_default();
+    p.temperature = 0;
+    p.dry_multiplier = 0.8f;
+    gl_sampler *s = sampler_create(&p, 10);
+    sampler_set_text(s, test_piece, NULL);
+    const int32_t h4[11] = {8, 0, 1, 5, 9, 8, 0, 1, 5, 9, 8};
+    for (int i = 0; i < 11; i++) sampler_accept(s, h4[i]);
+    float row[10] = {0};
+    sampler_sample(s, row, NULL, NULL);
+    for (int i = 0; i < 10; i++) ck_assert_float_eq(row[i], 0); /* the run is empty after "\n" */
     sampler_free(s);
 }
 END_TEST
@@ -1122,6 +1179,7 @@ static Suite *sampler_suite(void) {
     tcase_add_test(tc, test_mirostat_2_by_hand);
     tcase_add_test(tc, test_mirostat_follows_tau);
     tcase_add_test(tc, test_dry_by_hand);
+    tcase_add_test(tc, test_dry_breakers_in_text);
     tcase_add_test(tc, test_llama_samplers_seeded);
     suite_add_tcase(s, tc);
     return s;

@@ -115,6 +115,11 @@ def test_dry_stops_a_repeated_ngram(tiny):
     assert text(tiny, prompt=prompt, max_tokens=6, temperature=0, dry_multiplier=3, dry_penalty_last_n=3) == plain
     assert text(tiny, prompt=prompt, max_tokens=6, temperature=0, dry_multiplier=3,
                 dry_sequence_breakers=["and"]) == plain
+    # a breaker spread over two tokens ("." and " Lily"): found in the text
+    assert text(tiny, prompt=prompt, max_tokens=6, temperature=0, dry_multiplier=3,
+                dry_sequence_breakers=[". Li"]) == plain
+    assert text(tiny, prompt=prompt, max_tokens=6, temperature=0, dry_multiplier=3,
+                dry_sequence_breakers=["zzz"]) == dry
     # the run (the whole prompt after its first period) is shorter than an allowed length of 40
     assert text(tiny, prompt=prompt, max_tokens=6, temperature=0, dry_multiplier=3, dry_allowed_length=40) == plain
 
