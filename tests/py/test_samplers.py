@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from server_util import Server, post_json, tiny_model
+from server_util import Server, metrics, post_json, tiny_model
 
 PROMPT = "Once upon a time there was a little girl who liked to play in the park with"
 
@@ -207,3 +207,18 @@ def test_seeded_and_batch_invariant(tiny, mirostat):
     r1 = ok(chat(tiny, n=2, seed=3, **body))
     r2 = ok(chat(tiny, n=2, seed=3, **body))
     assert [c["message"]["content"] for c in r1["choices"]] == [c["message"]["content"] for c in r2["choices"]]
+
+
+def test_speculation_changes_nothing(tiny):
+    """Drafted tokens (prompt lookup, on by default) are accepted while they
+    equal what the sampler draws, so the output is the same without them:
+    mirostat's mu and DRY's history follow the tokens actually kept."""
+    accepted = "genloop_spec_decode_num_accepted_tokens_total"
+    before = metrics(tiny.url)[accepted]
+    for mirostat in (0, 1, 2):
+        body = dict(prompt="Lily and Ben. Lily and Ben. Lily and Ben. Lily and", max_tokens=40, seed=11,
+                    ignore_eos=True, temperature=0.3, typical_p=0.95, top_n_sigma=3, xtc_probability=0.2,
+                    xtc_threshold=0.3, dynatemp_range=0.2, dry_multiplier=0.3, dry_allowed_length=4,
+                    mirostat=mirostat, mirostat_tau=1)
+        assert text(tiny, **body) == text(tiny, speculative=False, **body), mirostat
+    assert metrics(tiny.url)[accepted] > before  # drafts were taken
