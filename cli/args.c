@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -124,5 +125,57 @@ int cli_parse_spec(int argc, char **argv, int *i, gl_engine_params *p) {
     long hi = slot == &p->spec_max_tokens ? GL_SPEC_MAX : 64;
     if (!(v = cli_value(argc, argv, i)) || !cli_parse_int(a, v, 1, hi, &l)) return -1;
     *slot = (int)l;
+    return 1;
+}
+
+/* A float sampler flag: its name, range and field. */
+typedef struct sampler_flag {
+    const char *name;
+    double lo, hi;
+    size_t offset;
+} sampler_flag;
+
+static const sampler_flag sampler_flags[] = {
+    {"--typical", 0, 1, offsetof(gl_sampling_params, typical_p)},
+    {"--top-nsigma", -1, 1000, offsetof(gl_sampling_params, top_n_sigma)},
+    {"--xtc-probability", 0, 1, offsetof(gl_sampling_params, xtc_probability)},
+    {"--xtc-threshold", 0, 1, offsetof(gl_sampling_params, xtc_threshold)},
+    {"--dynatemp-range", 0, 100, offsetof(gl_sampling_params, dynatemp_range)},
+    {"--dynatemp-exp", 0, 100, offsetof(gl_sampling_params, dynatemp_exponent)},
+    {"--mirostat-ent", 0, 100, offsetof(gl_sampling_params, mirostat_tau)},
+    {"--mirostat-lr", 0, 1, offsetof(gl_sampling_params, mirostat_eta)},
+    {"--dry-multiplier", 0, 100, offsetof(gl_sampling_params, dry_multiplier)},
+    {"--dry-base", 1, 100, offsetof(gl_sampling_params, dry_base)},
+};
+
+int cli_parse_sampler(int argc, char **argv, int *i, gl_sampling_params *sp, const char **breakers, int cap) {
+    const char *a = argv[*i], *v;
+    double d;
+    long l;
+    for (size_t k = 0; k < sizeof sampler_flags / sizeof sampler_flags[0]; k++) {
+        const sampler_flag *f = &sampler_flags[k];
+        if (strcmp(a, f->name)) continue;
+        if (!(v = cli_value(argc, argv, i)) || !cli_parse_float(a, v, f->lo, f->hi, &d)) return -1;
+        *(float *)((char *)sp + f->offset) = (float)d;
+        return 1;
+    }
+    int *slot = !strcmp(a, "--mirostat") ? &sp->mirostat
+                : !strcmp(a, "--dry-allowed-length") ? &sp->dry_allowed_length
+                : !strcmp(a, "--dry-penalty-last-n") ? &sp->dry_penalty_last_n : NULL;
+    if (slot) {
+        long lo = slot == &sp->dry_penalty_last_n ? -1 : 0, hi = slot == &sp->mirostat ? 2 : 1 << 24;
+        if (!(v = cli_value(argc, argv, i)) || !cli_parse_int(a, v, lo, hi, &l)) return -1;
+        *slot = (int)l;
+        return 1;
+    }
+    if (strcmp(a, "--dry-sequence-breaker")) return 0;
+    if (!(v = cli_value(argc, argv, i))) return -1;
+    if (sp->dry_breakers != breakers) sp->n_dry_breakers = 0; /* the first replaces the defaults */
+    if (!v[0] || sp->n_dry_breakers == cap) {
+        fprintf(stderr, "genloop: %s takes a non-empty string, at most %d times\n", a, cap);
+        return -1;
+    }
+    breakers[sp->n_dry_breakers++] = v;
+    sp->dry_breakers = breakers;
     return 1;
 }

@@ -39,4 +39,29 @@ void cli_copy_spec(struct gl_engine_params *to, const struct gl_engine_params *f
     "      --spec-ngram-max N  longest n-gram looked up (default 4)\n" \
     "      --spec-fixed        always draft --spec-max-tokens (no adaptive length)\n"
 
+/* llama.cpp's sampler flags (docs/sampling.md), with its names: --typical P,
+ * --top-nsigma N, --xtc-probability P, --xtc-threshold T, --dynatemp-range R,
+ * --dynatemp-exp E, --mirostat 0|1|2, --mirostat-ent TAU, --mirostat-lr ETA,
+ * --dry-multiplier M, --dry-base B, --dry-allowed-length N,
+ * --dry-penalty-last-n N and --dry-sequence-breaker STR (repeatable; the
+ * first replaces the defaults, kept in breakers[0..cap)). Returns 1 when
+ * argv[*i] was one (applied to sp, *i advanced), 0 when it is not, -1 after
+ * printing an error. */
+int cli_parse_sampler(int argc, char **argv, int *i, gl_sampling_params *sp, const char **breakers, int cap);
+#define CLI_SAMPLER_USAGE \
+    "      --typical P         locally typical sampling (default 1 = off)\n" \
+    "      --top-nsigma N      keep logits within N standard deviations of the top (default -1 = off)\n" \
+    "      --xtc-probability P XTC: chance per token of excluding the top choices (default 0 = off)\n" \
+    "      --xtc-threshold T   XTC: probability a top choice must reach (default 0.1)\n" \
+    "      --dynatemp-range R  dynamic temperature in temp +- R (default 0 = off)\n" \
+    "      --dynatemp-exp E    dynamic temperature exponent (default 1)\n" \
+    "      --mirostat N        mirostat 1 or 2 instead of top-k/top-p/min-p (default 0 = off)\n" \
+    "      --mirostat-ent TAU  mirostat target surprise in bits (default 5)\n" \
+    "      --mirostat-lr ETA   mirostat learning rate (default 0.1)\n" \
+    "      --dry-multiplier M  DRY repetition penalty (default 0 = off)\n" \
+    "      --dry-base B        DRY penalty base (default 1.75)\n" \
+    "      --dry-allowed-length N  DRY: repeats this long are free (default 2)\n" \
+    "      --dry-penalty-last-n N  DRY: tokens scanned (default -1 = the context; 0 = off)\n" \
+    "      --dry-sequence-breaker STR  text that ends a repeat (repeatable; default \\n : \" *)\n"
+
 #endif

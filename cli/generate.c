@@ -10,6 +10,7 @@
 #include "genloop.h"
 
 #define MAX_STOPS 16
+#define MAX_BREAKERS 32
 
 static void usage(FILE *out) {
     fprintf(out,
@@ -31,6 +32,7 @@ static void usage(FILE *out) {
             "  -c, --ctx N             context length (default: the model's)\n"
             "      --activation-bits N matmul activation precision: 16 (default) or 8 (faster, less precise)\n"
             "      --kv-type T         KV cache element type: f16 (default), q8_0 (half the memory) or f32\n"
+            CLI_SAMPLER_USAGE
             CLI_SPEC_USAGE
             "  -h, --help              this text\n",
             MAX_STOPS);
@@ -101,6 +103,7 @@ int cmd_generate(int argc, char **argv) {
     gl_kv_type kv_type = defaults.kv_type;
     gl_sampling_params sp;
     gl_sampling_params_default(&sp);
+    const char *breakers[MAX_BREAKERS];
     sp.temperature = 0.8f;
     sp.top_k = 40;
     sp.top_p = 0.95f;
@@ -169,7 +172,8 @@ int cmd_generate(int argc, char **argv) {
         } else if (!strcmp(a, "-c") || !strcmp(a, "--ctx")) {
             VALUE();
             if (!cli_parse_int(a, v, 1, 1 << 24, &n_ctx)) return 2;
-        } else if ((l = cli_parse_spec(argc, argv, &i, &defaults)) != 0) {
+        } else if ((l = cli_parse_spec(argc, argv, &i, &defaults)) != 0 ||
+                   (l = cli_parse_sampler(argc, argv, &i, &sp, breakers, MAX_BREAKERS)) != 0) {
             if (l < 0) return 2;
         } else if (!strcmp(a, "--activation-bits")) {
             VALUE();

@@ -11,6 +11,7 @@
 #include "reasoning.h"
 #include "sampler.h"
 #include "textstream.h"
+#include "tokenizer.h"
 
 gl_seq *seq_create(const int32_t *prompt, int n_prompt, int cap_tokens, int block_size) {
     gl_seq *s = calloc(1, sizeof *s);
@@ -44,11 +45,22 @@ bool seq_wants_prompt_logprob(const gl_seq *s, int pos) {
     return s->prompt_logprobs >= 0 && pos + 1 < s->n_prompt && pos + 1 >= s->prompt_logprobs_sent;
 }
 
+/* The sampler's view of the vocabulary's text (DRY's sequence breakers). */
+static const char *token_piece(const void *tokenizer, int32_t id, size_t *len) {
+    return tok_piece(tokenizer, id, len);
+}
+
 gl_seq *request_create(const gl_request *req, int cap_tokens, int block_size, int n_vocab, const gr_vocab *vocab,
                        const gl_tokenizer *tokenizer, const gl_spec *sp, gl_error *err) {
     gl_seq *s = seq_create(req->prompt, req->n_prompt, cap_tokens, block_size);
     if (!s) goto oom;
-    s->sampler = sampler_create(&req->sampling, n_vocab);
+    /* the history never outgrows the context: windows past it (or -1) are the context */
+    gl_sampling_params sampling = req->sampling;
+    if (sampling.dry_penalty_last_n < 0 || sampling.dry_penalty_last_n > cap_tokens)
+        sampling.dry_penalty_last_n = cap_tokens;
+    if (sampling.penalty_last_n > cap_tokens) sampling.penalty_last_n = cap_tokens;
+    s->sampler = sampler_create(&sampling, n_vocab);
+    if (s->sampler && tokenizer) sampler_set_text(s->sampler, token_piece, tokenizer);
     /* a constrained answer ends with its structure; a stop string would cut it */
     s->text = req->grammar ? ts_create(NULL, 0) : ts_create(req->stop, req->n_stop);
     if (!s->sampler || !s->text) goto oom;

@@ -1,5 +1,7 @@
-/* sampler.c -- logits to the next token: bias, penalties, temperature,
- * top-k, top-p, min-p and a draw from a per-sampler xoshiro256** RNG.
+/* sampler.c -- logits to the next token: bias, penalties, DRY,
+ * top-n-sigma, top-k, temperature (or dynamic temperature), typical-p,
+ * top-p, min-p, XTC and a draw from a per-sampler xoshiro256** RNG; or
+ * temperature and mirostat (1 or 2) in place of the truncations and draw.
  *
  * The candidate set is either the whole vocabulary or a list of ids in
  * s->cand; w[] holds the unnormalised probabilities exp((l - max) / T),
@@ -33,6 +35,22 @@ void gl_sampling_params_default(gl_sampling_params *p) {
     p->logit_bias = NULL;
     p->logprobs = false;
     p->n_logprobs = 0;
+    p->typical_p = 1.0f;
+    p->top_n_sigma = -1.0f;
+    p->xtc_probability = 0.0f;
+    p->xtc_threshold = 0.1f;
+    p->dynatemp_range = 0.0f;
+    p->dynatemp_exponent = 1.0f;
+    p->mirostat = 0;
+    p->mirostat_tau = 5.0f;
+    p->mirostat_eta = 0.1f;
+    p->dry_multiplier = 0.0f;
+    p->dry_base = 1.75f;
+    p->dry_allowed_length = 2;
+    p->dry_penalty_last_n = -1;
+    static const char *const dry_default_breakers[] = { "\n", ":", "\"", "*" };
+    p->n_dry_breakers = 4;
+    p->dry_breakers = dry_default_breakers;
 }
 
 /* ---- RNG: xoshiro256**, seeded through splitmix64 ------------------------- */
@@ -95,9 +113,30 @@ struct gl_sampler {
     int32_t *hist_cnt;          /* their counts */
     int n_hist;
 
+    /* DRY: the last dry_cap tokens, oldest at dry_head, and which tokens
+     * end a repeat (sampler_set_breaker). */
+    bool dry;                   /* DRY is on */
+    int32_t *dry_ring;
+    int dry_cap, dry_len, dry_head;
+    uint8_t *breaker;           /* [n_vocab] */
+    int32_t *dry_rev;           /* [dry_cap] scratch: the window, newest first */
+    int32_t *dry_z;             /* [dry_cap] scratch: repeat length ending k tokens back */
+    int32_t *dry_repeat;        /* [n_vocab] longest repeat the token would extend, -1 = none */
+    int32_t *dry_hit;           /* [dry_cap] scratch: tokens with dry_repeat set */
+    /* Breakers that may span tokens (sampler_set_text): found in the text. */
+    char **brk;                 /* own copies of the non-empty breaker strings */
+    int n_brk, brk_max;         /* count, longest length */
+    sampler_piece_fn piece;     /* NULL: only tokens marked as breakers count */
+    const void *piece_ctx;
+    char *after;                /* [brk_max] scratch: the text after a token, closest first */
+    int32_t *after_tok;         /* [brk_max] scratch: which token each byte of it came from */
+
+    float mu;                   /* mirostat: the surprise bound it steers (2 tau at start) */
+
     /* Scratch for one sample call. */
     int32_t *cand;              /* [n_vocab] candidate ids */
     float *w;                   /* [n_vocab] exp((l - max) / T) by token id */
+    float *key;                 /* [n_vocab] typical-p's ranking key, when it is on */
     gl_logit_bias *saved;       /* raw logits of entries bias/penalties overwrote */
     int n_saved, saved_cap;
 };
@@ -109,8 +148,19 @@ void sampler_free(gl_sampler *s) {
     free(s->slot_of);
     free(s->hist_tok);
     free(s->hist_cnt);
+    free(s->dry_ring);
+    free(s->breaker);
+    free(s->dry_rev);
+    free(s->dry_z);
+    free(s->dry_repeat);
+    free(s->dry_hit);
+    for (int b = 0; b < s->n_brk; b++) free(s->brk[b]);
+    free(s->brk);
+    free(s->after);
+    free(s->after_tok);
     free(s->cand);
     free(s->w);
+    free(s->key);
     free(s->saved);
     free(s);
 }
@@ -151,9 +201,35 @@ gl_sampler *sampler_create(const gl_sampling_params *params, int n_vocab) {
         for (int i = 0; i < n_vocab; i++) s->slot_of[i] = -1;
     }
 
+    s->dry = p->dry_multiplier > 0 && p->dry_base >= 1.0f && p->dry_penalty_last_n != 0;
+    if (s->dry) {
+        s->dry_cap = p->dry_penalty_last_n > 0 ? p->dry_penalty_last_n : SAMPLER_DRY_DEFAULT_WINDOW;
+        size_t cap = (size_t)s->dry_cap;
+        s->dry_ring = malloc(cap * sizeof *s->dry_ring);
+        s->dry_rev = malloc(cap * sizeof *s->dry_rev);
+        s->dry_z = malloc(cap * sizeof *s->dry_z);
+        s->dry_hit = malloc(cap * sizeof *s->dry_hit);
+        s->breaker = calloc((size_t)n_vocab, 1);
+        s->dry_repeat = malloc((size_t)n_vocab * sizeof *s->dry_repeat);
+        if (!s->dry_ring || !s->dry_rev || !s->dry_z || !s->dry_hit || !s->breaker || !s->dry_repeat) goto fail;
+        for (int i = 0; i < n_vocab; i++) s->dry_repeat[i] = -1;
+        if (p->n_dry_breakers > 0 && !(s->brk = calloc((size_t)p->n_dry_breakers, sizeof *s->brk))) goto fail;
+        for (int b = 0; b < p->n_dry_breakers; b++) {
+            size_t len = p->dry_breakers[b] ? strlen(p->dry_breakers[b]) : 0;
+            if (len == 0) continue;
+            if (!(s->brk[s->n_brk++] = strdup(p->dry_breakers[b]))) goto fail;
+            if ((int)len > s->brk_max) s->brk_max = (int)len;
+        }
+        s->after = malloc((size_t)s->brk_max + 1);
+        s->after_tok = malloc(((size_t)s->brk_max + 1) * sizeof *s->after_tok);
+        if (!s->after || !s->after_tok) goto fail;
+    }
+    s->mu = 2.0f * p->mirostat_tau;
+
     s->cand = malloc((size_t)n_vocab * sizeof *s->cand);
     s->w = malloc((size_t)n_vocab * sizeof *s->w);
-    s->saved_cap = p->n_logit_bias + hist_cap;
+    if (p->typical_p < 1.0f && !(s->key = malloc((size_t)n_vocab * sizeof *s->key))) goto fail;
+    s->saved_cap = p->n_logit_bias + hist_cap + s->dry_cap;
     if (s->saved_cap > 0) s->saved = malloc((size_t)s->saved_cap * sizeof *s->saved);
     if (!s->cand || !s->w || (s->saved_cap > 0 && !s->saved)) goto fail;
 
@@ -188,8 +264,49 @@ static void hist_remove(gl_sampler *s, int32_t t) {
     s->slot_of[t] = -1;
 }
 
+void sampler_set_breaker(gl_sampler *s, int32_t token) {
+    if (s->dry && token >= 0 && token < s->n_vocab) s->breaker[token] = 1;
+}
+
+/* Whether text[0..len) holds one of the breakers; starts[c]: some breaker
+ * begins with byte c (most bytes of most tokens fail that one lookup). */
+static bool holds_breaker(const gl_sampler *s, const char *text, size_t len, const bool starts[256]) {
+    for (size_t i = 0; i < len; i++) {
+        if (!starts[(unsigned char)text[i]]) continue;
+        for (int b = 0; b < s->n_brk; b++) {
+            size_t n = strlen(s->brk[b]);
+            if (n <= len - i && !memcmp(text + i, s->brk[b], n)) return true;
+        }
+    }
+    return false;
+}
+
+void sampler_set_text(gl_sampler *s, sampler_piece_fn piece, const void *ctx) {
+    if (!s->dry) return;
+    s->piece = piece;
+    s->piece_ctx = ctx;
+    bool starts[256] = {false};
+    for (int b = 0; b < s->n_brk; b++) starts[(unsigned char)s->brk[b][0]] = true;
+    for (int32_t t = 0; t < s->n_vocab; t++) {
+        size_t len;
+        const char *text = piece(ctx, t, &len);
+        if (text && holds_breaker(s, text, len, starts)) s->breaker[t] = 1;
+    }
+}
+
+static void dry_accept(gl_sampler *s, int32_t token) {
+    if (s->dry_len == s->dry_cap) {
+        s->dry_ring[s->dry_head] = token;
+        s->dry_head = (s->dry_head + 1) % s->dry_cap;
+    } else {
+        s->dry_ring[(s->dry_head + s->dry_len++) % s->dry_cap] = token;
+    }
+}
+
 void sampler_accept(gl_sampler *s, int32_t token) {
-    if (!s->penalize || token < 0 || token >= s->n_vocab) return;
+    if (token < 0 || token >= s->n_vocab) return;
+    if (s->dry) dry_accept(s, token);
+    if (!s->penalize) return;
     if (s->ring) {
         if (s->ring_len == s->ring_cap) {
             hist_remove(s, s->ring[s->ring_head]);
@@ -203,7 +320,9 @@ void sampler_accept(gl_sampler *s, int32_t token) {
 }
 
 void sampler_reset(gl_sampler *s) {
-    /* The RNG keeps going: a restarted request keeps its generated tokens. */
+    /* The RNG and mirostat's mu keep going: a restarted request keeps its
+     * generated tokens. */
+    s->dry_len = s->dry_head = 0;
     if (!s->penalize) return;
     for (int k = 0; k < s->n_hist; k++) s->slot_of[s->hist_tok[k]] = -1;
     s->n_hist = 0;
@@ -308,6 +427,99 @@ static void apply_penalties(gl_sampler *s, float *logits) {
         if (p->repetition_penalty != 1.0f) l = l > 0 ? l / p->repetition_penalty : l * p->repetition_penalty;
         l -= (float)count * p->frequency_penalty + p->presence_penalty;
         logits[t] = l;
+    }
+}
+
+/* DRY ("don't repeat yourself", as in koboldcpp and llama.cpp): when the
+ * text ends with a run that already occurred earlier in the window, the
+ * token that followed the earlier run would extend the repeat; if the run
+ * is at least allowed_length long, that token loses
+ * multiplier * base^(length - allowed_length). Runs stop at the last
+ * sequence breaker, and a breaker token itself is never penalised.
+ *
+ * With x the window newest first, z[k] is the length of the longest common
+ * prefix of x and x[k..]: the run ending k tokens back that repeats the
+ * run ending now; x[k - 1] followed it. The Z-algorithm gets every z[k] in
+ * time linear in the window. */
+static void dry_repeats(int32_t *z, const int32_t *x, int n) {
+    int box_lo = 0, box_hi = 0; /* x[box_lo..box_hi) equals x[0..box_hi - box_lo) */
+    for (int k = 1; k < n; k++) {
+        int len = 0;
+        if (k < box_hi) {
+            len = z[k - box_lo];
+            if (len > box_hi - k) len = box_hi - k;
+        }
+        while (k + len < n && x[len] == x[k + len]) len++;
+        if (k + len > box_hi) box_lo = k, box_hi = k + len;
+        z[k] = len;
+    }
+}
+
+/* The newest tokens x[0..limit) that a repeat may use: a run never reaches
+ * back past the last breaker. A token holding a breaker is one; a breaker
+ * spread over tokens (its start ends token i's text, the rest starts the
+ * text after it) ends in the token holding its last byte, which is found
+ * within brk_max tokens of i. */
+static int dry_limit(gl_sampler *s, const int32_t *x, int n) {
+    int limit = n, n_after = 0;
+    for (int i = 0; i < n && i <= limit + s->brk_max; i++) {
+        if (s->breaker[x[i]] && i < limit) limit = i;
+        if (!s->piece || s->brk_max < 2) {
+            if (limit < n) break;
+            continue;
+        }
+        size_t len;
+        const char *text = s->piece(s->piece_ctx, x[i], &len);
+        if (!text) len = 0;
+        for (int b = 0; b < s->n_brk; b++) {
+            const char *brk = s->brk[b];
+            int m = (int)strlen(brk);
+            for (int k = 1; k < m && k <= (int)len; k++) { /* k bytes of it in this token */
+                if (m - k > n_after || memcmp(text + len - k, brk, (size_t)k) ||
+                    memcmp(s->after, brk + k, (size_t)(m - k)))
+                    continue;
+                if (s->after_tok[m - k - 1] < limit) limit = s->after_tok[m - k - 1];
+            }
+        }
+        /* the text after token i + 1 is token i's text, then what was after it */
+        int keep = (int)len < s->brk_max ? (int)len : s->brk_max;
+        int moved = n_after < s->brk_max - keep ? n_after : s->brk_max - keep;
+        memmove(s->after + keep, s->after, (size_t)moved);
+        memmove(s->after_tok + keep, s->after_tok, (size_t)moved * sizeof *s->after_tok);
+        memcpy(s->after, text, (size_t)keep);
+        for (int j = 0; j < keep; j++) s->after_tok[j] = i;
+        n_after = keep + moved;
+    }
+    return limit;
+}
+
+static void apply_dry(gl_sampler *s, float *logits) {
+    const gl_sampling_params *p = &s->params;
+    int n = s->dry_len, allowed = p->dry_allowed_length;
+    if (!s->dry || n <= allowed) return;
+    int32_t *x = s->dry_rev;
+    for (int i = 0; i < n; i++) x[i] = s->dry_ring[(s->dry_head + n - 1 - i) % s->dry_cap];
+    int limit = dry_limit(s, x, n);
+    if (limit < allowed) return;
+    dry_repeats(s->dry_z, x, n);
+
+    int n_hit = 0;
+    for (int k = 1; k < n; k++) {
+        int len = s->dry_z[k] < limit ? s->dry_z[k] : limit;
+        int32_t t = x[k - 1];
+        if (len < allowed || s->breaker[t]) continue;
+        if (s->dry_repeat[t] < 0) s->dry_hit[n_hit++] = t;
+        if (len > s->dry_repeat[t]) s->dry_repeat[t] = len;
+    }
+    /* base^exponent stays finite: the exponent stops where it would pass FLT_MAX */
+    int max_exponent = p->dry_base > 1.000001f ? (int)(logf(FLT_MAX) / logf(p->dry_base)) : INT32_MAX;
+    for (int h = 0; h < n_hit; h++) {
+        int32_t t = s->dry_hit[h];
+        int exponent = s->dry_repeat[t] - allowed;
+        if (exponent > max_exponent) exponent = max_exponent;
+        save_raw(s, t, logits[t]);
+        logits[t] -= p->dry_multiplier * powf(p->dry_base, (float)exponent);
+        s->dry_repeat[t] = -1;
     }
 }
 
@@ -494,11 +706,120 @@ static int32_t draw(gl_sampler *s, cand_set c) {
     return last_positive; /* r landed in the rounding error */
 }
 
-/* Temperature, top-k, top-p, min-p, draw. */
+/* All the candidates' ids in s->cand (a set that was the whole vocabulary
+ * becomes a list, for samplers that reorder it). */
+static cand_set as_list(gl_sampler *s, cand_set c) {
+    if (c.ids) return c;
+    for (int j = 0; j < c.n; j++) s->cand[j] = j;
+    return (cand_set){s->cand, c.n};
+}
+
+/* Top-n-sigma: the tokens whose logit is within n standard deviations
+ * (over the finite logits of the vocabulary) of the largest. */
+static cand_set top_n_sigma(gl_sampler *s, const float *logits) {
+    int n_vocab = s->n_vocab, n_finite = 0;
+    double sum = 0, max = -INFINITY;
+    for (int i = 0; i < n_vocab; i++) {
+        if (logits[i] == -INFINITY) continue;
+        n_finite++;
+        sum += logits[i];
+        if (logits[i] > max) max = logits[i];
+    }
+    if (n_finite == 0) return (cand_set){NULL, n_vocab};
+    double mean = sum / n_finite, var = 0;
+    for (int i = 0; i < n_vocab; i++)
+        if (logits[i] != -INFINITY) var += (logits[i] - mean) * (logits[i] - mean);
+    float threshold = (float)(max - s->params.top_n_sigma * sqrt(var / n_finite));
+    int n = 0;
+    for (int i = 0; i < n_vocab; i++)
+        if (logits[i] >= threshold && logits[i] != -INFINITY) s->cand[n++] = i;
+    return (cand_set){s->cand, n};
+}
+
+/* Dynamic temperature: the candidates' entropy at temperature 1, over its
+ * largest possible value log n, mapped onto [T - range, T + range] through
+ * x^exponent: a confident distribution is sampled cold, a flat one hot. */
+static float dynamic_temperature(gl_sampler *s, cand_set c, const float *logits, float max) {
+    const gl_sampling_params *p = &s->params;
+    if (c.n <= 1) return p->temperature;
+    double z = 0, zl = 0; /* entropy = log z - sum(w (l - max)) / z */
+    for (int j = 0; j < c.n; j++) {
+        float d = logits[cand_id(c, j)] - max;
+        double w = exp(d);
+        z += w;
+        if (w > 0) zl += w * d;
+    }
+    double entropy = log(z) - zl / z;
+    double normalized = fmin(fmax(entropy / log((double)c.n), 0.0), 1.0);
+    float lo = fmaxf(p->temperature - p->dynatemp_range, 0.0f), hi = p->temperature + p->dynatemp_range;
+    return lo + (hi - lo) * powf((float)normalized, p->dynatemp_exponent);
+}
+
+/* Locally typical sampling (Meister et al.): rank the candidates by how far
+ * their surprise -log p lies from the entropy, closest first, and keep the
+ * shortest such prefix holding typical_p of the mass. With w = exp(d),
+ * d = (l - max) / T: -log p = log z - d, and the entropy is
+ * log z - sum(w d) / z, so no logarithm per token is needed. */
+static cand_set typical(gl_sampler *s, cand_set c, const float *logits, float max, float inv_t, double z) {
+    float *w = s->w, *key = s->key;
+    double wd = 0;
+    for (int j = 0; j < c.n; j++) {
+        int32_t t = cand_id(c, j);
+        if (w[t] > 0) wd += w[t] * (double)((logits[t] - max) * inv_t);
+    }
+    double log_z = log(z), entropy = log_z - wd / z;
+    for (int j = 0; j < c.n; j++) {
+        int32_t t = cand_id(c, j);
+        double surprise = log_z - (double)((logits[t] - max) * inv_t);
+        key[t] = w[t] > 0 ? (float)-fabs(surprise - entropy) : -INFINITY;
+    }
+    c = as_list(s, c);
+    c.n = nucleus_end(c.ids, c.n, w, key, (double)s->params.typical_p * z);
+    if (c.n < 1) c.n = 1;
+    return c;
+}
+
+/* XTC ("exclude top choices"): with probability xtc_probability, when two
+ * or more candidates reach xtc_threshold, all of them but the least likely
+ * go, steering away from the most predictable continuation. */
+static cand_set xtc(gl_sampler *s, cand_set c, const float *logits) {
+    const gl_sampling_params *p = &s->params;
+    if (c.n < 2 || rng_uniform(s->rng) >= p->xtc_probability) return c;
+    double z = 0;
+    for (int j = 0; j < c.n; j++) z += s->w[cand_id(c, j)];
+    float threshold = (float)(p->xtc_threshold * z);
+    int n_above = 0;
+    int32_t last_above = -1; /* the least likely of them */
+    for (int j = 0; j < c.n; j++) {
+        int32_t t = cand_id(c, j);
+        if (s->w[t] < threshold) continue;
+        n_above++;
+        if (last_above < 0 || better(logits, last_above, t)) last_above = t;
+    }
+    if (n_above < 2) return c;
+    int n = 0;
+    for (int j = 0; j < c.n; j++) {
+        int32_t t = cand_id(c, j);
+        if (s->w[t] < threshold || t == last_above) s->cand[n++] = t;
+    }
+    return (cand_set){s->cand, n};
+}
+
+/* The best candidate (greedy within the set). */
+static int32_t best_of(cand_set c, const float *logits) {
+    int32_t best = cand_id(c, 0);
+    for (int j = 1; j < c.n; j++)
+        if (better(logits, cand_id(c, j), best)) best = cand_id(c, j);
+    return best;
+}
+
+/* Top-n-sigma, top-k, temperature, typical-p, top-p, min-p, XTC, draw. */
 static int32_t sample_truncated(gl_sampler *s, const float *logits) {
     const gl_sampling_params *p = &s->params;
     cand_set c = {NULL, s->n_vocab};
-    if (p->top_k > 0 && p->top_k < s->n_vocab) {
+    if (p->top_n_sigma > 0) c = top_n_sigma(s, logits);
+    /* more than k tokens within n sigma: the k best of the vocabulary are among them */
+    if (p->top_k > 0 && p->top_k < c.n) {
         select_top_k(s->cand, logits, s->n_vocab, p->top_k);
         c = (cand_set){s->cand, p->top_k};
     }
@@ -506,19 +827,86 @@ static int32_t sample_truncated(gl_sampler *s, const float *logits) {
     for (int j = 0; j < c.n; j++) max = fmaxf(max, logits[cand_id(c, j)]);
     if (max == -INFINITY) return sampler_argmax(logits, s->n_vocab); /* everything banned */
 
-    float inv_t = 1.0f / p->temperature;
+    float temperature = p->dynatemp_range > 0 ? dynamic_temperature(s, c, logits, max) : p->temperature;
+    if (temperature <= 1e-6f) return best_of(c, logits);
+    float inv_t = 1.0f / temperature;
     double z = 0;
     for (int j = 0; j < c.n; j++) {
         int32_t t = cand_id(c, j);
         s->w[t] = expf((logits[t] - max) * inv_t);
         z += s->w[t];
     }
+    if (p->typical_p < 1.0f) {
+        c = typical(s, c, logits, max, inv_t, z);
+        /* the best survivor may be below weight 1: scale it back to 1, as
+         * top-p and min-p expect */
+        float w_max = 0;
+        for (int j = 0; j < c.n; j++) w_max = fmaxf(w_max, s->w[c.ids[j]]);
+        z = 0;
+        for (int j = 0; j < c.n; j++) z += (s->w[c.ids[j]] /= w_max);
+    }
     float min_w = p->min_p > 0 ? fminf(p->min_p, 1.0f) : 0.0f;
     if (p->top_p < 1.0f)
         c = nucleus(c, s->w, logits, z, p->top_p, min_w, s->cand);
     else if (min_w > 0)
         c = filter_weight(c, s->w, min_w, s->cand);
+    if (p->xtc_probability > 0 && p->xtc_threshold <= 0.5f) c = xtc(s, c, logits);
     return draw(s, c);
+}
+
+/* Mirostat: temperature, then a truncation that steers the surprise
+ * (-log2 p) of the drawn tokens towards tau; mu, the bound, learns from
+ * each draw. Version 1 (Basu et al.) estimates the Zipf exponent s of the
+ * top 100 tokens and keeps the k tokens whose expected surprise is mu;
+ * version 2 keeps the tokens whose surprise is at most mu. */
+enum { MIROSTAT_M = 100 };
+
+static int mirostat_k(gl_sampler *s, const float *logits) {
+    int m = s->n_vocab < MIROSTAT_M ? s->n_vocab : MIROSTAT_M;
+    select_top_k(s->cand, logits, s->n_vocab, m);
+    sort_best_first(s->cand, m, logits);
+    double sum_tb = 0, sum_tt = 0;
+    for (int i = 0; i + 1 < m && s->w[s->cand[i + 1]] > 0; i++) {
+        double t = log((double)(i + 2) / (i + 1));
+        sum_tb += t * log((double)s->w[s->cand[i]] / s->w[s->cand[i + 1]]);
+        sum_tt += t * t;
+    }
+    if (sum_tt == 0) return 1; /* one possible token */
+    double s_hat = sum_tb / sum_tt, eps = s_hat - 1, n = s->n_vocab, two_mu = exp2((double)s->mu);
+    /* eps / (1 - n^-eps) tends to 1 / ln n as eps -> 0 */
+    double ratio = fabs(eps) < 1e-6 ? 1.0 / log(n) : eps / (1 - pow(n, -eps));
+    double k = pow(ratio * two_mu, 1 / s_hat);
+    if (!(k >= 1)) return 1;
+    return k >= n ? s->n_vocab : (int)k;
+}
+
+static int32_t sample_mirostat(gl_sampler *s, const float *logits) {
+    const gl_sampling_params *p = &s->params;
+    int n_vocab = s->n_vocab;
+    float max = -INFINITY;
+    for (int i = 0; i < n_vocab; i++) max = fmaxf(max, logits[i]);
+    if (max == -INFINITY) return sampler_argmax(logits, n_vocab);
+    float inv_t = 1.0f / p->temperature;
+    double z = 0;
+    for (int i = 0; i < n_vocab; i++) z += (s->w[i] = expf((logits[i] - max) * inv_t));
+
+    cand_set c = {NULL, n_vocab};
+    if (p->mirostat == 1) {
+        int k = mirostat_k(s, logits);
+        if (k < n_vocab) {
+            select_top_k(s->cand, logits, n_vocab, k);
+            c = (cand_set){s->cand, k};
+        }
+    } else {
+        /* p >= 2^-mu; the best token (weight 1) always stays */
+        c = filter_weight(c, s->w, fminf((float)(z * exp2(-(double)s->mu)), 1.0f), s->cand);
+    }
+    double zc = 0;
+    for (int j = 0; j < c.n; j++) zc += s->w[cand_id(c, j)];
+    int32_t t = draw(s, c);
+    double surprise = -log2(s->w[t] / zc);
+    s->mu -= p->mirostat_eta * (float)(surprise - p->mirostat_tau);
+    return t;
 }
 
 int32_t sampler_sample(gl_sampler *s, float *logits, float *logprob, gl_top_logprob *top) {
@@ -531,9 +919,13 @@ int32_t sampler_sample(gl_sampler *s, float *logits, float *logprob, gl_top_logp
     s->n_saved = 0;
     apply_bias(s, logits);
     apply_penalties(s, logits);
+    apply_dry(s, logits);
 
-    int32_t chosen = (p->temperature <= 1e-6f || p->top_k == 1) ? sampler_argmax(logits, s->n_vocab)
-                                                                : sample_truncated(s, logits);
+    int32_t chosen;
+    if (p->temperature <= 1e-6f || (p->top_k == 1 && !p->mirostat))
+        chosen = sampler_argmax(logits, s->n_vocab);
+    else
+        chosen = p->mirostat ? sample_mirostat(s, logits) : sample_truncated(s, logits);
 
     if (logprob) *logprob = logprob_of(raw_logit(s, logits, chosen), lse);
     for (int j = 0; j < n_top && top[j].token >= 0; j++) top[j].logprob = logprob_of(top[j].logprob, lse);

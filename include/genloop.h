@@ -93,6 +93,22 @@ typedef struct gl_sampling_params {
     bool logprobs;            /* report each token's logprob (and n_logprobs alternatives);
                                  off saves a softmax over the vocabulary per token */
     int n_logprobs;           /* top alternatives to report per token, 0..20 */
+    /* llama.cpp's samplers (docs/sampling.md) */
+    float typical_p;          /* locally typical sampling; 1 = off */
+    float top_n_sigma;        /* keep logits within n std-devs of the max; <= 0 = off */
+    float xtc_probability;    /* chance per token that XTC cuts the top choices; 0 = off */
+    float xtc_threshold;      /* XTC cuts the tokens at or above this probability; > 0.5 = off */
+    float dynatemp_range;     /* temperature varies in temperature +- range by entropy; 0 = off */
+    float dynatemp_exponent;  /* shape of the entropy -> temperature map */
+    int mirostat;             /* 0 = off, 1 or 2: replaces the truncations and the draw */
+    float mirostat_tau;       /* target surprise in bits */
+    float mirostat_eta;       /* learning rate of mu */
+    float dry_multiplier;     /* DRY repeat penalty; 0 = off */
+    float dry_base;           /* penalty = multiplier * base^(repeat - allowed_length) */
+    int dry_allowed_length;   /* repeats this long go unpenalised */
+    int dry_penalty_last_n;   /* window DRY scans; -1 = the context, 0 = off */
+    int n_dry_breakers;
+    const char *const *dry_breakers; /* strings that end a repeat (read at submit) */
 } gl_sampling_params;
 
 void gl_sampling_params_default(gl_sampling_params *p);

@@ -751,6 +751,7 @@ int chat_parse(job *j, const cJSON *body, params_error *e) {
         "repeat_penalty", "repeat_last_n", "min_tokens", "cache_prompt", "speculative", "n_probs", "return_progress",
         "chat_template_kwargs", "add_generation_prompt", "continue_final_message", "reasoning_effort",
         "reasoning_format", "thinking_budget_tokens", "reasoning_budget_tokens",
+        PARAMS_SAMPLER_KEYS,
         /* known, refused by check_unsupported unless null (or harmless) */
         "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio",
         "modalities", NULL };

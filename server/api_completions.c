@@ -231,7 +231,7 @@ static int cmpl_parse(job *j, const cJSON *body, params_error *e) {
         "user", "best_of", "suffix", "top_k", "min_p", "repetition_penalty", "ignore_eos",
         /* llama.cpp server / vLLM extensions (README "Request fields") */
         "repeat_penalty", "repeat_last_n", "min_tokens", "cache_prompt", "speculative", "n_probs",
-        "return_progress", NULL };
+        "return_progress", PARAMS_SAMPLER_KEYS, NULL };
     api_server *a = j->api;
     if (params_check_fields(body, keys, a->cfg->lenient_params, e) || api_check_model(a, body, e))
         return -1;

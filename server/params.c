@@ -58,14 +58,9 @@ static const field_rule field_rules[] = {
     { "safety_identifier", NULL }, { "prompt_cache_key", NULL }, { "prediction", NULL },
     /* OpenAI: output changes we do not make */
     { "verbosity", "\"medium\"" }, { "web_search_options", "null" },
-    /* llama.cpp server: slots and reporting; settings of samplers refused below */
+    /* llama.cpp server: slots and reporting (its samplers: PARAMS_SAMPLER_KEYS) */
     { "id_slot", NULL }, { "timings_per_token", NULL }, { "n_keep", NULL },
-    { "mirostat_tau", NULL }, { "mirostat_eta", NULL }, { "dry_base", NULL },
-    { "dry_allowed_length", NULL }, { "dry_penalty_last_n", NULL },
-    { "dry_sequence_breakers", NULL }, { "xtc_threshold", NULL }, { "dynatemp_exponent", NULL },
-    { "typical_p", "1" }, { "mirostat", "0" }, { "tfs_z", "1" }, { "dry_multiplier", "0" },
-    { "xtc_probability", "0" }, { "top_n_sigma", "-1" }, { "dynatemp_range", "0" },
-    { "penalize_nl", "false" }, { "min_keep", "0" }, { "samplers", "null" },
+    { "tfs_z", "1" }, { "penalize_nl", "false" }, { "min_keep", "0" }, { "samplers", "null" },
     { "t_max_predict_ms", "0" }, { "post_sampling_probs", "false" }, { "lora", "[]" },
     { "n_indent", "0" }, { "return_tokens", "false" },
     /* vLLM */
@@ -206,6 +201,69 @@ static int parse_stop(const cJSON *body, const params_limits *lim, params_genera
     return 0;
 }
 
+/* DRY's sequence breakers: a non-empty array of non-empty strings. */
+static int parse_dry_breakers(const cJSON *body, params_generation *g, params_error *e) {
+    const char *key = "dry_sequence_breakers";
+    const cJSON *v = field(body, key);
+    if (!v) return 0;
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) == 0)
+        return params_fail(e, 400, key, "invalid_type", "'%s' must be a non-empty array of strings", key);
+    if (cJSON_GetArraySize(v) > PARAMS_MAX_DRY_BREAKERS)
+        return params_fail(e, 400, key, "invalid_value", "'%s' takes at most %d strings", key,
+                           PARAMS_MAX_DRY_BREAKERS);
+    for (const cJSON *item = v->child; item; item = item->next) {
+        if (!cJSON_IsString(item))
+            return params_fail(e, 400, key, "invalid_type", "'%s' must be a non-empty array of strings", key);
+        size_t len = strlen(item->valuestring);
+        if (len == 0 || len > PARAMS_MAX_DRY_BREAKER_BYTES)
+            return params_fail(e, 400, key, "invalid_value", "'%s' strings must be 1 to %d bytes, got %zu", key,
+                               PARAMS_MAX_DRY_BREAKER_BYTES, len);
+        if (!params_utf8_valid(item->valuestring, len))
+            return params_fail(e, 400, key, "invalid_value", "'%s' strings must be valid UTF-8", key);
+        if (!(g->dry_breakers[g->n_dry_breakers] = strdup(item->valuestring)))
+            return params_fail(e, 500, key, NULL, "out of memory");
+        g->n_dry_breakers++;
+    }
+    g->sampling.dry_breakers = (const char *const *)g->dry_breakers;
+    g->sampling.n_dry_breakers = g->n_dry_breakers;
+    return 0;
+}
+
+/* llama.cpp's samplers (docs/sampling.md), with its defaults and ranges
+ * that keep each one meaningful. */
+static int parse_llama_samplers(const cJSON *body, params_generation *g, params_error *e) {
+    gl_sampling_params *sp = &g->sampling;
+    double typical_p = sp->typical_p, top_n_sigma = sp->top_n_sigma, xtc_p = sp->xtc_probability,
+           xtc_t = sp->xtc_threshold, dyn_range = sp->dynatemp_range, dyn_exp = sp->dynatemp_exponent,
+           tau = sp->mirostat_tau, eta = sp->mirostat_eta, dry_mult = sp->dry_multiplier, dry_base = sp->dry_base;
+    if (params_get_number(body, "typical_p", 0, 1, false, &typical_p, e) ||
+        params_get_number(body, "top_n_sigma", -1, 1000, false, &top_n_sigma, e) ||
+        params_get_number(body, "xtc_probability", 0, 1, false, &xtc_p, e) ||
+        params_get_number(body, "xtc_threshold", 0, 1, false, &xtc_t, e) ||
+        params_get_number(body, "dynatemp_range", 0, 2, false, &dyn_range, e) ||
+        params_get_number(body, "dynatemp_exponent", 0, 100, false, &dyn_exp, e) ||
+        params_get_int(body, "mirostat", 0, 2, &sp->mirostat, e) ||
+        params_get_number(body, "mirostat_tau", 0, 100, false, &tau, e) ||
+        params_get_number(body, "mirostat_eta", 0, 1, false, &eta, e) ||
+        params_get_number(body, "dry_multiplier", 0, 100, false, &dry_mult, e) ||
+        params_get_number(body, "dry_base", 1, 100, false, &dry_base, e) ||
+        params_get_int(body, "dry_allowed_length", 0, 1 << 16, &sp->dry_allowed_length, e) ||
+        params_get_int(body, "dry_penalty_last_n", -1, 1 << 24, &sp->dry_penalty_last_n, e) ||
+        parse_dry_breakers(body, g, e))
+        return -1;
+    sp->typical_p = (float)typical_p;
+    sp->top_n_sigma = (float)top_n_sigma;
+    sp->xtc_probability = (float)xtc_p;
+    sp->xtc_threshold = (float)xtc_t;
+    sp->dynatemp_range = (float)dyn_range;
+    sp->dynatemp_exponent = (float)dyn_exp;
+    sp->mirostat_tau = (float)tau;
+    sp->mirostat_eta = (float)eta;
+    sp->dry_multiplier = (float)dry_mult;
+    sp->dry_base = (float)dry_base;
+    return 0;
+}
+
 static int parse_logit_bias(const cJSON *body, const gl_model *model, const params_limits *lim,
                             params_generation *g, params_error *e) {
     const cJSON *v = field(body, "logit_bias");
@@ -317,7 +375,9 @@ int params_generation_parse_limits(const cJSON *body, const gl_model *model,
             return -1;
         }
     }
-    if (parse_stop(body, lim, g, e) || parse_logit_bias(body, model, lim, g, e)) return -1;
+    if (parse_stop(body, lim, g, e) || parse_logit_bias(body, model, lim, g, e) ||
+        parse_llama_samplers(body, g, e))
+        return -1;
     return 0;
 }
 
@@ -331,6 +391,7 @@ int params_generation_parse(const cJSON *body, const gl_model *model, int max_n,
 
 void params_generation_free(params_generation *g) {
     for (int i = 0; i < g->n_stop; i++) free(g->stop[i]);
+    for (int i = 0; i < g->n_dry_breakers; i++) free(g->dry_breakers[i]);
     free(g->bias);
     gl_grammar_free(g->grammar);
     memset(g, 0, sizeof(*g));

@@ -12,6 +12,15 @@
 #include "genloop.h"
 
 #define PARAMS_MAX_STOP 16   /* the most stop strings any configuration allows */
+#define PARAMS_MAX_DRY_BREAKERS 32      /* dry_sequence_breakers strings */
+#define PARAMS_MAX_DRY_BREAKER_BYTES 64 /* bytes per breaker */
+
+/* llama.cpp's sampler fields that params_generation_parse reads, for the
+ * endpoints' lists of handled keys. */
+#define PARAMS_SAMPLER_KEYS                                                                        \
+    "typical_p", "top_n_sigma", "xtc_probability", "xtc_threshold", "dynatemp_range",              \
+    "dynatemp_exponent", "mirostat", "mirostat_tau", "mirostat_eta", "dry_multiplier", "dry_base", \
+    "dry_allowed_length", "dry_penalty_last_n", "dry_sequence_breakers"
 
 /* Per-request bounds from the server settings. */
 typedef struct params_limits {
@@ -35,6 +44,8 @@ typedef struct params_generation {
     gl_logit_bias *bias;     /* owned */
     char *stop[PARAMS_MAX_STOP]; /* owned */
     int n_stop;
+    char *dry_breakers[PARAMS_MAX_DRY_BREAKERS]; /* owned; sampling.dry_breakers points here when given */
+    int n_dry_breakers;
     int max_tokens;          /* >= 0; default 16 */
     int n;                   /* choices per prompt, 1..lim->max_n */
     bool stream;
@@ -64,7 +75,8 @@ int params_check_fields(const cJSON *body, const char *const *handled, bool leni
  * temperature, top_p, top_k, min_p, repetition_penalty (or llama.cpp's
  * repeat_penalty with repeat_last_n), presence_penalty, frequency_penalty,
  * logit_bias, seed, stop, n, stream, stream_options, ignore_eos, min_tokens,
- * cache_prompt and the max-tokens field named max_tokens_key, within lim.
+ * cache_prompt, llama.cpp's samplers (PARAMS_SAMPLER_KEYS) and the
+ * max-tokens field named max_tokens_key, within lim.
  * Returns 0, or -1 with e filled; call params_generation_free either way. */
 int params_generation_parse_limits(const cJSON *body, const gl_model *model,
                                    const params_limits *lim, const char *max_tokens_key,

@@ -736,6 +736,416 @@ START_TEST(test_nan_and_inf) {
 }
 END_TEST
 
+
+/* ---- llama.cpp's samplers ------------------------------------------------- */
+
+START_TEST(test_llama_sampler_defaults) {
+    gl_sampling_params p;
+    memset(&p, 0x5a, sizeof p);
+    gl_sampling_params_default(&p);
+    ck_assert_float_eq(p.typical_p, 1.0f);
+    ck_assert_float_eq(p.top_n_sigma, -1.0f);
+    ck_assert_float_eq(p.xtc_probability, 0.0f);
+    ck_assert_float_eq(p.xtc_threshold, 0.1f);
+    ck_assert_float_eq(p.dynatemp_range, 0.0f);
+    ck_assert_float_eq(p.dynatemp_exponent, 1.0f);
+    ck_assert_int_eq(p.mirostat, 0);
+    ck_assert_float_eq(p.mirostat_tau, 5.0f);
+    ck_assert_float_eq(p.mirostat_eta, 0.1f);
+    ck_assert_float_eq(p.dry_multiplier, 0.0f);
+    ck_assert_float_eq(p.dry_base, 1.75f);
+    ck_assert_int_eq(p.dry_allowed_length, 2);
+    ck_assert_int_eq(p.dry_penalty_last_n, -1);
+    ck_assert_int_eq(p.n_dry_breakers, 4);
+    ck_assert_str_eq(p.dry_breakers[0], "\n");
+    ck_assert_str_eq(p.dry_breakers[1], ":");
+    ck_assert_str_eq(p.dry_breakers[2], "\"");
+    ck_assert_str_eq(p.dry_breakers[3], "*");
+}
+END_TEST
+
+/* The draws of p against want, by chi-square (3 degrees of freedom at most). */
+static void check_draws(const gl_sampling_params *p, const float *logits, const double *want, const char *what) {
+    int counts[5];
+    histogram(p, logits, 4, 20000, counts);
+    double chi = chi_square(counts, want, 4, 20000);
+    ck_assert_msg(chi < 30, "%s: chi-square %g", what, chi);
+}
+
+/* Probabilities .5 .3 .15 .05: entropy 1.142 nats; surprises .693 1.204
+ * 1.897 2.996, so typicality ranks 1, 0, 2, 3. */
+START_TEST(test_typical_by_hand) {
+    const float logits[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
+    struct {
+        float typical_p;
+        double want[4];
+    } cases[] = {
+        {0.0f, {0, 1, 0, 0}},  /* the most typical token, not the most likely */
+        {0.25f, {0, 1, 0, 0}},
+        {0.5f, {0.625, 0.375, 0, 0}},
+        {0.9f, {0.5 / 0.95, 0.3 / 0.95, 0.15 / 0.95, 0}},
+        {1.0f, {0.5, 0.3, 0.15, 0.05}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        gl_sampling_params p = params_default();
+        p.typical_p = cases[c].typical_p;
+        p.seed = 300 + c;
+        check_draws(&p, logits, cases[c].want, "typical_p");
+    }
+    /* with top-p after it: top-p's mass is that of the typical set */
+    gl_sampling_params p = params_default();
+    p.typical_p = 0.5f;
+    p.top_p = 0.5f;
+    const double want[4] = {1, 0, 0, 0};
+    check_draws(&p, logits, want, "typical_p then top_p");
+}
+END_TEST
+
+/* Logits 2 1 0 -1 -2: mean 0, standard deviation sqrt 2. */
+START_TEST(test_top_n_sigma_by_hand) {
+    const float logits[5] = {2, 1, 0, -1, -2};
+    double e2 = exp(2), e1 = exp(1), e0 = 1;
+    struct {
+        float n;
+        double want[4];
+    } cases[] = {
+        {1e-4f, {1, 0, 0, 0}},                              /* tiny n: greedy */
+        {1.0f, {e2 / (e2 + e1), e1 / (e2 + e1), 0, 0}},    /* above 2 - 1.41 */
+        {2.0f, {e2 / (e2 + e1 + e0), e1 / (e2 + e1 + e0), e0 / (e2 + e1 + e0), 0}},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        gl_sampling_params p = params_default();
+        p.top_n_sigma = cases[c].n;
+        p.seed = 400 + c;
+        int counts[5];
+        histogram(&p, logits, 5, 20000, counts);
+        double want5[5] = {cases[c].want[0], cases[c].want[1], cases[c].want[2], cases[c].want[3], 0};
+        double chi = chi_square(counts, want5, 5, 20000);
+        ck_assert_msg(chi < 30, "top_n_sigma %g: chi-square %g", cases[c].n, chi);
+    }
+    /* off (<= 0) keeps everything; a banned token does not count in the spread */
+    gl_sampling_params p = params_default();
+    p.top_n_sigma = 0;
+    int counts[5];
+    histogram(&p, logits, 5, 20000, counts);
+    ck_assert_int_gt(counts[4], 0);
+    float banned[5] = {2, 1, 0, -1, -INFINITY};
+    p.top_n_sigma = 1.0f; /* mean 0.5, sd 1.118: keeps logits >= 0.88 */
+    histogram(&p, banned, 5, 20000, counts);
+    ck_assert_int_gt(counts[1], 0);
+    ck_assert_int_eq(counts[2] + counts[3] + counts[4], 0);
+}
+END_TEST
+
+START_TEST(test_xtc_by_hand) {
+    const float logits[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
+    struct {
+        float probability, threshold;
+        double want[4];
+    } cases[] = {
+        {1.0f, 0.1f, {0, 0, 0.75, 0.25}},           /* 0, 1, 2 reach .1: only 2 stays */
+        {1.0f, 0.2f, {0, 0.6, 0.3, 0.1}},           /* 0 and 1 reach .2: 1 stays */
+        {1.0f, 0.45f, {0.5, 0.3, 0.15, 0.05}},      /* one token reaches it: nothing goes */
+        {1.0f, 0.6f, {0.5, 0.3, 0.15, 0.05}},       /* above .5: off */
+        {0.5f, 0.2f, {0.25, 0.45, 0.225, 0.075}},   /* half the time */
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        gl_sampling_params p = params_default();
+        p.xtc_probability = cases[c].probability;
+        p.xtc_threshold = cases[c].threshold;
+        p.seed = 500 + c;
+        check_draws(&p, logits, cases[c].want, "xtc");
+    }
+}
+END_TEST
+
+/* Dynamic temperature from the normalised entropy of logits 1 0 -1 -2. */
+START_TEST(test_dynatemp_by_hand) {
+    const float logits[4] = {1, 0, -1, -2};
+    double z = 0, h = 0;
+    for (int i = 0; i < 4; i++) z += exp(logits[i]);
+    for (int i = 0; i < 4; i++) h -= exp(logits[i]) / z * (logits[i] - log(z));
+    double norm = h / log(4.0);
+    struct {
+        float temperature, range, exponent;
+    } cases[] = {{1.0f, 0.5f, 1.0f}, {1.0f, 0.8f, 2.0f}, {0.7f, 0.0f, 1.0f}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        gl_sampling_params p = params_default();
+        p.temperature = cases[c].temperature;
+        p.dynatemp_range = cases[c].range;
+        p.dynatemp_exponent = cases[c].exponent;
+        p.seed = 600 + c;
+        double lo = fmax(cases[c].temperature - cases[c].range, 0), hi = cases[c].temperature + cases[c].range;
+        double t = lo + (hi - lo) * pow(norm, cases[c].exponent);
+        double want[4];
+        reference_probs(logits, 4, (float)t, 0, 1, 0, want);
+        check_draws(&p, logits, want, "dynatemp");
+    }
+    /* a flat-enough row at exponent 60 maps to temperature - range = 0: greedy */
+    gl_sampling_params p = params_default();
+    p.temperature = 0.5f;
+    p.dynatemp_range = 0.5f;
+    p.dynatemp_exponent = 60;
+    const double greedy[4] = {1, 0, 0, 0};
+    check_draws(&p, logits, greedy, "dynatemp down to 0");
+}
+END_TEST
+
+/* Zipf logits p_i ~ (i + 1)^-1.5 over 1000 tokens: mirostat 1 estimates
+ * s = 1.5, and with tau 3 (mu 6) keeps k = (0.5 * 2^6 / (1 - 1000^-0.5))^(1/1.5)
+ * = 10 tokens on its first draw. */
+START_TEST(test_mirostat_1_first_k) {
+    enum { N = 1000 };
+    static float logits[N], work[N];
+    for (int i = 0; i < N; i++) logits[i] = -1.5f * logf((float)(i + 1));
+    int above_5 = 0;
+    for (int seed = 0; seed < 500; seed++) {
+        gl_sampling_params p = params_default();
+        p.mirostat = 1;
+        p.mirostat_tau = 3;
+        p.seed = (uint64_t)seed;
+        gl_sampler *s = sampler_create(&p, N);
+        memcpy(work, logits, sizeof work);
+        int32_t t = sampler_sample(s, work, NULL, NULL);
+        ck_assert_int_lt(t, 10);
+        above_5 += t >= 5;
+        sampler_free(s);
+    }
+    ck_assert_int_gt(above_5, 20); /* ~12% of the top-10 mass */
+}
+END_TEST
+
+/* Mirostat 2 with tau 0.1 (mu 0.2): only tokens with p >= 2^-0.2 = 0.87
+ * pass, so the first draws are the best token; mu then grows by eta * tau
+ * per draw. With a large tau every token passes: plain softmax. */
+START_TEST(test_mirostat_2_by_hand) {
+    const float logits[4] = {logf(0.5f), logf(0.3f), logf(0.15f), logf(0.05f)};
+    gl_sampling_params p = params_default();
+    p.mirostat = 2;
+    p.mirostat_tau = 0.1f;
+    gl_sampler *s = sampler_create(&p, 4);
+    for (int i = 0; i < 100; i++) ck_assert_int_eq(sample_copy(s, logits, 4, NULL, NULL), 0);
+    sampler_free(s);
+    p.mirostat_tau = 10;
+    const double softmax[4] = {0.5, 0.3, 0.15, 0.05};
+    check_draws(&p, logits, softmax, "mirostat 2, tau 10");
+    /* top_k, top_p and friends do not apply under mirostat */
+    p.top_k = 1;
+    p.top_p = 0.1f;
+    check_draws(&p, logits, softmax, "mirostat 2 ignores top_k/top_p");
+}
+END_TEST
+
+/* Both versions steer the drawn tokens' surprise: a lower tau draws more
+ * likely tokens on average (on a roughly Zipf row, mirostat 1's model). */
+START_TEST(test_mirostat_follows_tau) {
+    enum { N = 200, STEPS = 3000 };
+    static float logits[N], work[N];
+    for (int i = 0; i < N; i++) logits[i] = -1.2f * logf((float)(i + 1)) + (float)(urand() * 0.2);
+    double z = 0;
+    for (int i = 0; i < N; i++) z += exp(logits[i]);
+    for (int version = 1; version <= 2; version++) {
+        double mean[2];
+        const float taus[2] = {1.5f, 4.0f};
+        for (int k = 0; k < 2; k++) {
+            gl_sampling_params p = params_default();
+            p.mirostat = version;
+            p.mirostat_tau = taus[k];
+            gl_sampler *s = sampler_create(&p, N);
+            double total = 0;
+            for (int i = 0; i < STEPS; i++) {
+                memcpy(work, logits, sizeof work);
+                int32_t t = sampler_sample(s, work, NULL, NULL);
+                total += -log2(exp(logits[t]) / z);
+            }
+            mean[k] = total / STEPS;
+            sampler_free(s);
+        }
+        ck_assert_msg(mean[0] + 0.5 < mean[1], "mirostat %d: mean surprise %g at tau 1.5, %g at tau 4", version,
+                      mean[0], mean[1]);
+    }
+}
+END_TEST
+
+/* The DRY penalty a sampler with this history puts on each of 10 tokens
+ * (all logits 0, greedy: sampling leaves the processed logits in place). */
+static void dry_penalties(const gl_sampling_params *p, const int32_t *history, int n, const int32_t *breakers,
+                          int n_breakers, float *penalty) {
+    gl_sampler *s = sampler_create(p, 10);
+    ck_assert_ptr_nonnull(s);
+    for (int i = 0; i < n_breakers; i++) sampler_set_breaker(s, breakers[i]);
+    for (int i = 0; i < n; i++) sampler_accept(s, history[i]);
+    float row[10] = {0};
+    float logprob;
+    sampler_sample(s, row, &logprob, NULL);
+    ck_assert_float_eq_tol(logprob, logf(0.1f), 1e-5); /* raw, whatever the penalty */
+    for (int i = 0; i < 10; i++) penalty[i] = -row[i];
+    sampler_free(s);
+}
+
+START_TEST(test_dry_by_hand) {
+    /* 1 2 3 4 1 2 3: the text ends with "1 2 3", which 4 followed before */
+    const int32_t h[7] = {1, 2, 3, 4, 1, 2, 3};
+    gl_sampling_params p = params_default();
+    p.temperature = 0;
+    p.dry_multiplier = 0.8f;
+    float pen[10];
+    dry_penalties(&p, h, 7, NULL, 0, pen);
+    for (int i = 0; i < 10; i++) ck_assert_float_eq_tol(pen[i], i == 4 ? 0.8f * 1.75f : 0, 1e-6);
+
+    p.dry_allowed_length = 3;  /* 3 - 3: multiplier * base^0 */
+    dry_penalties(&p, h, 7, NULL, 0, pen);
+    ck_assert_float_eq_tol(pen[4], 0.8f, 1e-6);
+    p.dry_allowed_length = 4;  /* a run of 3 is allowed */
+    dry_penalties(&p, h, 7, NULL, 0, pen);
+    ck_assert_float_eq_tol(pen[4], 0, 1e-6);
+    p.dry_allowed_length = 2;
+
+    const int32_t b1[1] = {1}, b2[1] = {2}, b4[1] = {4};
+    dry_penalties(&p, h, 7, b1, 1, pen);   /* the run stops after the breaker 1: "2 3", length 2 */
+    ck_assert_float_eq_tol(pen[4], 0.8f, 1e-6);
+    dry_penalties(&p, h, 7, b2, 1, pen);   /* "3" alone is shorter than allowed */
+    ck_assert_float_eq_tol(pen[4], 0, 1e-6);
+    dry_penalties(&p, h, 7, b4, 1, pen);   /* a breaker is never penalised */
+    ck_assert_float_eq_tol(pen[4], 0, 1e-6);
+
+    p.dry_penalty_last_n = 4;              /* the window 4 1 2 3 holds no repeat */
+    dry_penalties(&p, h, 7, NULL, 0, pen);
+    ck_assert_float_eq_tol(pen[4], 0, 1e-6);
+    p.dry_penalty_last_n = 0;              /* off */
+    dry_penalties(&p, h, 7, NULL, 0, pen);
+    ck_assert_float_eq_tol(pen[4], 0, 1e-6);
+    p.dry_penalty_last_n = -1;
+
+    /* 5 6 5 6 5 6 5: "6 5 6 5" (after 5 6 5 6 ...) is followed by 6, run 5 */
+    const int32_t alt[7] = {5, 6, 5, 6, 5, 6, 5};
+    dry_penalties(&p, alt, 7, NULL, 0, pen);
+    for (int i = 0; i < 10; i++)
+        ck_assert_float_eq_tol(pen[i], i == 6 ? 0.8f * powf(1.75f, 5 - 2) : 0, 1e-4);
+    /* the longest run wins when a token follows several */
+    const int32_t two[9] = {7, 1, 2, 9, 1, 2, 3, 1, 2};
+    dry_penalties(&p, two, 9, NULL, 0, pen); /* 9 and 3 follow "1 2"; 7 1 2 is not repeated */
+    ck_assert_float_eq_tol(pen[9], 0.8f, 1e-6);
+    ck_assert_float_eq_tol(pen[3], 0.8f, 1e-6);
+
+    /* a long run of one token: the exponent stops short of overflow */
+    int32_t same[300];
+    for (int i = 0; i < 300; i++) same[i] = 8;
+    p.dry_base = 3;
+    dry_penalties(&p, same, 300, NULL, 0, pen);
+    ck_assert(pen[8] > 1e30f && isfinite(pen[8]));
+
+    /* sampler_reset forgets the history */
+    gl_sampler *s = sampler_create(&p, 10);
+    for (int i = 0; i < 7; i++) sampler_accept(s, h[i]);
+    sampler_reset(s);
+    float row[10] = {0};
+    sampler_sample(s, row, NULL, NULL);
+    for (int i = 0; i < 10; i++) ck_assert_float_eq(row[i], 0);
+    sampler_free(s);
+}
+END_TEST
+
+/* A made-up vocabulary's text for sampler_set_text. */
+static const char *const test_pieces[10] = {"a", "b", "Us", "er", ":", "x", "U", "ser", "\n", "y"};
+
+static const char *test_piece(const void *ctx, int32_t id, size_t *len) {
+    (void)ctx;
+    if (id < 0 || id >= 10) return NULL;
+    *len = strlen(test_pieces[id]);
+    return test_pieces[id];
+}
+
+/* The DRY penalty on token 5 after history h, with these breakers found in
+ * the text of test_pieces. */
+static float dry_penalty_with_text(const int32_t *h, int n, const char *const *breakers, int n_breakers) {
+    gl_sampling_params p = params_default();
+    p.temperature = 0;
+    p.dry_multiplier = 0.8f;
+    p.dry_breakers = breakers;
+    p.n_dry_breakers = n_breakers;
+    gl_sampler *s = sampler_create(&p, 10);
+    ck_assert_ptr_nonnull(s);
+    sampler_set_text(s, test_piece, NULL);
+    for (int i = 0; i < n; i++) sampler_accept(s, h[i]);
+    float row[10] = {0};
+    sampler_sample(s, row, NULL, NULL);
+    sampler_free(s);
+    return -row[5];
+}
+
+/* "Us er : a b x Us er : a b": the text ends with "User:ab", which "x"
+ * followed before (a run of 5 tokens). A "User:" breaker, spelled over three
+ * tokens, ends the run at ":", leaving "a b" (run 2). */
+START_TEST(test_dry_breakers_in_text) {
+    const int32_t h[11] = {2, 3, 4, 0, 1, 5, 2, 3, 4, 0, 1};
+    const float full = 0.8f * powf(1.75f, 3), cut = 0.8f;
+    const char *const none[1] = {"zz"}, *const user[1] = {"User:"}, *const er[2] = {"q", "er:"};
+    const char *const sr[1] = {"ser"}, *const nl[1] = {"\n"};
+    ck_assert_float_eq_tol(dry_penalty_with_text(h, 11, none, 1), full, 1e-4);
+    ck_assert_float_eq_tol(dry_penalty_with_text(h, 11, user, 1), cut, 1e-6);
+    ck_assert_float_eq_tol(dry_penalty_with_text(h, 11, er, 2), cut, 1e-6);
+    ck_assert_float_eq_tol(dry_penalty_with_text(h, 11, nl, 1), full, 1e-4);
+    /* the same words spelled "U ser :": "ser" is inside one token */
+    const int32_t h2[11] = {6, 7, 4, 0, 1, 5, 6, 7, 4, 0, 1};
+    ck_assert_float_eq_tol(dry_penalty_with_text(h2, 11, user, 1), cut, 1e-6);
+    ck_assert_float_eq_tol(dry_penalty_with_text(h2, 11, sr, 1), 0.8f * 1.75f, 1e-5); /* ends at "ser": ": a b" */
+    /* a breaker the text never completes ("User" then "x") does not cut */
+    const int32_t h3[11] = {2, 3, 5, 0, 1, 5, 2, 3, 5, 0, 1};
+    ck_assert_float_eq_tol(dry_penalty_with_text(h3, 11, user, 1), full, 1e-4);
+    /* the default breakers: token 8 ("\n") breaks */
+    gl_sampling_params p = params_default();
+    p.temperature = 0;
+    p.dry_multiplier = 0.8f;
+    gl_sampler *s = sampler_create(&p, 10);
+    sampler_set_text(s, test_piece, NULL);
+    const int32_t h4[11] = {8, 0, 1, 5, 9, 8, 0, 1, 5, 9, 8};
+    for (int i = 0; i < 11; i++) sampler_accept(s, h4[i]);
+    float row[10] = {0};
+    sampler_sample(s, row, NULL, NULL);
+    for (int i = 0; i < 10; i++) ck_assert_float_eq(row[i], 0); /* the run is empty after "\n" */
+    sampler_free(s);
+}
+END_TEST
+
+/* Every new sampler at once: the same seed gives the same tokens, another
+ * seed others. */
+START_TEST(test_llama_samplers_seeded) {
+    enum { N = 300, STEPS = 400 };
+    static float logits[N], work[N];
+    random_logits(logits, N, 3);
+    for (int mirostat = 0; mirostat <= 2; mirostat++) {
+        gl_sampling_params p = params_default();
+        p.typical_p = 0.95f;
+        p.top_n_sigma = 3;
+        p.xtc_probability = 0.5f;
+        p.dynatemp_range = 0.3f;
+        p.dry_multiplier = 0.5f;
+        p.mirostat = mirostat;
+        p.seed = 77;
+        gl_sampler *a = sampler_create(&p, N), *b = sampler_create(&p, N);
+        p.seed = 78;
+        gl_sampler *c = sampler_create(&p, N);
+        int n_diff = 0;
+        for (int i = 0; i < STEPS; i++) {
+            memcpy(work, logits, sizeof work);
+            int32_t ta = sampler_sample(a, work, NULL, NULL);
+            memcpy(work, logits, sizeof work);
+            ck_assert_int_eq(ta, sampler_sample(b, work, NULL, NULL));
+            memcpy(work, logits, sizeof work);
+            n_diff += ta != sampler_sample(c, work, NULL, NULL);
+            sampler_accept(a, ta);
+            sampler_accept(b, ta);
+            sampler_accept(c, ta);
+        }
+        ck_assert_int_gt(n_diff, STEPS / 10);
+        sampler_free(a);
+        sampler_free(b);
+        sampler_free(c);
+    }
+}
+END_TEST
+
 static Suite *sampler_suite(void) {
     Suite *s = suite_create("sampler");
     TCase *tc = tcase_create("core");
@@ -760,6 +1170,17 @@ static Suite *sampler_suite(void) {
     tcase_add_test(tc, test_penalty_window);
     tcase_add_test(tc, test_logprobs);
     tcase_add_test(tc, test_nan_and_inf);
+    tcase_add_test(tc, test_llama_sampler_defaults);
+    tcase_add_test(tc, test_typical_by_hand);
+    tcase_add_test(tc, test_top_n_sigma_by_hand);
+    tcase_add_test(tc, test_xtc_by_hand);
+    tcase_add_test(tc, test_dynatemp_by_hand);
+    tcase_add_test(tc, test_mirostat_1_first_k);
+    tcase_add_test(tc, test_mirostat_2_by_hand);
+    tcase_add_test(tc, test_mirostat_follows_tau);
+    tcase_add_test(tc, test_dry_by_hand);
+    tcase_add_test(tc, test_dry_breakers_in_text);
+    tcase_add_test(tc, test_llama_samplers_seeded);
     suite_add_tcase(s, tc);
     return s;
 }

@@ -69,6 +69,65 @@ START_TEST(test_errors_name_the_field) {
 }
 END_TEST
 
+/* llama.cpp's samplers: llama.cpp's defaults when absent, each field read
+ * into the sampling params, the breakers owned by the parse result. */
+START_TEST(test_llama_samplers) {
+    params_generation g;
+    params_error e;
+    ck_assert_int_eq(parse("{}", &g, &e), 0);
+    ck_assert_float_eq(g.sampling.typical_p, 1.0f);
+    ck_assert_float_eq(g.sampling.top_n_sigma, -1.0f);
+    ck_assert_int_eq(g.sampling.mirostat, 0);
+    ck_assert_float_eq(g.sampling.dry_multiplier, 0.0f);
+    ck_assert_int_eq(g.sampling.dry_penalty_last_n, -1);
+    ck_assert_int_eq(g.sampling.n_dry_breakers, 4);
+    params_generation_free(&g);
+
+    ck_assert_int_eq(parse("{\"typical_p\":0.5,\"top_n_sigma\":2,\"xtc_probability\":1,\"xtc_threshold\":0.2,"
+                           "\"dynatemp_range\":0.3,\"dynatemp_exponent\":2,\"mirostat\":2,\"mirostat_tau\":3,"
+                           "\"mirostat_eta\":0.2,\"dry_multiplier\":0.8,\"dry_base\":2,\"dry_allowed_length\":3,"
+                           "\"dry_penalty_last_n\":64,\"dry_sequence_breakers\":[\"\\n\",\"User:\"]}",
+                           &g, &e), 0);
+    const gl_sampling_params *sp = &g.sampling;
+    ck_assert_float_eq(sp->typical_p, 0.5f);
+    ck_assert_float_eq(sp->top_n_sigma, 2.0f);
+    ck_assert_float_eq(sp->xtc_probability, 1.0f);
+    ck_assert_float_eq(sp->xtc_threshold, 0.2f);
+    ck_assert_float_eq(sp->dynatemp_range, 0.3f);
+    ck_assert_float_eq(sp->dynatemp_exponent, 2.0f);
+    ck_assert_int_eq(sp->mirostat, 2);
+    ck_assert_float_eq(sp->mirostat_tau, 3.0f);
+    ck_assert_float_eq(sp->mirostat_eta, 0.2f);
+    ck_assert_float_eq(sp->dry_multiplier, 0.8f);
+    ck_assert_float_eq(sp->dry_base, 2.0f);
+    ck_assert_int_eq(sp->dry_allowed_length, 3);
+    ck_assert_int_eq(sp->dry_penalty_last_n, 64);
+    ck_assert_int_eq(sp->n_dry_breakers, 2);
+    ck_assert_str_eq(sp->dry_breakers[0], "\n");
+    ck_assert_str_eq(sp->dry_breakers[1], "User:");
+    params_generation_free(&g);
+
+    static const struct { const char *json, *param; } bad[] = {
+        {"{\"typical_p\":1.5}", "typical_p"},
+        {"{\"mirostat\":3}", "mirostat"},
+        {"{\"mirostat\":1.5}", "mirostat"},
+        {"{\"dry_base\":0.5}", "dry_base"},
+        {"{\"dry_penalty_last_n\":-2}", "dry_penalty_last_n"},
+        {"{\"dry_sequence_breakers\":[]}", "dry_sequence_breakers"},
+        {"{\"dry_sequence_breakers\":[\"a\",\"\"]}", "dry_sequence_breakers"},   /* frees the "a" it kept */
+        {"{\"dry_sequence_breakers\":\"\\n\"}", "dry_sequence_breakers"},
+        {"{\"xtc_threshold\":-0.1}", "xtc_threshold"},
+        {"{\"top_n_sigma\":-2}", "top_n_sigma"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(parse(bad[i].json, &g, &e), -1);
+        ck_assert_int_eq(e.status, 400);
+        ck_assert_str_eq(e.param, bad[i].param);
+        params_generation_free(&g);
+    }
+}
+END_TEST
+
 START_TEST(test_unknown_key) {
     static const char *const allowed[] = {"model", "prompt", NULL};
     cJSON *body = cJSON_Parse("{\"model\":\"m\",\"promt\":\"x\"}");
@@ -170,7 +229,7 @@ START_TEST(test_tools_reader_pieces) {
 END_TEST
 
 int main(void) {
-    const TTest *tests[] = {test_defaults_and_fields, test_errors_name_the_field, test_unknown_key,
+    const TTest *tests[] = {test_defaults_and_fields, test_errors_name_the_field, test_llama_samplers, test_unknown_key,
                             test_utf8_and_nul, test_jbuf_json, test_utf8_cut_and_clean,
                             test_tools_reader_pieces};
     return test_run_tests("server_params", tests, (int)(sizeof tests / sizeof tests[0])) ? 1 : 0;

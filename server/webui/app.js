@@ -65,6 +65,21 @@ const SETTINGS = [
   { id: "repetition_penalty", def: 1, kind: "number", param: "repetition_penalty" },
   { id: "presence_penalty", def: 0, kind: "number", param: "presence_penalty" },
   { id: "frequency_penalty", def: 0, kind: "number", param: "frequency_penalty" },
+  // llama.cpp's samplers: empty means off (or its default), so nothing is sent
+  { id: "typical_p", def: "", kind: "number", param: "typical_p" },
+  { id: "top_n_sigma", def: "", kind: "number", param: "top_n_sigma" },
+  { id: "xtc_probability", def: "", kind: "number", param: "xtc_probability" },
+  { id: "xtc_threshold", def: "", kind: "number", param: "xtc_threshold" },
+  { id: "dynatemp_range", def: "", kind: "number", param: "dynatemp_range" },
+  { id: "dynatemp_exponent", def: "", kind: "number", param: "dynatemp_exponent" },
+  { id: "mirostat", def: "", kind: "int", param: "mirostat" },
+  { id: "mirostat_tau", def: "", kind: "number", param: "mirostat_tau" },
+  { id: "mirostat_eta", def: "", kind: "number", param: "mirostat_eta" },
+  { id: "dry_multiplier", def: "", kind: "number", param: "dry_multiplier" },
+  { id: "dry_base", def: "", kind: "number", param: "dry_base" },
+  { id: "dry_allowed_length", def: "", kind: "int", param: "dry_allowed_length" },
+  { id: "dry_penalty_last_n", def: "", kind: "int", param: "dry_penalty_last_n" },
+  { id: "dry_sequence_breakers", def: "", kind: "json", param: "dry_sequence_breakers" },
   // empty: as many as the context has room for (the server's default)
   { id: "max_tokens", def: "", kind: "int", param: "max_tokens" },
   { id: "thinking_budget_tokens", def: "", kind: "int", param: "thinking_budget_tokens" },
@@ -115,6 +130,9 @@ function requestSettings() {
     if (s.kind === "lines") {
       const lines = text.split("\n").filter((l) => l !== "");
       if (lines.length) body[s.param] = lines;
+    } else if (s.kind === "json") {
+      // text that is not JSON goes as it is: the server's error names the field
+      try { body[s.param] = JSON.parse(text); } catch (e) { body[s.param] = text; }
     } else {
       const n = s.kind === "int" ? Number.parseInt(text, 10) : Number.parseFloat(text);
       if (Number.isFinite(n)) body[s.param] = n;
@@ -127,7 +145,7 @@ function requestSettings() {
   return body;
 }
 
-for (const s of SETTINGS) $(s.id).addEventListener(s.kind === "bool" || s.id === "theme" ? "change" : "input", saveSettings);
+for (const s of SETTINGS) $(s.id).addEventListener(s.kind === "bool" || $(s.id).tagName === "SELECT" ? "change" : "input", saveSettings);
 $("reset-settings").addEventListener("click", () => {
   localStorage.removeItem("genloop.settings");
   loadSettings();

@@ -91,6 +91,19 @@ static void check_generation(const cJSON *body, const char *max_key, const param
         CHECK(fuzz_utf8_valid(g.stop[i], strlen(g.stop[i])));
     }
     CHECK(!g.include_usage || g.stream);
+    CHECK(s->typical_p >= 0 && s->typical_p <= 1 && s->top_n_sigma >= -1 && s->top_n_sigma <= 1000);
+    CHECK(s->xtc_probability >= 0 && s->xtc_probability <= 1 && s->xtc_threshold >= 0 && s->xtc_threshold <= 1);
+    CHECK(s->dynatemp_range >= 0 && s->dynatemp_range <= 2);
+    CHECK(s->dynatemp_exponent >= 0 && s->dynatemp_exponent <= 100);
+    CHECK(s->mirostat >= 0 && s->mirostat <= 2 && s->mirostat_tau >= 0 && s->mirostat_tau <= 100);
+    CHECK(s->mirostat_eta >= 0 && s->mirostat_eta <= 1);
+    CHECK(s->dry_multiplier >= 0 && s->dry_multiplier <= 100 && s->dry_base >= 1 && s->dry_base <= 100);
+    CHECK(s->dry_allowed_length >= 0 && s->dry_penalty_last_n >= -1);
+    CHECK(s->n_dry_breakers >= 1 && s->n_dry_breakers <= PARAMS_MAX_DRY_BREAKERS);
+    for (int i = 0; i < s->n_dry_breakers; i++) {
+        size_t len = strlen(s->dry_breakers[i]);
+        CHECK(len >= 1 && len <= PARAMS_MAX_DRY_BREAKER_BYTES && fuzz_utf8_valid(s->dry_breakers[i], len));
+    }
     CHECK(s->n_logit_bias >= 0 && s->n_logit_bias <= max_bias);
     CHECK(s->n_logit_bias == 0 || s->logit_bias == g.bias);
     for (int i = 0; i < s->n_logit_bias; i++) {

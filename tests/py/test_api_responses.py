@@ -187,7 +187,7 @@ def test_reasoning_effort_passes_to_the_template(smol):
     ({"input": "hi", "tools": [{"type": "web_search"}]}, "tools[0].type"),
     ({"input": "hi", "reasoning": {"foo": 1}}, "reasoning.foo"),
     ({"input": "hi", "text": {"format": {"type": "xml"}}}, "text.format.type"),
-    ({"input": "hi", "typical_p": 0.5}, "typical_p"),
+    ({"input": "hi", "tfs_z": 0.5}, "tfs_z"),
     ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
      "input[0].content"),
     ({"input": [{"type": "item_reference", "id": "x"}]}, "input[0]"),

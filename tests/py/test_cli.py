@@ -150,3 +150,24 @@ def test_bench_int8_ceiling(stories260k):
     r = genloop("bench", "-m", stories260k, "-p", 16, "-n", 4, "-b", 1, "-r", 1, "-t", 1)
     line = next((ln for ln in r.stdout.splitlines() if ln.startswith("int8 ceiling")), "")
     assert r.returncode == 0 and " of " in line and "int8 multiply-adds/cycle/core x 1 x" in line, r.stdout
+
+
+def test_llama_sampler_flags(stories260k):
+    """llama.cpp's sampler flags on generate (docs/sampling.md)."""
+    def gen(prompt, *flags):
+        r = genloop("generate", "-m", stories260k, "-p", prompt, "-n", 8, *flags)
+        assert r.returncode == 0, r.stderr
+        return r.stdout
+    greedy = gen("Once upon a time", "--temp", 0)
+    # mirostat 2 with tau 0 keeps only the best token, whatever top-k/top-p say
+    assert gen("Once upon a time", "--mirostat", 2, "--mirostat-ent", 0, "--seed", 3) == greedy
+    assert gen("Once upon a time", "--top-nsigma", 0.0001, "--seed", 3) == greedy
+    repeated = "Lily and Ben. Lily and Ben. Lily and Ben. Lily and"
+    plain = gen(repeated, "--temp", 0)
+    assert plain.startswith(" Ben")
+    assert not gen(repeated, "--temp", 0, "--dry-multiplier", 3).startswith(" Ben")
+    assert gen(repeated, "--temp", 0, "--dry-multiplier", 3, "--dry-sequence-breaker", ". Li") == plain
+    for flags, name in ((("--mirostat", 3), "--mirostat"), (("--typical", 2), "--typical"),
+                        (("--dry-base", 0.5), "--dry-base"), (("--dry-sequence-breaker", ""), "--dry-sequence-breaker")):
+        r = genloop("generate", "-m", stories260k, "-p", "x", *flags)
+        assert r.returncode == 2 and name in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -69,8 +69,7 @@ def reference_fields():
 REFUSED = {
     "suffix": "x", "audio": {"voice": "alloy", "format": "wav"}, "functions": [{"name": "f"}],
     "function_call": "auto", "modalities": ["text", "audio"], "verbosity": "low",
-    "web_search_options": {}, "typical_p": 0.5, "mirostat": 2, "tfs_z": 0.5, "dry_multiplier": 0.8,
-    "xtc_probability": 0.5, "top_n_sigma": 1.0, "dynatemp_range": 0.5, "penalize_nl": True,
+    "web_search_options": {}, "tfs_z": 0.5, "penalize_nl": True,
     "min_keep": 2, "samplers": ["top_k"], "t_max_predict_ms": 100, "post_sampling_probs": True,
     "lora": [{"id": 0, "scale": 1}], "n_indent": 2, "return_tokens": True, "stop_token_ids": [5],
     "include_stop_str_in_output": True, "skip_special_tokens": False,
@@ -81,10 +80,7 @@ REFUSED = {
 IGNORED = {
     "store": True, "metadata": {"k": "v"}, "service_tier": "auto", "safety_identifier": "u1",
     "prompt_cache_key": "k", "prediction": {"type": "content", "content": "x"}, "user": "me",
-    "id_slot": 0, "timings_per_token": True, "n_keep": 4, "mirostat_tau": 5, "mirostat_eta": 0.1,
-    "dry_base": 1.75, "dry_allowed_length": 2, "dry_penalty_last_n": -1,
-    "dry_sequence_breakers": ["\n"], "xtc_threshold": 0.1, "dynatemp_exponent": 1,
-    "request_id": "r1", "stream_options.include_obfuscation": False,
+    "id_slot": 0, "timings_per_token": True, "n_keep": 4, "request_id": "r1", "stream_options.include_obfuscation": False,
 }
 
 

@@ -412,6 +412,11 @@ def test_regenerate_and_edit_make_branches(server_url, browser):
     assert css(d, ".msg.assistant .branch-pos")[0].text == "1/2"
 
 
+LLAMA_SAMPLERS = {"typical_p": "0.9", "top_n_sigma": "2", "xtc_probability": "0.2", "xtc_threshold": "0.15",
+                  "dynatemp_range": "0.2", "dynatemp_exponent": "1.5", "mirostat_tau": "4", "mirostat_eta": "0.2",
+                  "dry_multiplier": "0.8", "dry_base": "1.5", "dry_allowed_length": "3", "dry_penalty_last_n": "64"}
+
+
 def test_settings_reach_the_request(server_url, browser):
     from selenium.webdriver.support.ui import Select
     d = browser
@@ -426,14 +431,31 @@ def test_settings_reach_the_request(server_url, browser):
         box.send_keys(value)
     css(d, "#system")[0].send_keys("You are terse.")
     css(d, "#stop")[0].send_keys("\n".join(["END", "###"]))
+    # llama.cpp's samplers: empty (the default) sends nothing
+    sent = d.execute_script("return requestSettings()")
+    assert not set(sent) & set(LLAMA_SAMPLERS) and "mirostat" not in sent, sent
+    css(d, "#more-samplers summary")[0].click()
+    for key, value in LLAMA_SAMPLERS.items():
+        box = css(d, "#" + key)[0]
+        box.clear()
+        box.send_keys(value)
+    Select(css(d, "#mirostat")[0]).select_by_value("2")
+    css(d, "#dry_sequence_breakers")[0].send_keys('["\\n", "Lily"]')
     reload(d, server_url)   # settings are kept in the browser
     assert css(d, "#top_k")[0].get_attribute("value") == "17"
+    assert css(d, "#dry_multiplier")[0].get_attribute("value") == "0.8"
     d.execute_script(SPY_FETCH)
     send(d, "Hello")
     wait_replies(d, 1)
+    assert not css(d, ".error"), css(d, ".error")[0].text
     body = d.execute_script("return window.__requests.at(-1)")
-    for key, value in values.items():
+    for key, value in {**values, **LLAMA_SAMPLERS}.items():
         assert body[key] == float(value), (key, body)
+    assert body["mirostat"] == 2 and body["dry_sequence_breakers"] == ["\n", "Lily"], body
+    css(d, "#settings-toggle")[0].click()  # mirostat off again for the rest
+    css(d, "#more-samplers summary")[0].click()
+    Select(css(d, "#mirostat")[0]).select_by_value("")
+    css(d, "#settings-toggle")[0].click()
     assert body["stop"] == ["END", "###"]
     assert body["messages"][0] == {"role": "system", "content": "You are terse."}
     assert body["messages"][1] == {"role": "user", "content": "Hello"}
@@ -455,6 +477,8 @@ def test_settings_reach_the_request(server_url, browser):
     css(d, "#reset-settings")[0].click()
     assert css(d, "#top_k")[0].get_attribute("value") == "40"
     assert css(d, "#system")[0].get_attribute("value") == ""
+    sent = d.execute_script("return requestSettings()")
+    assert not set(sent) & set(LLAMA_SAMPLERS) and "mirostat" not in sent and "dry_sequence_breakers" not in sent
     assert not css(d, "#json_output")[0].is_selected()
     assert d.execute_script("return document.documentElement.dataset.theme") is None
 
