@@ -242,7 +242,10 @@ START_TEST(test_schema_errors) {
     schema_fails("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"array\",\"uniqueItems\":true}}}",
                  "json_schema at /properties/x/uniqueItems: uniqueItems cannot be enforced");
     schema_fails("{\"$ref\":\"#/$defs/missing\"}", "does not resolve");
-    schema_fails("{\"type\":\"string\",\"format\":\"ipv4\",\"maxLength\":9}", "/format: format 'ipv4' together with");
+    schema_fails("{\"type\":\"string\",\"format\":\"ipv4\",\"maxLength\":6}", "/format: strings of format 'ipv4' are 7 to 15");
+    schema_fails("{\"type\":\"string\",\"format\":\"hostname\",\"maxLength\":0}", "no string fits");
+    schema_fails("{\"type\":\"string\",\"pattern\":\"^a{2}b?$\",\"minLength\":4}", "/pattern: strings of the pattern are 2 to 3");
+    schema_fails("{\"type\":\"string\",\"format\":\"ipv4\",\"pattern\":\"1\"}", "format 'ipv4' together with pattern");
     schema_fails("{\"type\":\"number\",\"minimum\":1,\"exclusiveMaximum\":1}", "the minimum is above the maximum");
     schema_fails("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "the minimum is above the maximum");
     /* unsatisfiable schemas are refused, never compiled into something that breaks them */
@@ -394,6 +397,72 @@ START_TEST(test_schema_integer_ranges) {
 }
 END_TEST
 
+/* A pattern with minLength/maxLength against the same pattern without
+ * them: every string over a small alphabet (quote, newline and a two-byte
+ * character included, each one code point) up to 6 code points is accepted
+ * exactly when the pattern accepts it and its length is within the bounds. */
+START_TEST(test_schema_pattern_lengths) {
+    static const struct { const char *pattern; int min, max; } cases[] = {
+        {"a+b", 2, 4},        {"^(a|b1)*$", 1, 4},  {"^[^a]*a", 0, 3},   {"b{2}", 4, -1},
+        {"\\\"", 0, 3},       {"^(?:\\\\S+\\\\s+){0,1}\\\\S+$", 2, 4},  {"\u00e9.", 3, 5},
+        {"^(a|\u00e9b|1)+$", 2, 5}, {"1$", 0, 2},  {"^[ab1]{1,3}$", 2, 5}, {"^[^\\\"]+$", 0, 4},
+    };
+    static const char *const alpha[] = {"a", "b", "1", "\\\"", "\\n", "\u00e9"};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char json[256], len_kw[64] = "";
+        if (cases[c].max >= 0) snprintf(len_kw, sizeof len_kw, ",\"maxLength\":%d", cases[c].max);
+        snprintf(json, sizeof json, "{\"type\":\"string\",\"pattern\":\"%s\"}", cases[c].pattern);
+        gr_grammar *free_g = schema(json);
+        snprintf(json, sizeof json, "{\"type\":\"string\",\"pattern\":\"%s\",\"minLength\":%d%s}", cases[c].pattern,
+                 cases[c].min, len_kw);
+        gr_grammar *g = schema(json);
+        int idx[6] = {0};
+        for (int len = 0; len <= 6; len++) {
+            int total = 1;
+            for (int i = 0; i < len; i++) total *= 6;
+            for (int k = 0; k < total; k++) {
+                char text[64] = "\"";
+                for (int i = 0, v = k; i < len; i++, v /= 6) idx[i] = v % 6, strcat(text, alpha[idx[i]]);
+                strcat(text, "\"");
+                bool in = len >= cases[c].min && (cases[c].max < 0 || len <= cases[c].max) && accepts(free_g, text);
+                ck_assert_msg(accepts(g, text) == in, "%s: %s", json, text);
+            }
+        }
+        gr_release(g);
+        gr_release(free_g);
+    }
+    /* formats: the bounds intersected, redundant bounds change nothing */
+    gr_grammar *g = schema("{\"type\":\"string\",\"format\":\"ipv4\",\"maxLength\":9}");
+    ck_assert(accepts(g, "\"10.0.0.1\"") && accepts(g, "\"1.22.3.4\"") && accepts(g, "\"1.2.3.4\""));
+    ck_assert(!accepts(g, "\"10.0.10.25\"") && !accepts(g, "\"10.0.0.255\"") && !accepts(g, "\"1.2.3\""));
+    gr_release(g);
+    g = schema("{\"type\":\"string\",\"format\":\"date\",\"minLength\":1,\"maxLength\":255}");
+    ck_assert(accepts(g, "\"2024-02-28\"") && !accepts(g, "\"2024-2-28\""));
+    gr_release(g);
+    g = schema("{\"type\":\"string\",\"format\":\"uri\",\"minLength\":12,\"maxLength\":14}");
+    ck_assert(accepts(g, "\"http://a.b/cd\"") && accepts(g, "\"http://a.b/c\"") && accepts(g, "\"https://a.b/c\""));
+    ck_assert(!accepts(g, "\"http://a.b/\"") && !accepts(g, "\"https://a.b/cde\"") && !accepts(g, "\"http//a.b/cd\""));
+    gr_release(g);
+    g = schema("{\"type\":\"string\",\"format\":\"email\",\"maxLength\":7}");
+    ck_assert(accepts(g, "\"a@b.cd\"") && accepts(g, "\"ab@c.de\"") && !accepts(g, "\"abc@d.ef\"") && !accepts(g, "\"a@b\""));
+    gr_release(g);
+    /* past the grammar's repeat bound, in blocks */
+    g = schema("{\"type\":\"string\",\"pattern\":\"^x[a-z]*$\",\"minLength\":1500,\"maxLength\":2500}");
+    char big[2600] = "\"x";
+    memset(big + 2, 'q', 1499); /* 1500 code points */
+    strcpy(big + 1501, "\"");
+    ck_assert(accepts(g, big));
+    big[1500] = 0, strcat(big, "\"");
+    ck_assert(!accepts(g, big));
+    memset(big + 1500, 'q', 1001);
+    strcpy(big + 2501, "\"");
+    ck_assert(accepts(g, big));
+    strcpy(big + 2501, "q\"");
+    ck_assert(!accepts(g, big));
+    gr_release(g);
+}
+END_TEST
+
 START_TEST(test_schema_strings) {
     gr_grammar *g = schema("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}(x|yz)?$\"}");
     ck_assert(accepts(g, "\"AB-123\""));
@@ -476,6 +545,7 @@ static Suite *grammar_suite(void) {
     tcase_add_test(tc, test_schema_values);
     tcase_add_test(tc, test_schema_integer_ranges);
     tcase_add_test(tc, test_schema_strings);
+    tcase_add_test(tc, test_schema_pattern_lengths);
     tcase_add_test(tc, test_schema_refs);
     tcase_add_test(tc, test_runtime_bounds);
     suite_add_tcase(s, tc);
