@@ -546,7 +546,7 @@ static bool rx_grow(rx *r, void **p, int *cap, int need, size_t size) {
     return true;
 }
 
-static int rx_node_new(rx *r, int kind) {
+static int rx_add_node(rx *r, int kind) {
     if (r->c->failed || !rx_grow(r, (void **)&r->nodes, &r->cap_nodes, r->n_nodes + 1, sizeof *r->nodes)) return -1;
     r->nodes[r->n_nodes] = (rx_node){kind, -1, -1, 0, 0, 0, 0};
     return r->n_nodes++;
@@ -618,7 +618,7 @@ static void set_normalize(cp_set *s, bool negate) {
 
 /* A set node holding s's ranges (s normalized). */
 static int rx_set_node(rx *r, const cp_set *s) {
-    int n = rx_node_new(r, RX_SET);
+    int n = rx_add_node(r, RX_SET);
     if (n < 0) return -1;
     int cap = r->cap_rng;
     if (!rx_grow(r, (void **)&r->lo, &cap, r->n_rng + s->n, sizeof *r->lo)) return -1;
@@ -828,7 +828,7 @@ static int rx_quantified(rx *r, int atom) {
         return atom;
     }
     if (r->p < r->end && *r->p == '?') r->p++; /* lazy: same language */
-    int rep = rx_node_new(r, RX_REP);
+    int rep = rx_add_node(r, RX_REP);
     if (rep < 0) return -1;
     r->nodes[rep].kid = atom;
     r->nodes[rep].min = min;
@@ -837,7 +837,7 @@ static int rx_quantified(rx *r, int atom) {
 }
 
 static int rx_seq(rx *r, int depth) {
-    int cat = rx_node_new(r, RX_CAT), last = -1;
+    int cat = rx_add_node(r, RX_CAT), last = -1;
     while (cat >= 0 && !r->c->failed && r->p < r->end && *r->p != '|' && *r->p != ')') {
         int a = rx_atom(r, depth);
         if (a >= 0) a = rx_quantified(r, a);
@@ -852,7 +852,7 @@ static int rx_seq(rx *r, int depth) {
 static int rx_alt(rx *r, int depth) {
     int first = rx_seq(r, depth);
     if (first < 0 || r->p >= r->end || *r->p != '|') return first;
-    int alt = rx_node_new(r, RX_ALT), last = first;
+    int alt = rx_add_node(r, RX_ALT), last = first;
     if (alt < 0) return -1;
     r->nodes[alt].kid = first;
     while (!r->c->failed && r->p < r->end && *r->p == '|') {
@@ -965,7 +965,7 @@ typedef struct nfa {
     long max_len;             /* maxLength (-1: none): repetitions past it are unbounded */
 } nfa;
 
-static int nfa_new(nfa *a) {
+static int nfa_add_state(nfa *a) {
     if (a->n >= RX_MAX_NFA) return fail(a->r->c, "pattern: more than %d automaton states to intersect with minLength/maxLength", RX_MAX_NFA);
     if (!rx_grow(a->r, (void **)&a->s, &a->cap, a->n + 1, sizeof *a->s)) return -1;
     a->s[a->n] = (nfa_state){{-1, -1}, -1, -1};
@@ -979,7 +979,7 @@ static int nfa_build(nfa *a, int n, int start, long ctx) {
     if (start < 0) return -1;
     const rx_node x = a->r->nodes[n];
     if (x.kind == RX_SET) {
-        int e = nfa_new(a);
+        int e = nfa_add_state(a);
         if (e >= 0) a->s[start].set = n, a->s[start].to = e;
         return e;
     }
@@ -995,9 +995,9 @@ static int nfa_build(nfa *a, int n, int start, long ctx) {
         return cur;
     }
     if (x.kind == RX_ALT) {
-        int e = nfa_new(a), split = start;
+        int e = nfa_add_state(a), split = start;
         for (int k = x.kid; k >= 0 && e >= 0 && split >= 0; k = a->r->nodes[k].next) {
-            int ks = nfa_new(a), more = a->r->nodes[k].next >= 0 ? nfa_new(a) : -1;
+            int ks = nfa_add_state(a), more = a->r->nodes[k].next >= 0 ? nfa_add_state(a) : -1;
             if (ks < 0) return -1;
             a->s[split].eps[0] = ks;
             a->s[split].eps[1] = more;
@@ -1020,7 +1020,7 @@ static int nfa_build(nfa *a, int n, int start, long ctx) {
     for (int i = 0; i < x.min && cur >= 0; i++) cur = nfa_build(a, x.kid, cur, kctx);
     if (cur < 0) return -1;
     if (max < 0) {
-        int ks = nfa_new(a), e = nfa_new(a);
+        int ks = nfa_add_state(a), e = nfa_add_state(a);
         if (e < 0) return -1;
         a->s[cur].eps[0] = ks;
         a->s[cur].eps[1] = e;
@@ -1029,7 +1029,7 @@ static int nfa_build(nfa *a, int n, int start, long ctx) {
         return ke < 0 ? -1 : e;
     }
     for (int i = x.min; i < max && cur >= 0; i++) {
-        int ks = nfa_new(a), e = nfa_new(a);
+        int ks = nfa_add_state(a), e = nfa_add_state(a);
         if (e < 0) return -1;
         a->s[cur].eps[0] = ks;
         a->s[cur].eps[1] = e;
@@ -1130,7 +1130,7 @@ static int dfa_build(rx *r, const nfa *a, int start, int accept, dfa *d) {
     S.table = malloc((size_t)S.n_table * sizeof *S.table);
     S.off = malloc(RX_MAX_DFA * sizeof *S.off);
     S.len = malloc(RX_MAX_DFA * sizeof *S.len);
-    int *pairs = NULL, cap_pairs = 0, rc = 0;
+    int *pairs = NULL, cap_pairs = 0, cap_rows = 0, rc = 0;
     if (!d->cut || !mark || !buf || !S.table || !S.off || !S.len) {
         rc = fail(r->c, "out of memory");
         goto out;
@@ -1176,13 +1176,16 @@ static int dfa_build(rx *r, const nfa *a, int start, int accept, dfa *d) {
             }
         }
         qsort(pairs, (size_t)n_pairs / 2, 2 * sizeof *pairs, cmp_int);
-        int *row = realloc(d->next, (size_t)(q + 1) * (size_t)d->n_int * sizeof *row);
-        if (!row) {
-            rc = fail(r->c, "out of memory");
-            goto out;
+        if (q >= cap_rows) {
+            cap_rows = cap_rows ? cap_rows * 2 : 16;
+            int *rows = realloc(d->next, (size_t)cap_rows * (size_t)d->n_int * sizeof *rows);
+            if (!rows) {
+                rc = fail(r->c, "out of memory");
+                goto out;
+            }
+            d->next = rows;
         }
-        d->next = row;
-        row += (size_t)q * (size_t)d->n_int;
+        int *row = d->next + (size_t)q * (size_t)d->n_int;
         for (int i = 0; i < d->n_int; i++) row[i] = -1;
         for (int p = 0; p < n_pairs;) {
             int i = pairs[p], n_to = 0;
@@ -1211,6 +1214,96 @@ out:
     free(S.off);
     free(S.len);
     free(S.table);
+    return rc;
+}
+
+/* The minimal automaton of d (Moore's partition refinement): states that
+ * accept the same rests become one, and states that accept nothing go, so
+ * that every tail that accepts anything (the free end of an unanchored
+ * pattern) is one state looping on itself. Skipped past a work bound, the
+ * automaton staying as it was (larger, the same language). */
+static int dfa_minimize(rx *r, dfa *d) {
+    int n = d->n, k = d->n_int;
+    bool *alive = calloc((size_t)n, sizeof *alive);
+    int *block = malloc((size_t)n * sizeof *block), *next_block = malloc((size_t)n * sizeof *next_block);
+    int *table = NULL, n_table = 64, rc = 0;
+    while (n_table < 2 * n) n_table *= 2;
+    table = malloc((size_t)n_table * sizeof *table);
+    if (!alive || !block || !next_block || !table) {
+        rc = fail(r->c, "out of memory");
+        goto out;
+    }
+    for (int q = 0; q < n; q++) alive[q] = d->accept[q];
+    for (bool changed = true; changed;) { /* backwards first: states are numbered in discovery order */
+        changed = false;
+        for (int q = n - 1; q >= 0; q--)
+            for (int i = 0; i < k && !alive[q]; i++) {
+                int t = d->next[(size_t)q * (size_t)k + (size_t)i];
+                if (t >= 0 && alive[t]) alive[q] = changed = true;
+            }
+    }
+    if (!alive[0]) goto out; /* nothing accepted: the caller says so */
+    bool used[2] = {false, false};
+    for (int q = 0; q < n; q++) {
+        block[q] = alive[q] ? d->accept[q] : -1;
+        if (alive[q]) used[block[q]] = true;
+    }
+    int n_blocks = used[0] + used[1];
+    long work = 0;
+    for (;;) {
+        if ((work += (long)n * k) > 50000000L) goto out;
+        memset(table, -1, (size_t)n_table * sizeof *table);
+        int m = 0;
+        for (int q = 0; q < n; q++) {
+            if (!alive[q]) {
+                next_block[q] = -1;
+                continue;
+            }
+            const int *row = d->next + (size_t)q * (size_t)k;
+            unsigned h = 2166136261u ^ (unsigned)block[q];
+            for (int i = 0; i < k; i++) h = (h ^ (unsigned)(row[i] >= 0 ? block[row[i]] + 1 : 0)) * 16777619u;
+            unsigned at = h & (unsigned)(n_table - 1);
+            for (; table[at] >= 0; at = (at + 1) & (unsigned)(n_table - 1)) {
+                int p = table[at];
+                const int *prow = d->next + (size_t)p * (size_t)k;
+                bool same = block[p] == block[q];
+                for (int i = 0; i < k && same; i++)
+                    same = (row[i] >= 0 ? block[row[i]] : -1) == (prow[i] >= 0 ? block[prow[i]] : -1);
+                if (same) break;
+            }
+            if (table[at] < 0) table[at] = q, next_block[q] = m++;
+            else next_block[q] = next_block[table[at]];
+        }
+        memcpy(block, next_block, (size_t)n * sizeof *block);
+        if (m == n_blocks) break;
+        n_blocks = m;
+    }
+    /* block 0 holds state 0 (numbered in discovery order): the new automaton's start */
+    int *rows = malloc((size_t)n_blocks * (size_t)k * sizeof *rows);
+    bool *accept = calloc((size_t)n_blocks, sizeof *accept);
+    if (!rows || !accept) {
+        free(rows);
+        free(accept);
+        rc = fail(r->c, "out of memory");
+        goto out;
+    }
+    for (int q = 0; q < n; q++) {
+        if (!alive[q]) continue;
+        const int *row = d->next + (size_t)q * (size_t)k;
+        int *to = rows + (size_t)block[q] * (size_t)k;
+        for (int i = 0; i < k; i++) to[i] = row[i] >= 0 && alive[row[i]] ? block[row[i]] : -1;
+        accept[block[q]] = d->accept[q];
+    }
+    free(d->next);
+    free(d->accept);
+    d->next = rows;
+    d->accept = accept;
+    d->n = n_blocks;
+out:
+    free(alive);
+    free(block);
+    free(next_block);
+    free(table);
     return rc;
 }
 
@@ -2487,10 +2580,10 @@ static int string_with_length(compiler *c, const char *kw, const char *what, con
     } else {
         nfa a = {.r = &r, .max_len = max};
         dfa d = {0};
-        int start = nfa_new(&a), body = start, end = -1;
+        int start = nfa_add_state(&a), body = start, end = -1;
         if (start >= 0 && !head) { /* searched for: any prefix */
-            int any = nfa_new(&a);
-            body = nfa_new(&a);
+            int any = nfa_add_state(&a);
+            body = nfa_add_state(&a);
             if (body >= 0) {
                 a.s[start].eps[0] = any, a.s[start].eps[1] = body;
                 a.s[any].set = RX_ALL, a.s[any].to = start;
@@ -2498,10 +2591,11 @@ static int string_with_length(compiler *c, const char *kw, const char *what, con
         }
         if (body >= 0) end = nfa_build(&a, root, body, 0);
         if (end >= 0 && !tail) { /* any suffix */
-            int any = nfa_new(&a);
+            int any = nfa_add_state(&a);
             if (any >= 0) a.s[end].eps[0] = any, a.s[any].set = RX_ALL, a.s[any].to = end;
         }
-        if (!c->failed && dfa_build(&r, &a, start, end, &d) == 0) product_emit(c, &r, &d, what, min, max, b);
+        if (!c->failed && dfa_build(&r, &a, start, end, &d) == 0 && dfa_minimize(&r, &d) == 0)
+            product_emit(c, &r, &d, what, min, max, b);
         free(a.s);
         dfa_free(&d);
     }
