@@ -432,6 +432,36 @@ START_TEST(test_schema_pattern_lengths) {
         gr_release(g);
         gr_release(free_g);
     }
+    /* each format's regex against its prelude rule, within a binding bound */
+    static const struct { const char *format; int min, max; const char *samples[8]; } formats[] = {
+        {"time", 0, 12, {"13:45:00Z", "13:45:00.12Z", "13:45:00.123Z", "24:00:00Z", "01:02:03+05:30", NULL}},
+        {"ipv6", 0, 10, {"::1", "fe80::1", "1:2:3:4:5:6:7:8", "::", "1::2:3:4", "12345::1", "a:b:c:d:e", NULL}},
+        {"duration", 0, 6, {"P1D", "PT1H2M", "P1Y2M3D", "P", "P1W", "PT1.5S", "P1H", NULL}},
+        {"date-time", 25, 30, {"2024-02-28T13:45:00+05:30", "2024-02-28T13:45:00Z", "2024-02-28T13:45:00.1234+05:30", NULL}},
+        {"hostname", 0, 10, {"a.b-c.d", "abc-.de", "example.com", "ex-1", "-ab", "a..b", "a.b.c.d.e", NULL}},
+        {"email", 0, 9, {"a@b.cd", "a+b@c.de", "ab@c", "abcd@e.fg", "abcde@f.gh", "a@b.c.d", NULL}},
+        {"uri-reference", 0, 4, {"", "a/b", "#x", "a b", "/a/b", "/a/bc", NULL}},
+    };
+    for (size_t f = 0; f < sizeof formats / sizeof *formats; f++) {
+        char json[160];
+        snprintf(json, sizeof json, "{\"type\":\"string\",\"format\":\"%s\"}", formats[f].format);
+        gr_grammar *free_g = schema(json);
+        snprintf(json, sizeof json, "{\"type\":\"string\",\"format\":\"%s\",\"minLength\":%d,\"maxLength\":%d}",
+                 formats[f].format, formats[f].min, formats[f].max);
+        gr_grammar *g = schema(json);
+        int n_in = 0, n_out = 0;
+        for (int i = 0; formats[f].samples[i]; i++) {
+            char text[64];
+            int len = (int)strlen(formats[f].samples[i]);
+            snprintf(text, sizeof text, "\"%s\"", formats[f].samples[i]);
+            bool in = len >= formats[f].min && len <= formats[f].max && accepts(free_g, text);
+            ck_assert_msg(accepts(g, text) == in, "%s: %s", json, text);
+            n_in += in, n_out += !in && accepts(free_g, text);
+        }
+        ck_assert_msg(n_in && n_out, "%s: %d in, %d of the format out", json, n_in, n_out);
+        gr_release(g);
+        gr_release(free_g);
+    }
     /* formats: the bounds intersected, redundant bounds change nothing */
     gr_grammar *g = schema("{\"type\":\"string\",\"format\":\"ipv4\",\"maxLength\":9}");
     ck_assert(accepts(g, "\"10.0.0.1\"") && accepts(g, "\"1.22.3.4\"") && accepts(g, "\"1.2.3.4\""));
