@@ -966,7 +966,8 @@ typedef struct nfa {
 } nfa;
 
 static int nfa_add_state(nfa *a) {
-    if (a->n >= RX_MAX_NFA) return fail(a->r->c, "pattern: more than %d automaton states to intersect with minLength/maxLength", RX_MAX_NFA);
+    if (a->n >= RX_MAX_NFA)
+        return fail(a->r->c, "pattern: more than %d automaton states to intersect with minLength/maxLength", RX_MAX_NFA);
     if (!rx_grow(a->r, (void **)&a->s, &a->cap, a->n + 1, sizeof *a->s)) return -1;
     a->s[a->n] = (nfa_state){{-1, -1}, -1, -1};
     return a->n++;
@@ -1095,7 +1096,8 @@ static int subset_find(rx *r, subset_set *S, dfa *d, const int *v, int n) {
         if (S->len[i] == n && !memcmp(S->pool + S->off[i], v, (size_t)n * sizeof *v)) return i;
     }
     if (d->n >= RX_MAX_DFA)
-        return fail(r->c, "pattern: more than %d deterministic states to intersect with minLength/maxLength", RX_MAX_DFA);
+        return fail(r->c, "pattern: more than %d deterministic states to intersect with minLength/maxLength",
+                    RX_MAX_DFA);
     if (!rx_grow(r, (void **)&S->pool, &S->cap_pool, S->n_pool + n, sizeof *S->pool)) return -1;
     memcpy(S->pool + S->n_pool, v, (size_t)n * sizeof *v);
     S->off[d->n] = S->n_pool;
@@ -1217,6 +1219,19 @@ out:
     return rc;
 }
 
+/* alive[q]: some accepting state is reachable from q. */
+static void dfa_alive(const dfa *d, bool *alive) {
+    for (int q = 0; q < d->n; q++) alive[q] = d->accept[q];
+    for (bool changed = true; changed;) { /* backwards first: states are numbered in discovery order */
+        changed = false;
+        for (int q = d->n - 1; q >= 0; q--)
+            for (int i = 0; i < d->n_int && !alive[q]; i++) {
+                int t = d->next[(size_t)q * (size_t)d->n_int + (size_t)i];
+                if (t >= 0 && alive[t]) alive[q] = changed = true;
+            }
+    }
+}
+
 /* The minimal automaton of d (Moore's partition refinement): states that
  * accept the same rests become one, and states that accept nothing go, so
  * that every tail that accepts anything (the free end of an unanchored
@@ -1233,15 +1248,7 @@ static int dfa_minimize(rx *r, dfa *d) {
         rc = fail(r->c, "out of memory");
         goto out;
     }
-    for (int q = 0; q < n; q++) alive[q] = d->accept[q];
-    for (bool changed = true; changed;) { /* backwards first: states are numbered in discovery order */
-        changed = false;
-        for (int q = n - 1; q >= 0; q--)
-            for (int i = 0; i < k && !alive[q]; i++) {
-                int t = d->next[(size_t)q * (size_t)k + (size_t)i];
-                if (t >= 0 && alive[t]) alive[q] = changed = true;
-            }
-    }
+    dfa_alive(d, alive);
     if (!alive[0]) goto out; /* nothing accepted: the caller says so */
     bool used[2] = {false, false};
     for (int q = 0; q < n; q++) {
@@ -1514,22 +1521,18 @@ static int product_emit(compiler *c, rx *r, const dfa *d, const char *what, long
     }
     memset(P.free_rule, -1, (size_t)n * sizeof(int));
     memset(P.rule, -1, cells * sizeof(int));
-    for (int q = 0; q < n; q++) P.coreach[q] = d->accept[q];
-    for (bool changed = true; changed;) { /* backwards first: states are numbered in discovery order */
-        changed = false;
-        for (int q = n - 1; q >= 0; q--)
-            for (int i = 0; i < d->n_int && !P.coreach[q]; i++) {
-                int t = d->next[(size_t)q * (size_t)d->n_int + (size_t)i];
-                if (t >= 0 && P.coreach[t]) P.coreach[q] = changed = true;
-            }
-    }
+    dfa_alive(d, P.coreach);
     int rc = product_edges(&P);
     if (rc == 0) {
         P.e_rule = malloc((size_t)(P.n_e ? P.n_e : 1) * sizeof(int));
         for (P.n_sets = 64; P.n_sets < 2 * P.n_e; P.n_sets *= 2) {}
         P.sets = malloc((size_t)P.n_sets * sizeof(int));
-        if (!P.e_rule || !P.sets) rc = fail(c, "out of memory");
-        else memset(P.e_rule, -1, (size_t)(P.n_e ? P.n_e : 1) * sizeof(int)), memset(P.sets, -1, (size_t)P.n_sets * sizeof(int));
+        if (!P.e_rule || !P.sets) {
+            rc = fail(c, "out of memory");
+        } else {
+            memset(P.e_rule, -1, (size_t)(P.n_e ? P.n_e : 1) * sizeof(int));
+            memset(P.sets, -1, (size_t)P.n_sets * sizeof(int));
+        }
     }
     for (long k = P.K; rc == 0 && k >= 0; k--)
         for (int q = 0; q < n; q++) {
@@ -1543,7 +1546,8 @@ static int product_emit(compiler *c, rx *r, const dfa *d, const char *what, long
                 ok = product_live(&P, P.e_to[e], k + 1);
             P.live[(size_t)q * (size_t)(P.K + 1) + (size_t)k] = ok;
         }
-    if (rc == 0 && !product_live(&P, 0, 0)) rc = fail(c, "no string of %s has a length within minLength/maxLength: no string fits", what);
+    if (rc == 0 && !product_live(&P, 0, 0))
+        rc = fail(c, "no string of %s has a length within minLength/maxLength: no string fits", what);
     if (rc == 0) {
         sb_puts(b, "\"\\\"\" ");
         product_ref(&P, 0, 0, b);
@@ -2509,8 +2513,8 @@ static const char *const FORMATS[][3] = {
     {"uri-reference", "uri-ref", RX_URI_REF},
     {"iri-reference", "uri-ref", RX_URI_REF},
     {"duration", "duration",
-     "P(" RX_DIGITS "W|(" RX_DIGITS "Y)?(" RX_DIGITS "M)?(" RX_DIGITS "D)?(T(" RX_DIGITS "H)?(" RX_DIGITS "M)?(" RX_DIGITS
-     "(\\." RX_DIGITS ")?S)?)?)"},
+     "P(" RX_DIGITS "W|(" RX_DIGITS "Y)?(" RX_DIGITS "M)?(" RX_DIGITS "D)?"
+     "(T(" RX_DIGITS "H)?(" RX_DIGITS "M)?(" RX_DIGITS "(\\." RX_DIGITS ")?S)?)?)"},
     {NULL, NULL, NULL}};
 
 static int format_index(const char *f) {
@@ -2519,17 +2523,22 @@ static int format_index(const char *f) {
     return -1;
 }
 
+/* n without the one-element sequences around it. */
+static int rx_unwrap(const rx *r, int n) {
+    while (r->nodes[n].kind == RX_CAT && r->nodes[n].kid >= 0 && r->nodes[r->nodes[n].kid].next < 0)
+        n = r->nodes[n].kid;
+    return n;
+}
+
 /* A repeated set node (or the set itself) that is the whole of an anchored
  * pattern: the set, with its count in *min and *max; -1 when the pattern is other. */
 static int single_atom(const rx *r, int n, long *min, long *max) {
-    while (r->nodes[n].kind == RX_CAT && r->nodes[n].kid >= 0 && r->nodes[r->nodes[n].kid].next < 0) n = r->nodes[n].kid;
+    n = rx_unwrap(r, n);
     *min = *max = 1;
     if (r->nodes[n].kind == RX_REP) {
         *min = r->nodes[n].min;
         *max = r->nodes[n].max;
-        n = r->nodes[n].kid;
-        while (r->nodes[n].kind == RX_CAT && r->nodes[n].kid >= 0 && r->nodes[r->nodes[n].kid].next < 0)
-            n = r->nodes[n].kid;
+        n = rx_unwrap(r, r->nodes[n].kid);
     }
     return r->nodes[n].kind == RX_SET ? n : -1;
 }
@@ -2560,8 +2569,11 @@ static int string_with_length(compiler *c, const char *kw, const char *what, con
             sb_printf(b, ") %s\"\\\"\"", tail ? "" : "json-char* ");
         }
     } else if ((max >= 0 && lo > max) || hi < min) {
-        if (hi == RX_INF) fail(c, "strings of %s are at least %ld characters long, above maxLength %ld: no string fits", what, lo, max);
-        else fail(c, "strings of %s are %ld to %ld characters long, outside minLength %ld / maxLength %ld: no string fits", what, lo, hi, min, max);
+        if (hi == RX_INF)
+            fail(c, "strings of %s are at least %ld characters long, above maxLength %ld: no string fits", what, lo, max);
+        else
+            fail(c, "strings of %s are %ld to %ld characters long, outside minLength %ld / maxLength %ld: no string fits",
+                 what, lo, hi, min, max);
     } else if (head && tail && (atom = single_atom(&r, root, &rep_lo, &rep_hi)) >= 0) {
         if (rep_lo < min) rep_lo = min;
         if (max >= 0 && (rep_hi < 0 || rep_hi > max)) rep_hi = max;
