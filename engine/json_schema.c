@@ -90,6 +90,8 @@ typedef struct compiler {
     int n_rules;
     ref_rule *refs;
     int n_refs, cap_refs;
+    long long_strings[16][3]; /* (minLength, maxLength, rule) of strings past the repeat bound, shared */
+    int n_long_strings;
     cJSON *scratch;           /* nodes folding made, freed at the end */
     gl_error *err;
     size_t charged;           /* bytes of out charged to the compile budget */
@@ -930,20 +932,8 @@ static void rx_len(const rx *r, int n, long *lo, long *hi) {
     }
 }
 
-static void gen_pattern(compiler *c, const char *pattern, sbuf *b) {
-    size_t old = path_push(c, "pattern");
-    rx r = {.c = c};
-    bool head, tail;
-    int root = rx_parse(&r, pattern, strlen(pattern), &head, &tail);
-    /* a pattern is searched for: unanchored ends match anything */
-    if (root >= 0) {
-        sb_printf(b, "\"\\\"\" %s(", head ? "" : "json-char* ");
-        rx_emit(&r, root, b);
-        sb_printf(b, ") %s\"\\\"\"", tail ? "" : "json-char* ");
-    }
-    rx_free(&r);
-    path_pop(c, old);
-}
+/* A string (a JSON string, quotes included) the pattern matches; defined with the length bounds below. */
+static void gen_pattern(compiler *c, const char *pattern, sbuf *b);
 
 /* ---- pattern within minLength/maxLength: an automaton times a length counter ---- */
 
@@ -1334,9 +1324,10 @@ static void sb_repeat(sbuf *b, const char *item, long min, long max) {
 /* The deterministic automaton times a counter of code points: rule (q, k)
  * matches the rest of a string that reached state q after k code points.
  * Only pairs from which an accepted length is reachable get rules, so the
- * grammar never leads into a dead end; a state that can only loop on one
- * set once accepting (the free tail of an unanchored pattern, a final
- * [a-z]*) takes its remaining count as a repetition instead of rules. */
+ * grammar never leads into a dead end. Past minLength without maxLength
+ * each state has one rule, and an accepting state that can only loop on
+ * one set (the free tail of an unanchored pattern, a final [a-z]*) is
+ * that set repeated. */
 typedef struct product {
     compiler *c;
     rx *r;
@@ -1446,19 +1437,20 @@ static int edge_rule(product *P, int e) {
     return P->e_rule[e] = rule;
 }
 
-/* What follows once state t is reached after k code points (k > K: past the counter, free). */
+/* What follows once state t is reached after k code points (k > K: past
+ * the counter). Past minLength without maxLength, a state looping on one
+ * set is that set repeated; within the counter it counts like any other,
+ * a repetition per count costing as much as its bound. */
 static void product_ref(product *P, int t, long k, sbuf *b) {
     if (P->loop[t] == -2) return;
-    if (P->loop[t] >= 0) {
-        long a = P->min > k ? P->min - k : 0, z = P->max < 0 ? -1 : P->max - k;
-        int rule = edge_rule(P, P->loop[t]);
-        if (rule < 0 || z == 0) return;
-        char item[24];
-        snprintf(item, sizeof item, "r%d", rule);
-        sb_repeat(b, item, a, z);
-        return;
+    if (P->max < 0 && k >= P->K) {
+        if (P->loop[t] >= 0) {
+            int rule = edge_rule(P, P->loop[t]);
+            if (rule >= 0) sb_printf(b, "r%d* ", rule);
+            return;
+        }
+        k = P->K + 1; /* the automaton alone */
     }
-    if (P->max < 0 && k >= P->K) k = P->K + 1; /* past minLength: the automaton alone */
     int rule = product_rule(P, t, k);
     if (rule >= 0) sb_printf(b, "r%d ", rule);
 }
@@ -1538,11 +1530,10 @@ static int product_emit(compiler *c, rx *r, const dfa *d, const char *what, long
         for (int q = 0; q < n; q++) {
             bool in_range = k >= min && (max < 0 || k <= max), ok;
             if (!P.coreach[q]) ok = false;
-            else if (P.loop[q] >= 0) ok = true;
             else if (P.loop[q] == -2) ok = in_range;
             else if (max < 0 && k == P.K) ok = true;
             else ok = d->accept[q] && in_range;
-            for (int e = P.first[q]; P.loop[q] == -1 && e < P.first[q] + P.n_edges[q] && !ok && k < P.K; e++)
+            for (int e = P.first[q]; e < P.first[q] + P.n_edges[q] && !ok && k < P.K; e++)
                 ok = product_live(&P, P.e_to[e], k + 1);
             P.live[(size_t)q * (size_t)(P.K + 1) + (size_t)k] = ok;
         }
@@ -2543,6 +2534,46 @@ static int single_atom(const rx *r, int n, long *min, long *max) {
     return r->nodes[n].kind == RX_SET ? n : -1;
 }
 
+/* The pattern's deterministic automaton (an unanchored end: any prefix or
+ * suffix) times a counter of code points in [min, max]. */
+static void pattern_automaton(compiler *c, rx *r, int root, bool head, bool tail, const char *what, long min, long max,
+                              sbuf *b) {
+    nfa a = {.r = r, .max_len = max};
+    dfa d = {0};
+    int start = nfa_add_state(&a), body = start, end = -1;
+    if (start >= 0 && !head) { /* any prefix */
+        int any = nfa_add_state(&a);
+        body = nfa_add_state(&a);
+        if (body >= 0) {
+            a.s[start].eps[0] = any, a.s[start].eps[1] = body;
+            a.s[any].set = RX_ALL, a.s[any].to = start;
+        }
+    }
+    if (body >= 0) end = nfa_build(&a, root, body, 0);
+    if (end >= 0 && !tail) { /* any suffix */
+        int any = nfa_add_state(&a);
+        if (any >= 0) a.s[end].eps[0] = any, a.s[any].set = RX_ALL, a.s[any].to = end;
+    }
+    if (!c->failed && dfa_build(r, &a, start, end, &d) == 0 && dfa_minimize(r, &d) == 0)
+        product_emit(c, r, &d, what, min, max, b);
+    free(a.s);
+    dfa_free(&d);
+}
+
+/* Whether node n repeats something that matches "" more than once
+ * ((a*)*, (a?b?){2}): the grammar refuses those, the automaton does not. */
+static bool rx_repeats_empty(const rx *r, int n) {
+    const rx_node *x = &r->nodes[n];
+    if (x->kind == RX_REP) {
+        long lo, hi;
+        rx_len(r, x->kid, &lo, &hi);
+        if (lo == 0 && (x->max < 0 || x->max > 1)) return true;
+    }
+    for (int k = x->kid; x->kind != RX_SET && k >= 0; k = r->nodes[k].next)
+        if (rx_repeats_empty(r, k)) return true;
+    return false;
+}
+
 /* A string matching a pattern (or a format, whose prelude rule is `rule`)
  * with a length in [min, max] code points (max -1: unbounded). When the
  * pattern's own lengths lie within the bounds, they are redundant; a
@@ -2560,7 +2591,9 @@ static int string_with_length(compiler *c, const char *kw, const char *what, con
     if (root < 0) goto out;
     rx_len(&r, root, &lo, &hi);
     if (!head || !tail) hi = RX_INF;
-    if (lo >= min && (max < 0 || hi <= max)) { /* the bounds are redundant */
+    bool redundant = lo >= min && (max < 0 || hi <= max);
+    bool automaton_only = redundant && !rule && rx_repeats_empty(&r, root);
+    if (redundant && !automaton_only) {
         if (rule) {
             sb_printf(b, "\"\\\"\" %s \"\\\"\"", rule);
         } else {
@@ -2568,13 +2601,13 @@ static int string_with_length(compiler *c, const char *kw, const char *what, con
             rx_emit(&r, root, b);
             sb_printf(b, ") %s\"\\\"\"", tail ? "" : "json-char* ");
         }
-    } else if ((max >= 0 && lo > max) || hi < min) {
+    } else if (!redundant && ((max >= 0 && lo > max) || hi < min)) {
         if (hi == RX_INF)
             fail(c, "strings of %s are at least %ld characters long, above maxLength %ld: no string fits", what, lo, max);
         else
             fail(c, "strings of %s are %ld to %ld characters long, outside minLength %ld / maxLength %ld: no string fits",
                  what, lo, hi, min, max);
-    } else if (head && tail && (atom = single_atom(&r, root, &rep_lo, &rep_hi)) >= 0) {
+    } else if (!redundant && head && tail && (atom = single_atom(&r, root, &rep_lo, &rep_hi)) >= 0) {
         if (rep_lo < min) rep_lo = min;
         if (max >= 0 && (rep_hi < 0 || rep_hi > max)) rep_hi = max;
         int set = new_rule(c);
@@ -2590,31 +2623,16 @@ static int string_with_length(compiler *c, const char *kw, const char *what, con
             sb_puts(b, "\"\\\"\"");
         }
     } else {
-        nfa a = {.r = &r, .max_len = max};
-        dfa d = {0};
-        int start = nfa_add_state(&a), body = start, end = -1;
-        if (start >= 0 && !head) { /* searched for: any prefix */
-            int any = nfa_add_state(&a);
-            body = nfa_add_state(&a);
-            if (body >= 0) {
-                a.s[start].eps[0] = any, a.s[start].eps[1] = body;
-                a.s[any].set = RX_ALL, a.s[any].to = start;
-            }
-        }
-        if (body >= 0) end = nfa_build(&a, root, body, 0);
-        if (end >= 0 && !tail) { /* any suffix */
-            int any = nfa_add_state(&a);
-            if (any >= 0) a.s[end].eps[0] = any, a.s[any].set = RX_ALL, a.s[any].to = end;
-        }
-        if (!c->failed && dfa_build(&r, &a, start, end, &d) == 0 && dfa_minimize(&r, &d) == 0)
-            product_emit(c, &r, &d, what, min, max, b);
-        free(a.s);
-        dfa_free(&d);
+        pattern_automaton(c, &r, root, head, tail, what, automaton_only ? 0 : min, automaton_only ? -1 : max, b);
     }
 out:
     rx_free(&r);
     path_pop(c, old);
     return c->failed ? -1 : 0;
+}
+
+static void gen_pattern(compiler *c, const char *pattern, sbuf *b) {
+    string_with_length(c, "pattern", "the pattern", pattern, NULL, 0, -1, b);
 }
 
 static int gen_string(compiler *c, const cJSON *s, sbuf *b) {
@@ -2638,11 +2656,29 @@ static int gen_string(compiler *c, const cJSON *s, sbuf *b) {
         return string_with_length(c, "format", what, FORMATS[f][2], FORMATS[f][1], min, max, b);
     }
     if (pat) return string_with_length(c, "pattern", "the pattern", pat->valuestring, NULL, min, max, b);
-    if (min == 0 && max < 0) sb_puts(b, "json-string");
-    else {
+    if (min == 0 && max < 0) {
+        sb_puts(b, "json-string");
+    } else if (min <= 1000 && max <= 1000) {
         sb_puts(b, "\"\\\"\" ");
         sb_repeat(b, "json-char", min, max);
         sb_puts(b, "\"\\\"\"");
+    } else { /* thousands of elements each: one rule per bound pair (a schema repeats its maxLength: 32767) */
+        int i = 0;
+        while (i < c->n_long_strings && (c->long_strings[i][0] != min || c->long_strings[i][1] != max)) i++;
+        if (i == c->n_long_strings) {
+            int rule = new_rule(c);
+            if (rule < 0) return -1;
+            sbuf body = {0};
+            sb_puts(&body, "\"\\\"\" ");
+            sb_repeat(&body, "json-char", min, max);
+            sb_puts(&body, "\"\\\"\"");
+            define(c, rule, &body);
+            free(body.s);
+            if (i == 16) i = 0; /* the table is full: the next pair reuses the first slot */
+            else c->n_long_strings++;
+            c->long_strings[i][0] = min, c->long_strings[i][1] = max, c->long_strings[i][2] = rule;
+        }
+        sb_printf(b, "r%ld", c->long_strings[i][2]);
     }
     return 0;
 }

@@ -462,8 +462,27 @@ START_TEST(test_schema_pattern_lengths) {
         gr_release(g);
         gr_release(free_g);
     }
+    /* long strings share one rule per bound pair */
+    gr_grammar *g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":1500,\"maxLength\":2500},"
+               "\"b\":{\"type\":\"string\",\"minLength\":1500,\"maxLength\":2500}},\"required\":[\"a\",\"b\"]}");
+    char *two = malloc(6000);
+    for (int a_len = 1499; a_len <= 1500; a_len++) {
+        strcpy(two, "{\"a\":\"");
+        memset(two + 6, 'q', (size_t)a_len);
+        strcpy(two + 6 + a_len, "\",\"b\":\"");
+        memset(two + 13 + a_len, 'q', 2500);
+        strcpy(two + 2513 + a_len, "\"}");
+        ck_assert(accepts(g, two) == (a_len == 1500));
+    }
+    free(two);
+    gr_release(g);
+    /* a repetition of something that matches "" (refused by the grammar) goes through the automaton */
+    g = schema("{\"type\":\"string\",\"pattern\":\"^(a*1?)*b$\"}");
+    ck_assert(accepts(g, "\"b\"") && accepts(g, "\"a1a1aab\"") && accepts(g, "\"11b\""));
+    ck_assert(!accepts(g, "\"ba\"") && !accepts(g, "\"a\"") && !accepts(g, "\"cb\""));
+    gr_release(g);
     /* formats: the bounds intersected, redundant bounds change nothing */
-    gr_grammar *g = schema("{\"type\":\"string\",\"format\":\"ipv4\",\"maxLength\":9}");
+    g = schema("{\"type\":\"string\",\"format\":\"ipv4\",\"maxLength\":9}");
     ck_assert(accepts(g, "\"10.0.0.1\"") && accepts(g, "\"1.22.3.4\"") && accepts(g, "\"1.2.3.4\""));
     ck_assert(!accepts(g, "\"10.0.10.25\"") && !accepts(g, "\"10.0.0.255\"") && !accepts(g, "\"1.2.3\""));
     gr_release(g);
