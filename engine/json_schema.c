@@ -523,6 +523,7 @@ typedef struct rx {
     compiler *c;
     const char *p, *end;
     bool raw;                 /* match the characters themselves, not their JSON spelling (gl_grammar_from_regex) */
+    bool search;              /* a JSON Schema pattern: unanchored ends match anything */
     rx_node *nodes;
     int n_nodes, cap_nodes;
     uint32_t *lo, *hi;        /* the code point ranges of every set */
@@ -838,9 +839,29 @@ static int rx_quantified(rx *r, int atom) {
     return rep;
 }
 
+/* .* over every code point, newline included. */
+static int rx_any_star(rx *r) {
+    cp_set all = {.lo = {0}, .hi = {0x10FFFF}, .n = 1};
+    int set = rx_set_node(r, &all), rep = set < 0 ? -1 : rx_add_node(r, RX_REP);
+    if (rep < 0) return -1;
+    r->nodes[rep].kid = set;
+    r->nodes[rep].max = -1;
+    return rep;
+}
+
+/* A sequence. At the top level a pattern is searched for: an alternative
+ * without ^ may start, and one without $ may end, with anything (for a
+ * whole-output regex, r->search false, the anchors change nothing). */
 static int rx_seq(rx *r, int depth) {
+    bool head = depth == 0 && r->p < r->end && *r->p == '^', tail = false;
+    if (head) r->p++;
     int cat = rx_add_node(r, RX_CAT), last = -1;
     while (cat >= 0 && !r->c->failed && r->p < r->end && *r->p != '|' && *r->p != ')') {
+        if (depth == 0 && *r->p == '$' && (r->p + 1 == r->end || r->p[1] == '|')) {
+            r->p++;
+            tail = true;
+            break;
+        }
         int a = rx_atom(r, depth);
         if (a >= 0) a = rx_quantified(r, a);
         if (a < 0) return -1;
@@ -848,7 +869,22 @@ static int rx_seq(rx *r, int depth) {
         else r->nodes[last].next = a;
         last = a;
     }
-    return r->c->failed ? -1 : cat;
+    if (r->c->failed || cat < 0) return -1;
+    if (depth > 0 || !r->search) return cat;
+    if (!head) {
+        int any = rx_any_star(r);
+        if (any < 0) return -1;
+        r->nodes[any].next = r->nodes[cat].kid;
+        r->nodes[cat].kid = any;
+        if (last < 0) last = any;
+    }
+    if (!tail) {
+        int any = rx_any_star(r);
+        if (any < 0) return -1;
+        if (last < 0) r->nodes[cat].kid = any;
+        else r->nodes[last].next = any;
+    }
+    return cat;
 }
 
 static int rx_alt(rx *r, int depth) {
@@ -867,15 +903,10 @@ static int rx_alt(rx *r, int depth) {
     return alt;
 }
 
-/* Parse a whole pattern; *head and *tail say whether it is anchored there. */
-static int rx_parse(rx *r, const char *pattern, size_t n, bool *head, bool *tail) {
-    const char *p = pattern, *end = pattern + n;
-    *head = p < end && *p == '^';
-    if (*head) p++;
-    *tail = end > p && end[-1] == '$' && (end - 1 == p || end[-2] != '\\');
-    if (*tail) end--;
-    r->p = p;
-    r->end = end;
+/* Parse a whole pattern into its tree; returns the root. */
+static int rx_parse(rx *r, const char *pattern, size_t n) {
+    r->p = pattern;
+    r->end = pattern + n;
     int root = rx_alt(r, 0);
     if (root >= 0 && r->p < r->end) return fail(r->c, "pattern: unbalanced ')'");
     return root;
@@ -941,11 +972,10 @@ static void gen_pattern(compiler *c, const char *pattern, sbuf *b);
 #define RX_MAX_DFA 4000       /* deterministic states */
 #define RX_MAX_CELLS 4000000  /* states x lengths the counter walks */
 #define RX_MAX_PRODUCT 60000  /* grammar rules the counter may write */
-#define RX_ALL -2             /* a transition on any code point */
 
 typedef struct nfa_state {
     int eps[2];               /* empty moves (-1: none) */
-    int set, to;              /* a move on set node `set` (or RX_ALL) to `to`; set -1: none */
+    int set, to;              /* a move on set node `set` to `to`; set -1: none */
 } nfa_state;
 
 typedef struct nfa {
@@ -1156,10 +1186,9 @@ static int dfa_build(rx *r, const nfa *a, int start, int accept, dfa *d) {
         for (int j = 0; j < S.len[q]; j++) {
             const nfa_state *st = &a->s[S.pool[S.off[q] + j]];
             if (st->set == -1) continue;
-            int n_rng = st->set == RX_ALL ? 1 : r->nodes[st->set].n_set;
-            for (int k = 0; k < n_rng; k++) {
-                int i0 = st->set == RX_ALL ? 0 : interval_at(d, r->lo[r->nodes[st->set].set + k]);
-                int i1 = st->set == RX_ALL ? d->n_int : interval_at(d, r->hi[r->nodes[st->set].set + k] + 1);
+            const rx_node *x = &r->nodes[st->set];
+            for (int k = 0; k < x->n_set; k++) {
+                int i0 = interval_at(d, r->lo[x->set + k]), i1 = interval_at(d, r->hi[x->set + k] + 1);
                 if (!rx_grow(r, (void **)&pairs, &cap_pairs, n_pairs + 2 * (i1 - i0), sizeof *pairs)) {
                     rc = -1;
                     goto out;
@@ -2534,26 +2563,11 @@ static int single_atom(const rx *r, int n, long *min, long *max) {
     return r->nodes[n].kind == RX_SET ? n : -1;
 }
 
-/* The pattern's deterministic automaton (an unanchored end: any prefix or
- * suffix) times a counter of code points in [min, max]. */
-static void pattern_automaton(compiler *c, rx *r, int root, bool head, bool tail, const char *what, long min, long max,
-                              sbuf *b) {
+/* The pattern's deterministic automaton times a counter of code points in [min, max]. */
+static void pattern_automaton(compiler *c, rx *r, int root, const char *what, long min, long max, sbuf *b) {
     nfa a = {.r = r, .max_len = max};
     dfa d = {0};
-    int start = nfa_add_state(&a), body = start, end = -1;
-    if (start >= 0 && !head) { /* any prefix */
-        int any = nfa_add_state(&a);
-        body = nfa_add_state(&a);
-        if (body >= 0) {
-            a.s[start].eps[0] = any, a.s[start].eps[1] = body;
-            a.s[any].set = RX_ALL, a.s[any].to = start;
-        }
-    }
-    if (body >= 0) end = nfa_build(&a, root, body, 0);
-    if (end >= 0 && !tail) { /* any suffix */
-        int any = nfa_add_state(&a);
-        if (any >= 0) a.s[end].eps[0] = any, a.s[any].set = RX_ALL, a.s[any].to = end;
-    }
+    int start = nfa_add_state(&a), end = nfa_build(&a, root, start, 0);
     if (!c->failed && dfa_build(r, &a, start, end, &d) == 0 && dfa_minimize(r, &d) == 0)
         product_emit(c, r, &d, what, min, max, b);
     free(a.s);
@@ -2582,24 +2596,21 @@ static bool rx_repeats_empty(const rx *r, int n) {
 static int string_with_length(compiler *c, const char *kw, const char *what, const char *pattern, const char *rule,
                               long min, long max, sbuf *b) {
     size_t old = path_push(c, kw);
-    rx r = {.c = c};
-    bool head, tail;
-    int root = rx_parse(&r, pattern, strlen(pattern), &head, &tail);
-    if (rule) head = tail = true; /* a format is the whole string */
+    rx r = {.c = c, .search = !rule}; /* a format is the whole string */
+    int root = rx_parse(&r, pattern, strlen(pattern));
     long lo, hi, rep_lo, rep_hi;
     int atom;
     if (root < 0) goto out;
     rx_len(&r, root, &lo, &hi);
-    if (!head || !tail) hi = RX_INF;
     bool redundant = lo >= min && (max < 0 || hi <= max);
     bool automaton_only = redundant && !rule && rx_repeats_empty(&r, root);
     if (redundant && !automaton_only) {
         if (rule) {
             sb_printf(b, "\"\\\"\" %s \"\\\"\"", rule);
         } else {
-            sb_printf(b, "\"\\\"\" %s(", head ? "" : "json-char* ");
+            sb_puts(b, "\"\\\"\" ");
             rx_emit(&r, root, b);
-            sb_printf(b, ") %s\"\\\"\"", tail ? "" : "json-char* ");
+            sb_puts(b, "\"\\\"\"");
         }
     } else if (!redundant && ((max >= 0 && lo > max) || hi < min)) {
         if (hi == RX_INF)
@@ -2607,7 +2618,7 @@ static int string_with_length(compiler *c, const char *kw, const char *what, con
         else
             fail(c, "strings of %s are %ld to %ld characters long, outside minLength %ld / maxLength %ld: no string fits",
                  what, lo, hi, min, max);
-    } else if (!redundant && head && tail && (atom = single_atom(&r, root, &rep_lo, &rep_hi)) >= 0) {
+    } else if (!redundant && (atom = single_atom(&r, root, &rep_lo, &rep_hi)) >= 0) {
         if (rep_lo < min) rep_lo = min;
         if (max >= 0 && (rep_hi < 0 || rep_hi > max)) rep_hi = max;
         int set = new_rule(c);
@@ -2623,7 +2634,7 @@ static int string_with_length(compiler *c, const char *kw, const char *what, con
             sb_puts(b, "\"\\\"\"");
         }
     } else {
-        pattern_automaton(c, &r, root, head, tail, what, automaton_only ? 0 : min, automaton_only ? -1 : max, b);
+        pattern_automaton(c, &r, root, what, automaton_only ? 0 : min, automaton_only ? -1 : max, b);
     }
 out:
     rx_free(&r);
@@ -2916,8 +2927,7 @@ gl_grammar *gl_grammar_from_json_schema(const char *schema, size_t len, gl_error
 gl_grammar *gl_grammar_from_regex(const char *regex, size_t len, gl_error *err) {
     compiler c = {.err = err};
     rx r = {.c = &c, .raw = true};
-    bool head, tail; /* a whole-output regex: anchored either way */
-    int root = rx_parse(&r, regex, len, &head, &tail);
+    int root = rx_parse(&r, regex, len); /* a whole-output regex: anchored either way */
     if (root >= 0) {
         sb_puts(&c.out, "root ::= ");
         rx_emit(&r, root, &c.out);

@@ -476,6 +476,14 @@ START_TEST(test_schema_pattern_lengths) {
     }
     free(two);
     gr_release(g);
+    /* anchors bind to their own alternative: ^a|b$ is "starts with a" or "ends with b" */
+    g = schema("{\"type\":\"string\",\"pattern\":\"^a|b$\"}");
+    ck_assert(accepts(g, "\"ax\"") && accepts(g, "\"xb\"") && accepts(g, "\"a\"") && accepts(g, "\"b\""));
+    ck_assert(!accepts(g, "\"xa\"") && !accepts(g, "\"bx\"") && !accepts(g, "\"\""));
+    gr_release(g);
+    g = schema("{\"type\":\"string\",\"pattern\":\"^\\\\S+$|^$\",\"maxLength\":3}");
+    ck_assert(accepts(g, "\"\"") && accepts(g, "\"abc\"") && !accepts(g, "\"a c\"") && !accepts(g, "\"abcd\""));
+    gr_release(g);
     /* a repetition of something that matches "" (refused by the grammar) goes through the automaton */
     g = schema("{\"type\":\"string\",\"pattern\":\"^(a*1?)*b$\"}");
     ck_assert(accepts(g, "\"b\"") && accepts(g, "\"a1a1aab\"") && accepts(g, "\"11b\""));
