@@ -1141,8 +1141,10 @@ static int closure(const nfa *a, const int *v, int n, int *out, int *mark, int s
     return m;
 }
 
-/* The subset construction over the intervals the sets' bounds cut the code points into. */
-static int dfa_build(rx *r, const nfa *a, int start, int accept, dfa *d) {
+/* The subset construction over the intervals the sets' bounds cut the code
+ * points into, from n automata at once: a state accepts when all of theirs
+ * do (their intersection; one whose part has died accepts nothing more). */
+static int dfa_build(rx *r, const nfa *a, const int *start, const int *accept, int n, dfa *d) {
     int n_cut = 2;
     for (int i = 0; i < r->n_nodes; i++)
         if (r->nodes[i].kind == RX_SET) n_cut += 2 * r->nodes[i].n_set;
@@ -1171,7 +1173,7 @@ static int dfa_build(rx *r, const nfa *a, int start, int accept, dfa *d) {
     for (int i = 0; i < n_cut; i++)
         if (!u || d->cut[i] != d->cut[u - 1]) d->cut[u++] = d->cut[i];
     d->n_int = u - 1;
-    int stamp = 1, m = closure(a, &start, 1, buf, mark, stamp);
+    int stamp = 1, m = closure(a, start, n, buf, mark, stamp);
     if (subset_find(r, &S, d, buf, m) < 0) {
         rc = -1;
         goto out;
@@ -1225,8 +1227,12 @@ static int dfa_build(rx *r, const nfa *a, int start, int accept, dfa *d) {
         rc = fail(r->c, "out of memory");
         goto out;
     }
-    for (int q = 0; q < d->n; q++)
-        for (int j = 0; j < S.len[q]; j++) d->accept[q] |= S.pool[S.off[q] + j] == accept;
+    for (int q = 0; q < d->n; q++) {
+        int n_has = 0;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < S.len[q]; j++) n_has += S.pool[S.off[q] + j] == accept[i];
+        d->accept[q] = n_has == n;
+    }
 out:
     free(mark);
     free(buf);
@@ -1566,7 +1572,9 @@ static int product_emit(compiler *c, rx *r, const dfa *d, const char *what, long
                 ok = product_live(&P, P.e_to[e], k + 1);
             P.live[(size_t)q * (size_t)(P.K + 1) + (size_t)k] = ok;
         }
-    if (rc == 0 && !product_live(&P, 0, 0))
+    if (rc == 0 && !product_live(&P, 0, 0) && min == 0 && max < 0)
+        rc = fail(c, "no string matches %s: no string fits", what);
+    else if (rc == 0 && !product_live(&P, 0, 0))
         rc = fail(c, "no string of %s has a length within minLength/maxLength: no string fits", what);
     if (rc == 0) {
         sb_puts(b, "\"\\\"\" ");
@@ -2563,12 +2571,18 @@ static int single_atom(const rx *r, int n, long *min, long *max) {
     return r->nodes[n].kind == RX_SET ? n : -1;
 }
 
-/* The pattern's deterministic automaton times a counter of code points in [min, max]. */
-static void pattern_automaton(compiler *c, rx *r, int root, const char *what, long min, long max, sbuf *b) {
+/* The deterministic automaton of the patterns at roots (all of them: their
+ * intersection) times a counter of code points in [min, max]. */
+static void pattern_automaton(compiler *c, rx *r, const int *roots, int n, const char *what, long min, long max,
+                              sbuf *b) {
     nfa a = {.r = r, .max_len = max};
     dfa d = {0};
-    int start = nfa_add_state(&a), end = nfa_build(&a, root, start, 0);
-    if (!c->failed && dfa_build(r, &a, start, end, &d) == 0 && dfa_minimize(r, &d) == 0)
+    int start[2], end[2];
+    for (int i = 0; i < n && i < 2; i++) {
+        start[i] = nfa_add_state(&a);
+        end[i] = nfa_build(&a, roots[i], start[i], 0);
+    }
+    if (!c->failed && dfa_build(r, &a, start, end, n, &d) == 0 && dfa_minimize(r, &d) == 0)
         product_emit(c, r, &d, what, min, max, b);
     free(a.s);
     dfa_free(&d);
@@ -2634,9 +2648,26 @@ static int string_with_length(compiler *c, const char *kw, const char *what, con
             sb_puts(b, "\"\\\"\"");
         }
     } else {
-        pattern_automaton(c, &r, root, what, automaton_only ? 0 : min, automaton_only ? -1 : max, b);
+        pattern_automaton(c, &r, &root, 1, what, automaton_only ? 0 : min, automaton_only ? -1 : max, b);
     }
 out:
+    rx_free(&r);
+    path_pop(c, old);
+    return c->failed ? -1 : 0;
+}
+
+/* A string of a format that also matches a pattern, within the length
+ * bounds: the intersection of their automata. */
+static int format_and_pattern(compiler *c, int f, const char *pattern, long min, long max, sbuf *b) {
+    size_t old = path_push(c, "pattern");
+    char what[96];
+    snprintf(what, sizeof what, "format '%s' and the pattern", FORMATS[f][0]);
+    rx r = {.c = c};
+    int roots[2];
+    roots[0] = rx_parse(&r, FORMATS[f][2], strlen(FORMATS[f][2]));
+    r.search = true;
+    roots[1] = roots[0] < 0 ? -1 : rx_parse(&r, pattern, strlen(pattern));
+    if (roots[1] >= 0) pattern_automaton(c, &r, roots, 2, what, min, max, b);
     rx_free(&r);
     path_pop(c, old);
     return c->failed ? -1 : 0;
@@ -2650,17 +2681,12 @@ static int gen_string(compiler *c, const cJSON *s, sbuf *b) {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
     int f = cJSON_IsString(fmt) ? format_index(fmt->valuestring) : -1;
-    if (f >= 0 && pat) {
-        size_t old = path_push(c, "format");
-        int r = fail(c, "format '%s' together with pattern is not supported", fmt->valuestring);
-        path_pop(c, old);
-        return r;
-    }
     if (pat && !cJSON_IsString(pat)) return fail(c, "pattern must be a string");
     long min = count_kw(c, s, "minLength", 0, 100000), max = count_kw(c, s, "maxLength", -1, LONG_MAX);
     if (c->failed) return -1;
     if (max >= 0 && min > max) return fail(c, "minLength %ld is above maxLength %ld", min, max);
     if (max > 100000) max = -1; /* a bound this high never binds in practice */
+    if (f >= 0 && pat) return format_and_pattern(c, f, pat->valuestring, min, max, b);
     if (f >= 0) {
         char what[96];
         snprintf(what, sizeof what, "format '%s'", FORMATS[f][0]);

@@ -245,7 +245,8 @@ START_TEST(test_schema_errors) {
     schema_fails("{\"type\":\"string\",\"format\":\"ipv4\",\"maxLength\":6}", "/format: strings of format 'ipv4' are 7 to 15");
     schema_fails("{\"type\":\"string\",\"format\":\"hostname\",\"maxLength\":0}", "no string fits");
     schema_fails("{\"type\":\"string\",\"pattern\":\"^a{2}b?$\",\"minLength\":4}", "/pattern: strings of the pattern are 2 to 3");
-    schema_fails("{\"type\":\"string\",\"format\":\"ipv4\",\"pattern\":\"1\"}", "format 'ipv4' together with pattern");
+    schema_fails("{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"x\"}",
+                 "/pattern: no string matches format 'date' and the pattern: no string fits");
     schema_fails("{\"type\":\"number\",\"minimum\":1,\"exclusiveMaximum\":1}", "the minimum is above the maximum");
     schema_fails("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "the minimum is above the maximum");
     /* unsatisfiable schemas are refused, never compiled into something that breaks them */
@@ -483,6 +484,11 @@ START_TEST(test_schema_pattern_lengths) {
     gr_release(g);
     g = schema("{\"type\":\"string\",\"pattern\":\"^\\\\S+$|^$\",\"maxLength\":3}");
     ck_assert(accepts(g, "\"\"") && accepts(g, "\"abc\"") && !accepts(g, "\"a c\"") && !accepts(g, "\"abcd\""));
+    gr_release(g);
+    /* a format and a pattern: both */
+    g = schema("{\"type\":\"string\",\"format\":\"ipv4\",\"pattern\":\"^10\\\\.|\\\\.1$\",\"maxLength\":9}");
+    ck_assert(accepts(g, "\"10.0.0.2\"") && accepts(g, "\"9.0.0.1\"") && accepts(g, "\"10.20.3.4\""));
+    ck_assert(!accepts(g, "\"11.0.0.2\"") && !accepts(g, "\"10.200.3.4\"") && !accepts(g, "\"10.0.0\""));
     gr_release(g);
     /* a repetition of something that matches "" (refused by the grammar) goes through the automaton */
     g = schema("{\"type\":\"string\",\"pattern\":\"^(a*1?)*b$\"}");

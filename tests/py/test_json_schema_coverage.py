@@ -108,6 +108,10 @@ LENGTH_CASES = [
      v("2024-01-02"), x("2024-1-2", "")),
     ("uuid-exact", {"type": "string", "format": "uuid", "minLength": 36, "maxLength": 36},
      v("123e4567-e89b-12d3-a456-426614174000"), x("123e4567-e89b-12d3-a456-42661417400")),
+    ("date-and-pattern", {"type": "string", "format": "date", "pattern": "^([0-9]{4})(-([0-9]{2}))?(-([0-9]{2}))?$"},
+     v("2024-01-02"), x("2024", "2024-01", "2024-1-2")),
+    ("anchored-alternatives", {"type": "string", "pattern": "^\\S+$|^$", "maxLength": 4},
+     v("", "abcd"), x("a b", "abcde")),
 ]
 
 
