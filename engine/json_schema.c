@@ -987,7 +987,7 @@ typedef struct nfa {
 
 static int nfa_add_state(nfa *a) {
     if (a->n >= RX_MAX_NFA)
-        return fail(a->r->c, "pattern: more than %d automaton states to intersect with minLength/maxLength", RX_MAX_NFA);
+        return fail(a->r->c, "pattern: its automaton needs more than %d states; not supported", RX_MAX_NFA);
     if (!rx_grow(a->r, (void **)&a->s, &a->cap, a->n + 1, sizeof *a->s)) return -1;
     a->s[a->n] = (nfa_state){{-1, -1}, -1, -1};
     return a->n++;
@@ -1116,7 +1116,7 @@ static int subset_find(rx *r, subset_set *S, dfa *d, const int *v, int n) {
         if (S->len[i] == n && !memcmp(S->pool + S->off[i], v, (size_t)n * sizeof *v)) return i;
     }
     if (d->n >= RX_MAX_DFA)
-        return fail(r->c, "pattern: more than %d deterministic states to intersect with minLength/maxLength",
+        return fail(r->c, "pattern: its deterministic automaton needs more than %d states; not supported",
                     RX_MAX_DFA);
     if (!rx_grow(r, (void **)&S->pool, &S->cap_pool, S->n_pool + n, sizeof *S->pool)) return -1;
     memcpy(S->pool + S->n_pool, v, (size_t)n * sizeof *v);
@@ -1180,7 +1180,7 @@ static int dfa_build(rx *r, const nfa *a, const int *start, const int *accept, i
     }
     for (int q = 0; q < d->n; q++) {
         if ((size_t)(q + 1) * (size_t)d->n_int > RX_MAX_CELLS) {
-            rc = fail(r->c, "pattern: its automaton is too large to intersect with minLength/maxLength");
+            rc = fail(r->c, "pattern: its deterministic automaton is too large; not supported");
             goto out;
         }
         /* (interval, target) for each move of the states in q, sorted by interval */
@@ -1191,6 +1191,10 @@ static int dfa_build(rx *r, const nfa *a, const int *start, const int *accept, i
             const rx_node *x = &r->nodes[st->set];
             for (int k = 0; k < x->n_set; k++) {
                 int i0 = interval_at(d, r->lo[x->set + k]), i1 = interval_at(d, r->hi[x->set + k] + 1);
+                if (n_pairs + 2 * (i1 - i0) > 2 * RX_MAX_CELLS) {
+                    rc = fail(r->c, "pattern: its deterministic automaton is too large; not supported");
+                    goto out;
+                }
                 if (!rx_grow(r, (void **)&pairs, &cap_pairs, n_pairs + 2 * (i1 - i0), sizeof *pairs)) {
                     rc = -1;
                     goto out;
