@@ -438,7 +438,9 @@ START_TEST(test_schema_pattern_lengths) {
         {"time", 0, 12, {"13:45:00Z", "13:45:00.12Z", "13:45:00.123Z", "24:00:00Z", "01:02:03+05:30", NULL}},
         {"ipv6", 0, 10, {"::1", "fe80::1", "1:2:3:4:5:6:7:8", "::", "1::2:3:4", "12345::1", "a:b:c:d:e", NULL}},
         {"duration", 0, 6, {"P1D", "PT1H2M", "P1Y2M3D", "P", "P1W", "PT1.5S", "P1H", NULL}},
-        {"date-time", 25, 30, {"2024-02-28T13:45:00+05:30", "2024-02-28T13:45:00Z", "2024-02-28T13:45:00.1234+05:30", NULL}},
+        {"date-time", 25, 30, {"2024-02-28T13:45:00+05:30", "2024-02-28T13:45:00Z", "2024-02-28T13:45:00.1234+05:30",
+                               "2024-02-29T13:45:00+05:30", "2023-02-29T13:45:00+05:30", "2023-01-31T13:45:00+05:30",
+                               "2023-04-31T13:45:00+05:30", NULL}},
         {"hostname", 0, 10, {"a.b-c.d", "abc-.de", "example.com", "ex-1", "-ab", "a..b", "a.b.c.d.e", NULL}},
         {"email", 0, 9, {"a@b.cd", "a+b@c.de", "ab@c", "abcd@e.fg", "abcde@f.gh", "a@b.c.d", NULL}},
         {"uri-reference", 0, 4, {"", "a/b", "#x", "a b", "/a/b", "/a/bc", NULL}},
@@ -484,6 +486,18 @@ START_TEST(test_schema_pattern_lengths) {
     gr_release(g);
     g = schema("{\"type\":\"string\",\"pattern\":\"^\\\\S+$|^$\",\"maxLength\":3}");
     ck_assert(accepts(g, "\"\"") && accepts(g, "\"abc\"") && !accepts(g, "\"a c\"") && !accepts(g, "\"abcd\""));
+    gr_release(g);
+    /* dates: the days of each month, February 29 in leap years */
+    g = schema("{\"type\":\"string\",\"format\":\"date\"}");
+    static const char *const good[] = {"2024-01-31", "2024-02-29", "2000-02-29", "2023-04-30", "1996-02-29", "2023-12-31"};
+    static const char *const bad[] = {"2023-02-29", "1900-02-29", "2023-04-31", "2024-02-30", "2024-13-01", "2024-00-10"};
+    for (int i = 0; i < 6; i++) {
+        char text[32];
+        snprintf(text, sizeof text, "\"%s\"", good[i]);
+        ck_assert_msg(accepts(g, text), "%s", text);
+        snprintf(text, sizeof text, "\"%s\"", bad[i]);
+        ck_assert_msg(!accepts(g, text), "%s", text);
+    }
     gr_release(g);
     /* a format and a pattern: both */
     g = schema("{\"type\":\"string\",\"format\":\"ipv4\",\"pattern\":\"^10\\\\.|\\\\.1$\",\"maxLength\":9}");
