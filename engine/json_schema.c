@@ -16,6 +16,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -89,6 +90,8 @@ typedef struct compiler {
     int n_rules;
     ref_rule *refs;
     int n_refs, cap_refs;
+    long long_strings[16][3]; /* (minLength, maxLength, rule) of strings past the repeat bound, shared */
+    int n_long_strings;
     cJSON *scratch;           /* nodes folding made, freed at the end */
     gl_error *err;
     size_t charged;           /* bytes of out charged to the compile budget */
@@ -156,7 +159,9 @@ static const char *const PRELUDE =
     "json-member ::= json-string ws \":\" ws json-value ws\n"
     "json-object ::= \"{\" ws (json-member (\",\" ws json-member)*)? \"}\"\n"
     "json-array ::= \"[\" ws (json-value ws (\",\" ws json-value ws)*)? \"]\"\n"
-    "date ::= [1-9] [0-9]{3} \"-\" (\"0\" [1-9] | \"1\" [0-2]) \"-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8])\n"
+    "date ::= [1-9] [0-9]{3} \"-\" ((\"0\" [13578] | \"1\" [02]) \"-\" (\"0\" [1-9] | [12] [0-9] | \"3\" [01]) | "
+    "(\"0\" [469] | \"11\") \"-\" (\"0\" [1-9] | [12] [0-9] | \"30\") | \"02-\" (\"0\" [1-9] | \"1\" [0-9] | \"2\" [0-8])) | "
+    "([1-9] [0-9] (\"0\" [48] | [2468] [048] | [13579] [26]) | ([2468] [048] | [13579] [26]) \"00\") \"-02-29\"\n"
     "time ::= ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9] \":\" [0-5] [0-9] (\".\" [0-9]{1,6})? "
     "(\"Z\" | [+-] ([01] [0-9] | \"2\" [0-3]) \":\" [0-5] [0-9])\n"
     "hex ::= [0-9a-f]\n"
@@ -505,19 +510,58 @@ static int gen_number(compiler *c, const cJSON *s, bool integer, sbuf *b) {
     return 0;
 }
 
-/* ---- pattern: a regex subset to GBNF for string content ------------------------ */
+/* ---- pattern: a regex subset, parsed to a tree --------------------------------- */
+
+enum { RX_SET, RX_CAT, RX_ALT, RX_REP };
+
+typedef struct rx_node {
+    int kind;
+    int kid, next;            /* first child, next sibling (-1: none) */
+    int min, max;             /* RX_REP: the count (max -1: unbounded) */
+    int set, n_set;           /* RX_SET: ranges lo/hi[set .. set + n_set), sorted and merged */
+} rx_node;
 
 typedef struct rx {
     compiler *c;
     const char *p, *end;
-    sbuf *b;
     bool raw;                 /* match the characters themselves, not their JSON spelling (gl_grammar_from_regex) */
+    bool search;              /* a JSON Schema pattern: unanchored ends match anything */
+    rx_node *nodes;
+    int n_nodes, cap_nodes;
+    uint32_t *lo, *hi;        /* the code point ranges of every set */
+    int n_rng, cap_rng;
 } rx;
 
 typedef struct cp_set {
     uint32_t lo[128], hi[128];
     int n;
 } cp_set;
+
+static bool rx_grow(rx *r, void **p, int *cap, int need, size_t size) {
+    if (need <= *cap) return true;
+    int n = *cap ? *cap * 2 : 64;
+    while (n < need) n *= 2;
+    void *q = realloc(*p, (size_t)n * size);
+    if (!q) {
+        fail(r->c, "out of memory");
+        return false;
+    }
+    *p = q;
+    *cap = n;
+    return true;
+}
+
+static int rx_add_node(rx *r, int kind) {
+    if (r->c->failed || !rx_grow(r, (void **)&r->nodes, &r->cap_nodes, r->n_nodes + 1, sizeof *r->nodes)) return -1;
+    r->nodes[r->n_nodes] = (rx_node){kind, -1, -1, 0, 0, 0, 0};
+    return r->n_nodes++;
+}
+
+static void rx_free(rx *r) {
+    free(r->nodes);
+    free(r->lo);
+    free(r->hi);
+}
 
 static void set_add(rx *r, cp_set *s, uint32_t lo, uint32_t hi) {
     if (s->n == 128) {
@@ -577,68 +621,84 @@ static void set_normalize(cp_set *s, bool negate) {
     *s = out;
 }
 
-/* The JSON spelling of one code point inside a string, as a GBNF literal. */
-static void json_cp_literal(sbuf *b, uint32_t cp) {
-    static const char *const esc[32] = {[8] = "\\\\b", [9] = "\\\\t", [10] = "\\\\n", [12] = "\\\\f", [13] = "\\\\r"};
-    if (cp == '"') sb_puts(b, "\"\\\\\\\"\"");
-    else if (cp == '\\') sb_puts(b, "\"\\\\\\\\\"");
-    else if (cp < 0x20 && esc[cp]) sb_printf(b, "\"%s\"", esc[cp]);
-    else if (cp < 0x20) sb_printf(b, "\"\\\\u00%02x\"", cp);
-    else sb_printf(b, "[\\U%08X]", cp);
+/* A set node holding s's ranges (s normalized). */
+static int rx_set_node(rx *r, const cp_set *s) {
+    int n = rx_add_node(r, RX_SET);
+    if (n < 0) return -1;
+    int cap = r->cap_rng;
+    if (!rx_grow(r, (void **)&r->lo, &cap, r->n_rng + s->n, sizeof *r->lo)) return -1;
+    cap = r->cap_rng;
+    if (!rx_grow(r, (void **)&r->hi, &cap, r->n_rng + s->n, sizeof *r->hi)) return -1;
+    r->cap_rng = cap;
+    memcpy(r->lo + r->n_rng, s->lo, (size_t)s->n * sizeof *r->lo);
+    memcpy(r->hi + r->n_rng, s->hi, (size_t)s->n * sizeof *r->hi);
+    r->nodes[n].set = r->n_rng;
+    r->nodes[n].n_set = s->n;
+    r->n_rng += s->n;
+    return n;
 }
 
-/* A set of code points (sorted, merged) as GBNF matching their JSON
- * spelling: the ones that need no escape as one class, then quote,
- * backslash and control characters as escape alternatives. */
-static void emit_set_json(rx *r, const cp_set *s) {
-    sbuf *b = r->b;
+static void sb_class(sbuf *b, const sbuf *members) {
+    sb_puts(b, "[");
+    sb_put(b, members->s, members->len);
+    sb_puts(b, "] ");
+}
+
+/* Code point ranges (sorted, merged) as GBNF matching their JSON spelling:
+ * the ones that need no escape as one class; quote, backslash and control
+ * characters as their escapes, all behind one backslash so that a set is
+ * at most two alternatives wherever the matcher stands. */
+static void emit_ranges(rx *r, const uint32_t *rlo, const uint32_t *rhi, int n, sbuf *b) {
     if (r->raw) {
         sb_puts(b, "[");
-        for (int i = 0; i < s->n; i++) sb_printf(b, "\\U%08X-\\U%08X", s->lo[i], s->hi[i]);
+        for (int i = 0; i < n; i++) sb_printf(b, "\\U%08X-\\U%08X", rlo[i], rhi[i]);
         sb_puts(b, "] ");
-        if (!s->n) fail(r->c, "pattern: an empty character class matches nothing");
+        if (!n) fail(r->c, "pattern: an empty character class matches nothing");
         return;
     }
-    sbuf cls = {0};
-    for (int i = 0; i < s->n; i++) {
-        uint32_t lo = s->lo[i] < 0x20 ? 0x20 : s->lo[i], hi = s->hi[i];
+    static const char short_esc[32] = {[8] = 'b', [9] = 't', [10] = 'n', [12] = 'f', [13] = 'r'};
+    sbuf cls = {0}, esc = {0}, u[2] = {{0}, {0}};
+    for (int i = 0; i < n; i++) {
+        uint32_t lo = rlo[i] < 0x20 ? 0x20 : rlo[i], hi = rhi[i];
         while (lo <= hi) { /* pieces of [lo, hi] around '"' and '\\' */
             uint32_t stop = hi;
             if (lo <= '"' && '"' <= hi) stop = lo == '"' ? '"' : '"' - 1;
             else if (lo <= '\\' && '\\' <= hi) stop = lo == '\\' ? '\\' : '\\' - 1;
-            if (!(stop == lo && (lo == '"' || lo == '\\'))) sb_printf(&cls, "\\U%08X-\\U%08X", lo, stop);
+            if (stop == lo && (lo == '"' || lo == '\\')) sb_printf(&esc, "\\U%08X", lo);
+            else sb_printf(&cls, "\\U%08X-\\U%08X", lo, stop);
             lo = stop + 1;
             if (stop == 0x10FFFF) break;
+        }
+        for (uint32_t cp = rlo[i]; cp <= rhi[i] && cp < 0x20; cp++) {
+            if (short_esc[cp]) sb_printf(&esc, "\\U%08X", (uint32_t)short_esc[cp]);
+            else sb_printf(&u[cp >> 4], "\\U%08X", (uint32_t)"0123456789abcdef"[cp & 15]);
         }
     }
     bool any = false;
     sb_puts(b, "(");
     if (cls.len) {
-        sb_puts(b, "[");
-        sb_put(b, cls.s, cls.len);
-        sb_puts(b, "] ");
+        sb_class(b, &cls);
         any = true;
     }
-    free(cls.s);
-    for (int i = 0; i < s->n; i++) {
-        for (uint32_t cp = s->lo[i]; cp <= s->hi[i] && cp < 0x20; cp++) {
-            if (any) sb_puts(b, "| ");
-            json_cp_literal(b, cp);
-            any = true;
+    if (esc.len || u[0].len || u[1].len) {
+        sb_puts(b, any ? "| \"\\\\\" (" : "\"\\\\\" (");
+        if (esc.len) sb_class(b, &esc);
+        if (u[0].len || u[1].len) {
+            sb_puts(b, esc.len ? "| \"u00\" (" : "\"u00\" (");
+            if (u[0].len) sb_puts(b, "\"0\" "), sb_class(b, &u[0]);
+            if (u[1].len) sb_puts(b, u[0].len ? "| \"1\" " : "\"1\" "), sb_class(b, &u[1]);
+            sb_puts(b, ") ");
         }
-        static const uint32_t special[2] = {'"', '\\'};
-        for (int k = 0; k < 2; k++) {
-            if (special[k] < s->lo[i] || special[k] > s->hi[i]) continue;
-            if (any) sb_puts(b, "| ");
-            json_cp_literal(b, special[k]);
-            any = true;
-        }
+        sb_puts(b, ") ");
+        any = true;
     }
+    if (cls.oom || esc.oom || u[0].oom || u[1].oom) b->oom = true;
+    free(cls.s), free(esc.s), free(u[0].s), free(u[1].s);
     if (!any) fail(r->c, "pattern: an empty character class matches nothing");
     sb_puts(b, ") ");
 }
 
-static void rx_alt(rx *r, int depth);
+static int rx_alt(rx *r, int depth);
 
 /* The next UTF-8 character of the pattern (a stray byte stands for itself). */
 static uint32_t rx_char(rx *r) {
@@ -670,156 +730,874 @@ static int rx_number(rx *r) {
     return (int)v;
 }
 
-static void rx_seq(rx *r, int depth) {
-    sbuf *b = r->b;
-    sb_puts(b, "(");
-    while (!r->c->failed && r->p < r->end && *r->p != '|' && *r->p != ')') {
-        char ch = *r->p;
-        if (ch == '(') {
-            if (depth > 32) {
-                fail(r->c, "pattern: groups nested deeper than 32");
-                return;
+/* [...] after its '[': the set node. */
+static int rx_class(rx *r) {
+    bool neg = r->p < r->end && *r->p == '^';
+    if (neg) r->p++;
+    cp_set s = {.n = 0};
+    bool first = true;
+    while (!r->c->failed && r->p < r->end && (*r->p != ']' || first)) {
+        first = false;
+        uint32_t lo;
+        if (*r->p == '\\' && r->p + 1 < r->end) {
+            char e = r->p[1];
+            r->p += 2;
+            if (strchr("dwsntr", e)) {
+                set_add_escape(r, &s, e);
+                continue;
             }
-            r->p++;
-            if (r->end - r->p >= 2 && r->p[0] == '?' && r->p[1] == ':') r->p += 2;
-            else if (r->p < r->end && *r->p == '?') {
-                fail(r->c, "pattern: (?...) other than (?:...) is not in the supported subset");
-                return;
-            }
-            sb_puts(b, "(");
-            rx_alt(r, depth + 1);
-            sb_puts(b, ") ");
-            if (r->p >= r->end || *r->p != ')') {
-                fail(r->c, "pattern: unclosed group");
-                return;
-            }
-            r->p++;
-        } else if (ch == '[') {
-            r->p++;
-            bool neg = r->p < r->end && *r->p == '^';
-            if (neg) r->p++;
-            cp_set s = {.n = 0};
-            bool first = true;
-            while (!r->c->failed && r->p < r->end && (*r->p != ']' || first)) {
-                first = false;
-                uint32_t lo;
-                if (*r->p == '\\' && r->p + 1 < r->end) {
-                    char e = r->p[1];
-                    r->p += 2;
-                    if (strchr("dwsntr", e)) {
-                        set_add_escape(r, &s, e);
-                        continue;
-                    }
-                    lo = (unsigned char)e;
-                    if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9')) {
-                        fail(r->c, "pattern: escape \\%c is not in the supported subset", e);
-                        return;
-                    }
-                } else {
-                    lo = rx_char(r);
-                }
-                uint32_t hi = lo;
-                if (r->end - r->p >= 2 && r->p[0] == '-' && r->p[1] != ']') {
-                    r->p++;
-                    hi = (unsigned char)*r->p++;
-                    if (hi == '\\' && r->p < r->end) hi = (unsigned char)*r->p++;
-                    if (hi < lo) {
-                        fail(r->c, "pattern: range end below its start");
-                        return;
-                    }
-                }
-                set_add(r, &s, lo, hi);
-            }
-            if (r->p >= r->end) {
-                fail(r->c, "pattern: unterminated character class");
-                return;
-            }
-            r->p++;
-            set_normalize(&s, neg);
-            emit_set_json(r, &s);
-        } else if (ch == '.' || ch == '\\') {
-            cp_set s = {.n = 0};
-            if (ch == '.') {
-                set_add(r, &s, '\n', '\n');
-                set_normalize(&s, true);
-                r->p++;
-            } else {
-                if (r->p + 1 >= r->end) {
-                    fail(r->c, "pattern: escape at the end");
-                    return;
-                }
-                char e = r->p[1];
-                r->p += 2;
-                bool upper = e == 'D' || e == 'W' || e == 'S';
-                set_add_escape(r, &s, upper ? (char)(e + 32) : e);
-                set_normalize(&s, upper);
-            }
-            emit_set_json(r, &s);
-        } else if (ch == '^' || ch == '$') {
-            fail(r->c, "pattern: anchor '%c' is only supported at the very start (^) or end ($)", ch);
-            return;
-        } else if (ch == '*' || ch == '+' || ch == '?' || ch == '{') {
-            fail(r->c, "pattern: quantifier '%c' with nothing to repeat", ch);
-            return;
+            lo = (unsigned char)e;
+            if ((e >= 'a' && e <= 'z') || (e >= 'A' && e <= 'Z') || (e >= '0' && e <= '9'))
+                return fail(r->c, "pattern: escape \\%c is not in the supported subset", e);
         } else {
-            uint32_t cp = rx_char(r);
-            if (r->raw) sb_printf(b, "[\\U%08X]", cp);
-            else json_cp_literal(b, cp);
-            sb_puts(b, " ");
+            lo = rx_char(r);
         }
-        /* quantifier */
-        if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '?')) {
-            sb_printf(b, "%c ", *r->p++);
-        } else if (r->p < r->end && *r->p == '{') {
+        uint32_t hi = lo;
+        if (r->end - r->p >= 2 && r->p[0] == '-' && r->p[1] != ']') {
             r->p++;
-            int min = rx_number(r), max = min;
-            bool open = false;
-            if (r->p < r->end && *r->p == ',') {
-                r->p++;
-                if (r->p < r->end && *r->p == '}') open = true;
-                else max = rx_number(r);
-            }
-            if (r->c->failed) return;
-            if (r->p >= r->end || *r->p != '}') {
-                fail(r->c, "pattern: expected '}'");
-                return;
-            }
-            r->p++;
-            if (!open && max < min) {
-                fail(r->c, "pattern: {%d,%d} has its maximum below its minimum", min, max);
-                return;
-            }
-            if (open) sb_printf(b, "{%d,} ", min);
-            else sb_printf(b, "{%d,%d} ", min, max);
+            hi = (unsigned char)*r->p++;
+            if (hi == '\\' && r->p < r->end) hi = (unsigned char)*r->p++;
+            if (hi < lo) return fail(r->c, "pattern: range end below its start");
         }
-        if (r->p < r->end && *r->p == '?') r->p++; /* lazy: same language */
+        set_add(r, &s, lo, hi);
     }
-    sb_puts(b, ") ");
+    if (r->c->failed) return -1;
+    if (r->p >= r->end) return fail(r->c, "pattern: unterminated character class");
+    r->p++;
+    set_normalize(&s, neg);
+    return rx_set_node(r, &s);
 }
 
-static void rx_alt(rx *r, int depth) {
-    rx_seq(r, depth);
+/* One atom: a group, a class, '.', an escape or a literal character. */
+static int rx_atom(rx *r, int depth) {
+    char ch = *r->p;
+    cp_set s = {.n = 0};
+    if (ch == '(') {
+        if (depth > 32) return fail(r->c, "pattern: groups nested deeper than 32");
+        r->p++;
+        if (r->end - r->p >= 2 && r->p[0] == '?' && r->p[1] == ':') r->p += 2;
+        else if (r->p < r->end && *r->p == '?')
+            return fail(r->c, "pattern: (?...) other than (?:...) is not in the supported subset");
+        int g = rx_alt(r, depth + 1);
+        if (r->c->failed) return -1;
+        if (r->p >= r->end || *r->p != ')') return fail(r->c, "pattern: unclosed group");
+        r->p++;
+        return g;
+    }
+    if (ch == '[') {
+        r->p++;
+        return rx_class(r);
+    }
+    if (ch == '.') {
+        set_add(r, &s, '\n', '\n');
+        set_normalize(&s, true);
+        r->p++;
+    } else if (ch == '\\') {
+        if (r->p + 1 >= r->end) return fail(r->c, "pattern: escape at the end");
+        char e = r->p[1];
+        r->p += 2;
+        bool upper = e == 'D' || e == 'W' || e == 'S';
+        set_add_escape(r, &s, upper ? (char)(e + 32) : e);
+        set_normalize(&s, upper);
+    } else if (ch == '^' || ch == '$') {
+        return fail(r->c, "pattern: anchor '%c' is only supported at the very start (^) or end ($)", ch);
+    } else if (ch == '*' || ch == '+' || ch == '?' || ch == '{') {
+        return fail(r->c, "pattern: quantifier '%c' with nothing to repeat", ch);
+    } else {
+        uint32_t cp = rx_char(r);
+        set_add(r, &s, cp, cp);
+    }
+    return r->c->failed ? -1 : rx_set_node(r, &s);
+}
+
+/* A quantifier after an atom, if any: the repetition node around it. */
+static int rx_quantified(rx *r, int atom) {
+    int min, max;
+    if (r->p < r->end && (*r->p == '*' || *r->p == '+' || *r->p == '?')) {
+        char q = *r->p++;
+        min = q == '+';
+        max = q == '?' ? 1 : -1;
+    } else if (r->p < r->end && *r->p == '{') {
+        r->p++;
+        min = rx_number(r), max = min;
+        if (r->p < r->end && *r->p == ',') {
+            r->p++;
+            if (r->p < r->end && *r->p == '}') max = -1;
+            else max = rx_number(r);
+        }
+        if (r->c->failed) return -1;
+        if (r->p >= r->end || *r->p != '}') return fail(r->c, "pattern: expected '}'");
+        r->p++;
+        if (max >= 0 && max < min) return fail(r->c, "pattern: {%d,%d} has its maximum below its minimum", min, max);
+    } else {
+        return atom;
+    }
+    if (r->p < r->end && *r->p == '?') r->p++; /* lazy: same language */
+    int rep = rx_add_node(r, RX_REP);
+    if (rep < 0) return -1;
+    r->nodes[rep].kid = atom;
+    r->nodes[rep].min = min;
+    r->nodes[rep].max = max;
+    return rep;
+}
+
+/* .* over every code point, newline included. */
+static int rx_any_star(rx *r) {
+    cp_set all = {.lo = {0}, .hi = {0x10FFFF}, .n = 1};
+    int set = rx_set_node(r, &all), rep = set < 0 ? -1 : rx_add_node(r, RX_REP);
+    if (rep < 0) return -1;
+    r->nodes[rep].kid = set;
+    r->nodes[rep].max = -1;
+    return rep;
+}
+
+/* A sequence. At the top level a pattern is searched for: an alternative
+ * without ^ may start, and one without $ may end, with anything (for a
+ * whole-output regex, r->search false, the anchors change nothing). */
+static int rx_seq(rx *r, int depth) {
+    bool head = depth == 0 && r->p < r->end && *r->p == '^', tail = false;
+    if (head) r->p++;
+    int cat = rx_add_node(r, RX_CAT), last = -1;
+    while (cat >= 0 && !r->c->failed && r->p < r->end && *r->p != '|' && *r->p != ')') {
+        if (depth == 0 && *r->p == '$' && (r->p + 1 == r->end || r->p[1] == '|')) {
+            r->p++;
+            tail = true;
+            break;
+        }
+        int a = rx_atom(r, depth);
+        if (a >= 0) a = rx_quantified(r, a);
+        if (a < 0) return -1;
+        if (last < 0) r->nodes[cat].kid = a;
+        else r->nodes[last].next = a;
+        last = a;
+    }
+    if (r->c->failed || cat < 0) return -1;
+    if (depth > 0 || !r->search) return cat;
+    if (!head) {
+        int any = rx_any_star(r);
+        if (any < 0) return -1;
+        r->nodes[any].next = r->nodes[cat].kid;
+        r->nodes[cat].kid = any;
+        if (last < 0) last = any;
+    }
+    if (!tail) {
+        int any = rx_any_star(r);
+        if (any < 0) return -1;
+        if (last < 0) r->nodes[cat].kid = any;
+        else r->nodes[last].next = any;
+    }
+    return cat;
+}
+
+static int rx_alt(rx *r, int depth) {
+    int first = rx_seq(r, depth);
+    if (first < 0 || r->p >= r->end || *r->p != '|') return first;
+    int alt = rx_add_node(r, RX_ALT), last = first;
+    if (alt < 0) return -1;
+    r->nodes[alt].kid = first;
     while (!r->c->failed && r->p < r->end && *r->p == '|') {
         r->p++;
-        sb_puts(r->b, "| ");
-        rx_seq(r, depth);
+        int s = rx_seq(r, depth);
+        if (s < 0) return -1;
+        r->nodes[last].next = s;
+        last = s;
+    }
+    return alt;
+}
+
+/* Parse a whole pattern into its tree; returns the root. */
+static int rx_parse(rx *r, const char *pattern, size_t n) {
+    r->p = pattern;
+    r->end = pattern + n;
+    int root = rx_alt(r, 0);
+    if (root >= 0 && r->p < r->end) return fail(r->c, "pattern: unbalanced ')'");
+    return root;
+}
+
+/* The GBNF of node n. */
+static void rx_emit(rx *r, int n, sbuf *b) {
+    const rx_node *x = &r->nodes[n];
+    if (x->kind == RX_SET) {
+        emit_ranges(r, r->lo + x->set, r->hi + x->set, x->n_set, b);
+        return;
+    }
+    sb_puts(b, "(");
+    for (int k = x->kid; k >= 0; k = r->nodes[k].next) {
+        if (x->kind == RX_ALT && k != x->kid) sb_puts(b, "| ");
+        rx_emit(r, k, b);
+    }
+    sb_puts(b, ") ");
+    if (x->kind != RX_REP) return;
+    if (x->max < 0) sb_printf(b, "{%d,} ", x->min);
+    else sb_printf(b, "{%d,%d} ", x->min, x->max);
+}
+
+#define RX_INF (LONG_MAX / 4)
+
+static long sat_mul(long a, long b) { return a && b > RX_INF / a ? RX_INF : a * b; }
+
+/* The shortest and longest strings node n matches (RX_INF: unbounded). */
+static void rx_len(const rx *r, int n, long *lo, long *hi) {
+    const rx_node *x = &r->nodes[n];
+    if (x->kind == RX_SET) {
+        *lo = *hi = 1;
+        return;
+    }
+    if (x->kind == RX_REP) {
+        long a, z;
+        rx_len(r, x->kid, &a, &z);
+        *lo = sat_mul(a, x->min);
+        *hi = x->max < 0 ? (z ? RX_INF : 0) : sat_mul(z, x->max);
+        return;
+    }
+    *lo = x->kind == RX_ALT ? RX_INF : 0;
+    *hi = 0;
+    for (int k = x->kid; k >= 0; k = r->nodes[k].next) {
+        long a, z;
+        rx_len(r, k, &a, &z);
+        if (x->kind == RX_ALT) {
+            if (a < *lo) *lo = a;
+            if (z > *hi) *hi = z;
+        } else {
+            *lo = *lo + a > RX_INF ? RX_INF : *lo + a;
+            *hi = *hi + z > RX_INF ? RX_INF : *hi + z;
+        }
     }
 }
 
-static void gen_pattern(compiler *c, const char *pattern, sbuf *b) {
-    size_t n = strlen(pattern);
-    const char *p = pattern, *end = pattern + n;
-    /* a pattern is searched for: unanchored ends match anything */
-    bool head = p < end && *p == '^', tail = false;
-    if (head) p++;
-    if (end > p && end[-1] == '$' && (end - 1 == p || end[-2] != '\\')) end--, tail = true;
-    size_t old = path_push(c, "pattern");
-    rx r = {c, p, end, b, false};
-    sb_printf(b, "\"\\\"\" %s(", head ? "" : "json-char* ");
-    rx_alt(&r, 0);
-    if (!c->failed && r.p < r.end) fail(c, "pattern: unbalanced ')'");
-    sb_printf(b, ") %s\"\\\"\"", tail ? "" : "json-char* ");
-    path_pop(c, old);
+/* A string (a JSON string, quotes included) the pattern matches; defined with the length bounds below. */
+static void gen_pattern(compiler *c, const char *pattern, sbuf *b);
+
+/* ---- pattern within minLength/maxLength: an automaton times a length counter ---- */
+
+#define RX_MAX_NFA 60000      /* automaton states before determinizing */
+#define RX_MAX_DFA 4000       /* deterministic states */
+#define RX_MAX_CELLS 4000000  /* states x lengths the counter walks */
+#define RX_MAX_PRODUCT 60000  /* grammar rules the counter may write */
+
+typedef struct nfa_state {
+    int eps[2];               /* empty moves (-1: none) */
+    int set, to;              /* a move on set node `set` to `to`; set -1: none */
+} nfa_state;
+
+typedef struct nfa {
+    rx *r;
+    nfa_state *s;
+    int n, cap;
+    long max_len;             /* maxLength (-1: none): repetitions past it are unbounded */
+} nfa;
+
+static int nfa_add_state(nfa *a) {
+    if (a->n >= RX_MAX_NFA)
+        return fail(a->r->c, "pattern: its automaton needs more than %d states; not supported", RX_MAX_NFA);
+    if (!rx_grow(a->r, (void **)&a->s, &a->cap, a->n + 1, sizeof *a->s)) return -1;
+    a->s[a->n] = (nfa_state){{-1, -1}, -1, -1};
+    return a->n++;
+}
+
+/* Thompson's construction of node n from `start` (a state with no moves
+ * yet); returns its end state (no moves yet either). ctx: the fewest code
+ * points the rest of the pattern needs around n. */
+static int nfa_build(nfa *a, int n, int start, long ctx) {
+    if (start < 0) return -1;
+    const rx_node x = a->r->nodes[n];
+    if (x.kind == RX_SET) {
+        int e = nfa_add_state(a);
+        if (e >= 0) a->s[start].set = n, a->s[start].to = e;
+        return e;
+    }
+    long lo, hi;
+    rx_len(a->r, n, &lo, &hi);
+    if (x.kind == RX_CAT) {
+        int cur = start;
+        for (int k = x.kid; k >= 0 && cur >= 0; k = a->r->nodes[k].next) {
+            long klo, khi;
+            rx_len(a->r, k, &klo, &khi);
+            cur = nfa_build(a, k, cur, ctx + lo - klo);
+        }
+        return cur;
+    }
+    if (x.kind == RX_ALT) {
+        int e = nfa_add_state(a), split = start;
+        for (int k = x.kid; k >= 0 && e >= 0 && split >= 0; k = a->r->nodes[k].next) {
+            int ks = nfa_add_state(a), more = a->r->nodes[k].next >= 0 ? nfa_add_state(a) : -1;
+            if (ks < 0) return -1;
+            a->s[split].eps[0] = ks;
+            a->s[split].eps[1] = more;
+            int ke = nfa_build(a, k, ks, ctx);
+            if (ke < 0) return -1;
+            a->s[ke].eps[0] = e;
+            split = more;
+        }
+        return e;
+    }
+    /* x{m,n}: m copies, then x* or n - m optional ones. When n + 1 copies
+     * cannot fit in maxLength, the count n cannot bind: x{m,} is the same
+     * language within the bounds, and its automaton is smaller. */
+    long klo, khi;
+    rx_len(a->r, x.kid, &klo, &khi);
+    int max = x.max;
+    if (max >= 0 && a->max_len >= 0 && (klo ? sat_mul(klo, max + 1L) + ctx > a->max_len : max > a->max_len)) max = -1;
+    long kctx = ctx + (x.min > 1 ? sat_mul(klo, x.min - 1L) : 0);
+    int cur = start;
+    for (int i = 0; i < x.min && cur >= 0; i++) cur = nfa_build(a, x.kid, cur, kctx);
+    if (cur < 0) return -1;
+    if (max < 0) {
+        int ks = nfa_add_state(a), e = nfa_add_state(a);
+        if (e < 0) return -1;
+        a->s[cur].eps[0] = ks;
+        a->s[cur].eps[1] = e;
+        int ke = nfa_build(a, x.kid, ks, kctx);
+        if (ke >= 0) a->s[ke].eps[0] = cur;
+        return ke < 0 ? -1 : e;
+    }
+    for (int i = x.min; i < max && cur >= 0; i++) {
+        int ks = nfa_add_state(a), e = nfa_add_state(a);
+        if (e < 0) return -1;
+        a->s[cur].eps[0] = ks;
+        a->s[cur].eps[1] = e;
+        int ke = nfa_build(a, x.kid, ks, kctx);
+        if (ke < 0) return -1;
+        a->s[ke].eps[0] = e;
+        cur = e;
+    }
+    return cur;
+}
+
+typedef struct dfa {
+    int n, n_int;             /* states, alphabet intervals */
+    uint32_t *cut;            /* interval i is [cut[i], cut[i + 1]) */
+    int *next;                /* [n * n_int]: the state after interval i, -1: none */
+    bool *accept;
+} dfa;
+
+static void dfa_free(dfa *d) {
+    free(d->cut);
+    free(d->next);
+    free(d->accept);
+}
+
+static int cmp_u32(const void *a, const void *b) {
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+static int cmp_int(const void *a, const void *b) {
+    int x = *(const int *)a, y = *(const int *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* The interval that starts at code point cp (n_int: the end). */
+static int interval_at(const dfa *d, uint32_t cp) {
+    int lo = 0, hi = d->n_int + 1;
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (d->cut[mid] <= cp) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+typedef struct subset_set {  /* the deterministic states: sorted sets of automaton states */
+    int *pool, n_pool, cap_pool;
+    int *off, *len, cap;     /* state i is pool[off[i] .. off[i] + len[i]) */
+    int *table, n_table;     /* open addressing, -1 empty */
+} subset_set;
+
+static unsigned hash_ints(const int *v, int n) {
+    unsigned h = 2166136261u;
+    for (int i = 0; i < n; i++) h = (h ^ (unsigned)v[i]) * 16777619u;
+    return h;
+}
+
+/* The number of the deterministic state {v}, made when new. */
+static int subset_find(rx *r, subset_set *S, dfa *d, const int *v, int n) {
+    unsigned h = hash_ints(v, n) & (unsigned)(S->n_table - 1);
+    for (; S->table[h] >= 0; h = (h + 1) & (unsigned)(S->n_table - 1)) {
+        int i = S->table[h];
+        if (S->len[i] == n && !memcmp(S->pool + S->off[i], v, (size_t)n * sizeof *v)) return i;
+    }
+    if (d->n >= RX_MAX_DFA)
+        return fail(r->c, "pattern: its deterministic automaton needs more than %d states; not supported",
+                    RX_MAX_DFA);
+    if (!rx_grow(r, (void **)&S->pool, &S->cap_pool, S->n_pool + n, sizeof *S->pool)) return -1;
+    memcpy(S->pool + S->n_pool, v, (size_t)n * sizeof *v);
+    S->off[d->n] = S->n_pool;
+    S->len[d->n] = n;
+    S->n_pool += n;
+    S->table[h] = d->n;
+    return d->n++;
+}
+
+/* The empty-move closure of v[0..n) into out, sorted; returns its size. */
+static int closure(const nfa *a, const int *v, int n, int *out, int *mark, int stamp) {
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (mark[v[i]] != stamp) mark[v[i]] = stamp, out[m++] = v[i];
+    for (int i = 0; i < m; i++)
+        for (int k = 0; k < 2; k++) {
+            int t = a->s[out[i]].eps[k];
+            if (t >= 0 && mark[t] != stamp) mark[t] = stamp, out[m++] = t;
+        }
+    qsort(out, (size_t)m, sizeof *out, cmp_int);
+    return m;
+}
+
+/* The subset construction over the intervals the sets' bounds cut the code
+ * points into, from n automata at once: a state accepts when all of theirs
+ * do (their intersection; one whose part has died accepts nothing more). */
+static int dfa_build(rx *r, const nfa *a, const int *start, const int *accept, int n, dfa *d) {
+    int n_cut = 2;
+    for (int i = 0; i < r->n_nodes; i++)
+        if (r->nodes[i].kind == RX_SET) n_cut += 2 * r->nodes[i].n_set;
+    d->cut = malloc((size_t)n_cut * sizeof *d->cut);
+    int *mark = calloc((size_t)a->n, sizeof *mark), *buf = malloc((size_t)a->n * 2 * sizeof *buf);
+    subset_set S = {.n_table = 16384}; /* a power of two above RX_MAX_DFA */
+    S.table = malloc((size_t)S.n_table * sizeof *S.table);
+    S.off = malloc(RX_MAX_DFA * sizeof *S.off);
+    S.len = malloc(RX_MAX_DFA * sizeof *S.len);
+    int *pairs = NULL, cap_pairs = 0, cap_rows = 0, rc = 0;
+    if (!d->cut || !mark || !buf || !S.table || !S.off || !S.len) {
+        rc = fail(r->c, "out of memory");
+        goto out;
+    }
+    memset(S.table, -1, (size_t)S.n_table * sizeof *S.table);
+    n_cut = 0;
+    d->cut[n_cut++] = 0;
+    d->cut[n_cut++] = 0x110000;
+    for (int i = 0; i < r->n_nodes; i++)
+        for (int k = 0; r->nodes[i].kind == RX_SET && k < r->nodes[i].n_set; k++) {
+            d->cut[n_cut++] = r->lo[r->nodes[i].set + k];
+            d->cut[n_cut++] = r->hi[r->nodes[i].set + k] + 1;
+        }
+    qsort(d->cut, (size_t)n_cut, sizeof *d->cut, cmp_u32);
+    int u = 0;
+    for (int i = 0; i < n_cut; i++)
+        if (!u || d->cut[i] != d->cut[u - 1]) d->cut[u++] = d->cut[i];
+    d->n_int = u - 1;
+    int stamp = 1, m = closure(a, start, n, buf, mark, stamp);
+    if (subset_find(r, &S, d, buf, m) < 0) {
+        rc = -1;
+        goto out;
+    }
+    for (int q = 0; q < d->n; q++) {
+        if ((size_t)(q + 1) * (size_t)d->n_int > RX_MAX_CELLS) {
+            rc = fail(r->c, "pattern: its deterministic automaton is too large; not supported");
+            goto out;
+        }
+        /* (interval, target) for each move of the states in q, sorted by interval */
+        int n_pairs = 0;
+        for (int j = 0; j < S.len[q]; j++) {
+            const nfa_state *st = &a->s[S.pool[S.off[q] + j]];
+            if (st->set == -1) continue;
+            const rx_node *x = &r->nodes[st->set];
+            for (int k = 0; k < x->n_set; k++) {
+                int i0 = interval_at(d, r->lo[x->set + k]), i1 = interval_at(d, r->hi[x->set + k] + 1);
+                if (n_pairs + 2 * (i1 - i0) > 2 * RX_MAX_CELLS) {
+                    rc = fail(r->c, "pattern: its deterministic automaton is too large; not supported");
+                    goto out;
+                }
+                if (!rx_grow(r, (void **)&pairs, &cap_pairs, n_pairs + 2 * (i1 - i0), sizeof *pairs)) {
+                    rc = -1;
+                    goto out;
+                }
+                for (int i = i0; i < i1; i++) pairs[n_pairs++] = i, pairs[n_pairs++] = st->to;
+            }
+        }
+        qsort(pairs, (size_t)n_pairs / 2, 2 * sizeof *pairs, cmp_int);
+        if (q >= cap_rows) {
+            cap_rows = cap_rows ? cap_rows * 2 : 16;
+            int *rows = realloc(d->next, (size_t)cap_rows * (size_t)d->n_int * sizeof *rows);
+            if (!rows) {
+                rc = fail(r->c, "out of memory");
+                goto out;
+            }
+            d->next = rows;
+        }
+        int *row = d->next + (size_t)q * (size_t)d->n_int;
+        for (int i = 0; i < d->n_int; i++) row[i] = -1;
+        for (int p = 0; p < n_pairs;) {
+            int i = pairs[p], n_to = 0;
+            int *to = buf + a->n;
+            for (; p < n_pairs && pairs[p] == i; p += 2) to[n_to++] = pairs[p + 1];
+            m = closure(a, to, n_to, buf, mark, ++stamp);
+            row[i] = subset_find(r, &S, d, buf, m);
+            if (row[i] < 0) {
+                rc = -1;
+                goto out;
+            }
+        }
+    }
+    d->accept = calloc((size_t)d->n + 1, sizeof *d->accept);
+    if (!d->accept) {
+        rc = fail(r->c, "out of memory");
+        goto out;
+    }
+    for (int q = 0; q < d->n; q++) {
+        int n_has = 0;
+        for (int i = 0; i < n; i++)
+            for (int j = 0; j < S.len[q]; j++) n_has += S.pool[S.off[q] + j] == accept[i];
+        d->accept[q] = n_has == n;
+    }
+out:
+    free(mark);
+    free(buf);
+    free(pairs);
+    free(S.pool);
+    free(S.off);
+    free(S.len);
+    free(S.table);
+    return rc;
+}
+
+/* alive[q]: some accepting state is reachable from q. */
+static void dfa_alive(const dfa *d, bool *alive) {
+    for (int q = 0; q < d->n; q++) alive[q] = d->accept[q];
+    for (bool changed = true; changed;) { /* backwards first: states are numbered in discovery order */
+        changed = false;
+        for (int q = d->n - 1; q >= 0; q--)
+            for (int i = 0; i < d->n_int && !alive[q]; i++) {
+                int t = d->next[(size_t)q * (size_t)d->n_int + (size_t)i];
+                if (t >= 0 && alive[t]) alive[q] = changed = true;
+            }
+    }
+}
+
+/* The minimal automaton of d (Moore's partition refinement): states that
+ * accept the same rests become one, and states that accept nothing go, so
+ * that every tail that accepts anything (the free end of an unanchored
+ * pattern) is one state looping on itself. Skipped past a work bound, the
+ * automaton staying as it was (larger, the same language). */
+static int dfa_minimize(rx *r, dfa *d) {
+    int n = d->n, k = d->n_int;
+    bool *alive = calloc((size_t)n, sizeof *alive);
+    int *block = malloc((size_t)n * sizeof *block), *next_block = malloc((size_t)n * sizeof *next_block);
+    int *table = NULL, n_table = 64, rc = 0;
+    while (n_table < 2 * n) n_table *= 2;
+    table = malloc((size_t)n_table * sizeof *table);
+    if (!alive || !block || !next_block || !table) {
+        rc = fail(r->c, "out of memory");
+        goto out;
+    }
+    dfa_alive(d, alive);
+    if (!alive[0]) goto out; /* nothing accepted: the caller says so */
+    bool used[2] = {false, false};
+    for (int q = 0; q < n; q++) {
+        block[q] = alive[q] ? d->accept[q] : -1;
+        if (alive[q]) used[block[q]] = true;
+    }
+    int n_blocks = used[0] + used[1];
+    long work = 0;
+    for (;;) {
+        if ((work += (long)n * k) > 50000000L) goto out;
+        memset(table, -1, (size_t)n_table * sizeof *table);
+        int m = 0;
+        for (int q = 0; q < n; q++) {
+            if (!alive[q]) {
+                next_block[q] = -1;
+                continue;
+            }
+            const int *row = d->next + (size_t)q * (size_t)k;
+            unsigned h = 2166136261u ^ (unsigned)block[q];
+            for (int i = 0; i < k; i++) h = (h ^ (unsigned)(row[i] >= 0 ? block[row[i]] + 1 : 0)) * 16777619u;
+            unsigned at = h & (unsigned)(n_table - 1);
+            for (; table[at] >= 0; at = (at + 1) & (unsigned)(n_table - 1)) {
+                int p = table[at];
+                const int *prow = d->next + (size_t)p * (size_t)k;
+                bool same = block[p] == block[q];
+                for (int i = 0; i < k && same; i++)
+                    same = (row[i] >= 0 ? block[row[i]] : -1) == (prow[i] >= 0 ? block[prow[i]] : -1);
+                if (same) break;
+            }
+            if (table[at] < 0) table[at] = q, next_block[q] = m++;
+            else next_block[q] = next_block[table[at]];
+        }
+        memcpy(block, next_block, (size_t)n * sizeof *block);
+        if (m == n_blocks) break;
+        n_blocks = m;
+    }
+    /* block 0 holds state 0 (numbered in discovery order): the new automaton's start */
+    int *rows = malloc((size_t)n_blocks * (size_t)k * sizeof *rows);
+    bool *accept = calloc((size_t)n_blocks, sizeof *accept);
+    if (!rows || !accept) {
+        free(rows);
+        free(accept);
+        rc = fail(r->c, "out of memory");
+        goto out;
+    }
+    for (int q = 0; q < n; q++) {
+        if (!alive[q]) continue;
+        const int *row = d->next + (size_t)q * (size_t)k;
+        int *to = rows + (size_t)block[q] * (size_t)k;
+        for (int i = 0; i < k; i++) to[i] = row[i] >= 0 && alive[row[i]] ? block[row[i]] : -1;
+        accept[block[q]] = d->accept[q];
+    }
+    free(d->next);
+    free(d->accept);
+    d->next = rows;
+    d->accept = accept;
+    d->n = n_blocks;
+out:
+    free(alive);
+    free(block);
+    free(next_block);
+    free(table);
+    return rc;
+}
+
+/* item repeated min..max times (max -1: unbounded); past the grammar's
+ * repeat bound in blocks of 1000. */
+static void sb_repeat(sbuf *b, const char *item, long min, long max) {
+    if (min <= 1000 && max <= 1000) {
+        if (max < 0) sb_printf(b, "%s{%ld,} ", item, min);
+        else sb_printf(b, "%s{%ld,%ld} ", item, min, max);
+        return;
+    }
+    sb_printf(b, "(%s{1000}){%ld} %s{%ld} ", item, min / 1000, item, min % 1000);
+    long extra = max - min; /* 0..extra more, as thousands then the rest */
+    if (max < 0) sb_printf(b, "%s* ", item);
+    else if (extra < 1000) sb_printf(b, "%s{0,%ld} ", item, extra);
+    else
+        sb_printf(b, "((%s{1000}){0,%ld} %s{0,999} | (%s{1000}){%ld} %s{0,%ld}) ", item, extra / 1000 - 1, item, item,
+                  extra / 1000, item, extra % 1000);
+}
+
+/* The deterministic automaton times a counter of code points: rule (q, k)
+ * matches the rest of a string that reached state q after k code points.
+ * Only pairs from which an accepted length is reachable get rules, so the
+ * grammar never leads into a dead end. Past minLength without maxLength
+ * each state has one rule, and an accepting state that can only loop on
+ * one set (the free tail of an unanchored pattern, a final [a-z]*) is
+ * that set repeated. */
+typedef struct product {
+    compiler *c;
+    rx *r;
+    const dfa *d;
+    const char *what;         /* "the pattern", "format 'x'": for messages */
+    long min, max, K;         /* K: the last count tracked (maxLength, else minLength) */
+    bool *coreach;            /* [n]: some accepting state is reachable */
+    int *first, *n_edges;     /* [n]: the edges of state q */
+    int *e_to, *e_rule, *e_rng, *e_nrng, n_e; /* each edge: target, set rule, ranges */
+    uint32_t *lo, *hi;
+    int n_rng;
+    int *sets, n_sets;        /* edges with a set rule, by their ranges (open addressing, -1 empty) */
+    int *loop;                /* [n]: -1 not a sink; -2 accepting with no move; else its self-loop edge */
+    char *live;               /* [n * (K + 1)] */
+    int *rule, *free_rule;    /* [n * (K + 1)] and [n]: rule numbers, -1 none yet */
+    int *todo, n_todo, cap_todo;
+    int n_made;
+} product;
+
+static void product_free(product *P) {
+    free(P->coreach), free(P->first), free(P->n_edges), free(P->e_to), free(P->e_rule), free(P->e_rng);
+    free(P->e_nrng), free(P->lo), free(P->hi), free(P->loop), free(P->live), free(P->rule), free(P->free_rule);
+    free(P->todo), free(P->sets);
+}
+
+/* The edges of each state: one per target that can still accept, with the union of its intervals. */
+static int product_edges(product *P) {
+    const dfa *d = P->d;
+    int n = d->n, cap_e = n * 4, cap_r = n * 8;
+    P->e_to = malloc((size_t)cap_e * sizeof(int));
+    P->e_rng = malloc((size_t)cap_e * sizeof(int));
+    P->e_nrng = malloc((size_t)cap_e * sizeof(int));
+    P->lo = malloc((size_t)cap_r * sizeof(uint32_t));
+    P->hi = malloc((size_t)cap_r * sizeof(uint32_t));
+    if (!P->e_to || !P->e_rng || !P->e_nrng || !P->lo || !P->hi) return fail(P->c, "out of memory");
+    for (int q = 0; q < n; q++) {
+        const int *row = d->next + (size_t)q * (size_t)d->n_int;
+        P->first[q] = P->n_e;
+        for (int i = 0; i < d->n_int; i++) {
+            int t = row[i];
+            if (t < 0 || !P->coreach[t]) continue;
+            bool seen = false;
+            for (int e = P->first[q]; e < P->n_e && !seen; e++) seen = P->e_to[e] == t;
+            if (seen) continue;
+            int c1 = cap_e, c2 = cap_e, c3 = cap_e;
+            if (!rx_grow(P->r, (void **)&P->e_to, &c1, P->n_e + 1, sizeof(int)) ||
+                !rx_grow(P->r, (void **)&P->e_rng, &c2, P->n_e + 1, sizeof(int)) ||
+                !rx_grow(P->r, (void **)&P->e_nrng, &c3, P->n_e + 1, sizeof(int)))
+                return -1;
+            cap_e = c1;
+            int e = P->n_e++;
+            P->e_to[e] = t;
+            P->e_rng[e] = P->n_rng;
+            P->e_nrng[e] = 0;
+            for (int j = i; j < d->n_int; j++) {
+                if (row[j] != t) continue;
+                uint32_t lo = d->cut[j], hi = d->cut[j + 1] - 1;
+                if (P->e_nrng[e] && P->hi[P->n_rng - 1] + 1 == lo) {
+                    P->hi[P->n_rng - 1] = hi;
+                    continue;
+                }
+                int c4 = cap_r, c5 = cap_r;
+                if (!rx_grow(P->r, (void **)&P->lo, &c4, P->n_rng + 1, sizeof(uint32_t)) ||
+                    !rx_grow(P->r, (void **)&P->hi, &c5, P->n_rng + 1, sizeof(uint32_t)))
+                    return -1;
+                cap_r = c4;
+                P->lo[P->n_rng] = lo;
+                P->hi[P->n_rng++] = hi;
+                P->e_nrng[e]++;
+            }
+        }
+        P->n_edges[q] = P->n_e - P->first[q];
+        P->loop[q] = -1;
+        if (d->accept[q] && P->n_edges[q] == 0) P->loop[q] = -2;
+        else if (d->accept[q] && P->n_edges[q] == 1 && P->e_to[P->first[q]] == q) P->loop[q] = P->first[q];
+    }
+    return 0;
+}
+
+static bool product_live(const product *P, int q, long k) {
+    return k <= P->K && P->live[(size_t)q * (size_t)(P->K + 1) + (size_t)k];
+}
+
+static int product_rule(product *P, int q, long k);
+
+/* The set rule of edge e, shared by every edge on the same set. */
+static int edge_rule(product *P, int e) {
+    if (P->e_rule[e] >= 0) return P->e_rule[e];
+    const uint32_t *lo = P->lo + P->e_rng[e], *hi = P->hi + P->e_rng[e];
+    int n = P->e_nrng[e];
+    unsigned h = 2166136261u;
+    for (int i = 0; i < n; i++) h = ((h ^ lo[i]) * 16777619u ^ hi[i]) * 16777619u;
+    unsigned mask = (unsigned)P->n_sets - 1, at = h & mask;
+    for (; P->sets[at] >= 0; at = (at + 1) & mask) {
+        int f = P->sets[at];
+        if (P->e_nrng[f] == n && !memcmp(P->lo + P->e_rng[f], lo, (size_t)n * sizeof *lo) &&
+            !memcmp(P->hi + P->e_rng[f], hi, (size_t)n * sizeof *hi))
+            return P->e_rule[e] = P->e_rule[f];
+    }
+    int rule = new_rule(P->c);
+    if (rule < 0) return -1;
+    sbuf body = {0};
+    emit_ranges(P->r, lo, hi, n, &body);
+    define(P->c, rule, &body);
+    free(body.s);
+    P->sets[at] = e;
+    return P->e_rule[e] = rule;
+}
+
+/* What follows once state t is reached after k code points (k > K: past
+ * the counter). Past minLength without maxLength, a state looping on one
+ * set is that set repeated; within the counter it counts like any other,
+ * a repetition per count costing as much as its bound. */
+static void product_ref(product *P, int t, long k, sbuf *b) {
+    if (P->loop[t] == -2) return;
+    if (P->max < 0 && k >= P->K) {
+        if (P->loop[t] >= 0) {
+            int rule = edge_rule(P, P->loop[t]);
+            if (rule >= 0) sb_printf(b, "r%d* ", rule);
+            return;
+        }
+        k = P->K + 1; /* the automaton alone */
+    }
+    int rule = product_rule(P, t, k);
+    if (rule >= 0) sb_printf(b, "r%d ", rule);
+}
+
+/* The rule of pair (q, k), made and queued when new; k > K: state q's free rule. */
+static int product_rule(product *P, int q, long k) {
+    bool free_tail = k > P->K;
+    int *slot = free_tail ? &P->free_rule[q] : &P->rule[(size_t)q * (size_t)(P->K + 1) + (size_t)k];
+    if (*slot >= 0) return *slot;
+    if (++P->n_made > RX_MAX_PRODUCT || P->c->out.len > GR_MAX_TEXT)
+        return fail(P->c, "%s with minLength/maxLength: counting the length needs more than %d grammar rules "
+                          "(%d automaton states, lengths up to %ld); not supported",
+                    P->what, RX_MAX_PRODUCT, P->d->n, P->K);
+    *slot = new_rule(P->c);
+    if (*slot < 0) return -1;
+    if (!rx_grow(P->r, (void **)&P->todo, &P->cap_todo, P->n_todo + 2, sizeof *P->todo)) return -1;
+    P->todo[P->n_todo++] = q;
+    P->todo[P->n_todo++] = (int)(free_tail ? -1 : k);
+    return *slot;
+}
+
+/* Rule (q, k)'s body: the end of the string where it may end, and each move that keeps an accepted length reachable. */
+static void product_body(product *P, int q, long k, sbuf *b) {
+    bool free_tail = k < 0, any = false;
+    if (P->d->accept[q] && (free_tail || (k >= P->min && (P->max < 0 || k <= P->max)))) {
+        sb_puts(b, "\"\" ");
+        any = true;
+    }
+    for (int e = P->first[q]; e < P->first[q] + P->n_edges[q] && !P->c->failed; e++) {
+        int t = P->e_to[e];
+        long next = free_tail ? P->K + 1 : k + 1;
+        if (!free_tail && !product_live(P, t, next)) continue;
+        int rule = edge_rule(P, e);
+        if (rule < 0) return;
+        if (any) sb_puts(b, "| ");
+        sb_printf(b, "r%d ", rule);
+        product_ref(P, t, next, b);
+        any = true;
+    }
+}
+
+static int product_emit(compiler *c, rx *r, const dfa *d, const char *what, long min, long max, sbuf *b) {
+    product P = {.c = c, .r = r, .d = d, .what = what, .min = min, .max = max, .K = max >= 0 ? max : min};
+    int n = d->n;
+    size_t cells = (size_t)n * (size_t)(P.K + 1);
+    if (cells > RX_MAX_CELLS)
+        return fail(c, "%s with minLength/maxLength: counting the length needs %d automaton states x %ld lengths, "
+                       "more than %d; not supported", what, n, P.K + 1, RX_MAX_CELLS);
+    if (!gr_budget_charge(cells * (1 + sizeof(int)), c->err)) return c->failed = true, -1;
+    P.coreach = calloc((size_t)n, sizeof *P.coreach);
+    P.first = calloc((size_t)n, sizeof(int));
+    P.n_edges = calloc((size_t)n, sizeof(int));
+    P.loop = calloc((size_t)n, sizeof(int));
+    P.free_rule = malloc((size_t)n * sizeof(int));
+    P.live = calloc(cells, 1);
+    P.rule = malloc(cells * sizeof(int));
+    if (!P.coreach || !P.first || !P.n_edges || !P.loop || !P.free_rule || !P.live || !P.rule) {
+        product_free(&P);
+        return fail(c, "out of memory");
+    }
+    memset(P.free_rule, -1, (size_t)n * sizeof(int));
+    memset(P.rule, -1, cells * sizeof(int));
+    dfa_alive(d, P.coreach);
+    int rc = product_edges(&P);
+    if (rc == 0) {
+        P.e_rule = malloc((size_t)(P.n_e ? P.n_e : 1) * sizeof(int));
+        for (P.n_sets = 64; P.n_sets < 2 * P.n_e; P.n_sets *= 2) {}
+        P.sets = malloc((size_t)P.n_sets * sizeof(int));
+        if (!P.e_rule || !P.sets) {
+            rc = fail(c, "out of memory");
+        } else {
+            memset(P.e_rule, -1, (size_t)(P.n_e ? P.n_e : 1) * sizeof(int));
+            memset(P.sets, -1, (size_t)P.n_sets * sizeof(int));
+        }
+    }
+    for (long k = P.K; rc == 0 && k >= 0; k--)
+        for (int q = 0; q < n; q++) {
+            bool in_range = k >= min && (max < 0 || k <= max), ok;
+            if (!P.coreach[q]) ok = false;
+            else if (P.loop[q] == -2) ok = in_range;
+            else if (max < 0 && k == P.K) ok = true;
+            else ok = d->accept[q] && in_range;
+            for (int e = P.first[q]; e < P.first[q] + P.n_edges[q] && !ok && k < P.K; e++)
+                ok = product_live(&P, P.e_to[e], k + 1);
+            P.live[(size_t)q * (size_t)(P.K + 1) + (size_t)k] = ok;
+        }
+    if (rc == 0 && !product_live(&P, 0, 0) && min == 0 && max < 0)
+        rc = fail(c, "no string matches %s: no string fits", what);
+    else if (rc == 0 && !product_live(&P, 0, 0))
+        rc = fail(c, "no string of %s has a length within minLength/maxLength: no string fits", what);
+    if (rc == 0) {
+        sb_puts(b, "\"\\\"\" ");
+        product_ref(&P, 0, 0, b);
+        sb_puts(b, "\"\\\"\"");
+    }
+    while (rc == 0 && P.n_todo && !c->failed) {
+        long k = P.todo[--P.n_todo];
+        int q = P.todo[--P.n_todo];
+        sbuf body = {0};
+        product_body(&P, q, k, &body);
+        int rule = k < 0 ? P.free_rule[q] : P.rule[(size_t)q * (size_t)(P.K + 1) + (size_t)k];
+        if (!c->failed) define(c, rule, &body);
+        free(body.s);
+    }
+    product_free(&P);
+    return c->failed ? -1 : 0;
 }
 
 /* ---- the schema walk ---------------------------------------------------------------- */
@@ -1742,106 +2520,211 @@ static int gen_array(compiler *c, const cJSON *s, int depth, sbuf *b) {
     return c->failed ? -1 : 0;
 }
 
-/* A whole-string pattern of one repeated atom (^[a-z0-9_]+$, ^\\d{3,}$,
- * ^.*$) with length bounds: the bounds folded into its repetition. Other
- * patterns with lengths are refused: a grammar cannot intersect them. */
-static int pattern_with_length(compiler *c, const cJSON *s, const char *pat, sbuf *b) {
-    long min = count_kw(c, s, "minLength", 0, 1000), max = count_kw(c, s, "maxLength", -1, LONG_MAX);
-    if (c->failed) return -1;
-    if (max > 1000) max = -1; /* a bound this high never binds in practice */
-    size_t n = strlen(pat);
-    const char *atom = pat + 1, *q = atom;
-    if (n >= 3 && pat[0] == '^' && pat[n - 1] == '$') {
-        if (*q == '\\' && q[1]) q += 2;
-        else if (*q == '.') q++;
-        else if (*q == '[') {
-            for (q++; *q && *q != ']'; q++)
-                if (*q == '\\' && q[1]) q++;
-            q += *q == ']';
+/* The formats a grammar enforces: the prelude rule for the string's
+ * content, and the same language as a pattern, which minLength/maxLength
+ * are intersected with. Any other format is an annotation (JSON Schema
+ * asserts none by default). */
+#define RX_DATE                                                                                                \
+    "([1-9][0-9]{3}-((0[13578]|1[02])-(0[1-9]|[12][0-9]|3[01])|(0[469]|11)-(0[1-9]|[12][0-9]|30)|"             \
+    "02-(0[1-9]|1[0-9]|2[0-8]))|([1-9][0-9](0[48]|[2468][048]|[13579][26])|([2468][048]|[13579][26])00)-02-29)"
+#define RX_TIME "([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]{1,6})?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])"
+#define RX_URI "[a-zA-Z][a-zA-Z0-9+.-]{0,15}:[a-zA-Z0-9._~:/?#@!$&'()*+,;=%-]{0,512}"
+#define RX_URI_REF "[a-zA-Z0-9._~:/?#@!$&'()*+,;=%-]{0,512}"
+#define RX_H16 "[0-9a-fA-F]{1,4}"
+#define RX_OCTET "([0-9]|[1-9][0-9]|1[0-9][0-9]|2[0-4][0-9]|25[0-5])"
+#define RX_LABEL "[a-zA-Z0-9]([a-zA-Z0-9-]{0,61}[a-zA-Z0-9])?"
+#define RX_DIGITS "[0-9]{1,9}"
+static const char *const FORMATS[][3] = {
+    {"date", "date", RX_DATE},
+    {"time", "time", RX_TIME},
+    {"date-time", "date \"T\" time", RX_DATE "T" RX_TIME},
+    {"uuid", "uuid", "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"},
+    {"email", "email", "[a-zA-Z0-9_.+-]{1,32}@[a-zA-Z0-9-]{1,32}(\\.[a-zA-Z0-9-]{1,16}){1,3}"},
+    {"ipv4", "ipv4", RX_OCTET "\\." RX_OCTET "\\." RX_OCTET "\\." RX_OCTET},
+    {"ipv6", "ipv6", RX_H16 "(:" RX_H16 "){7}|(" RX_H16 "(:" RX_H16 "){0,6})?::(" RX_H16 "(:" RX_H16 "){0,6})?"},
+    {"hostname", "hostname", RX_LABEL "(\\." RX_LABEL "){0,8}"},
+    {"uri", "uri", RX_URI},
+    {"iri", "uri", RX_URI},
+    {"url", "uri", RX_URI},
+    {"uri-reference", "uri-ref", RX_URI_REF},
+    {"iri-reference", "uri-ref", RX_URI_REF},
+    {"duration", "duration",
+     "P(" RX_DIGITS "W|(" RX_DIGITS "Y)?(" RX_DIGITS "M)?(" RX_DIGITS "D)?"
+     "(T(" RX_DIGITS "H)?(" RX_DIGITS "M)?(" RX_DIGITS "(\\." RX_DIGITS ")?S)?)?)"},
+    {NULL, NULL, NULL}};
+
+static int format_index(const char *f) {
+    for (int i = 0; FORMATS[i][0]; i++)
+        if (!strcmp(f, FORMATS[i][0])) return i;
+    return -1;
+}
+
+/* n without the one-element sequences around it. */
+static int rx_unwrap(const rx *r, int n) {
+    while (r->nodes[n].kind == RX_CAT && r->nodes[n].kid >= 0 && r->nodes[r->nodes[n].kid].next < 0)
+        n = r->nodes[n].kid;
+    return n;
+}
+
+/* A repeated set node (or the set itself) that is the whole of an anchored
+ * pattern: the set, with its count in *min and *max; -1 when the pattern is other. */
+static int single_atom(const rx *r, int n, long *min, long *max) {
+    n = rx_unwrap(r, n);
+    *min = *max = 1;
+    if (r->nodes[n].kind == RX_REP) {
+        *min = r->nodes[n].min;
+        *max = r->nodes[n].max;
+        n = rx_unwrap(r, r->nodes[n].kid);
+    }
+    return r->nodes[n].kind == RX_SET ? n : -1;
+}
+
+/* The deterministic automaton of the patterns at roots (all of them: their
+ * intersection) times a counter of code points in [min, max]. */
+static void pattern_automaton(compiler *c, rx *r, const int *roots, int n, const char *what, long min, long max,
+                              sbuf *b) {
+    nfa a = {.r = r, .max_len = max};
+    dfa d = {0};
+    int start[2], end[2];
+    for (int i = 0; i < n && i < 2; i++) {
+        start[i] = nfa_add_state(&a);
+        end[i] = nfa_build(&a, roots[i], start[i], 0);
+    }
+    if (!c->failed && dfa_build(r, &a, start, end, n, &d) == 0 && dfa_minimize(r, &d) == 0)
+        product_emit(c, r, &d, what, min, max, b);
+    free(a.s);
+    dfa_free(&d);
+}
+
+/* Whether node n repeats something that matches "" more than once
+ * ((a*)*, (a?b?){2}): the grammar refuses those, the automaton does not. */
+static bool rx_repeats_empty(const rx *r, int n) {
+    const rx_node *x = &r->nodes[n];
+    if (x->kind == RX_REP) {
+        long lo, hi;
+        rx_len(r, x->kid, &lo, &hi);
+        if (lo == 0 && (x->max < 0 || x->max > 1)) return true;
+    }
+    for (int k = x->kid; x->kind != RX_SET && k >= 0; k = r->nodes[k].next)
+        if (rx_repeats_empty(r, k)) return true;
+    return false;
+}
+
+/* A string matching a pattern (or a format, whose prelude rule is `rule`)
+ * with a length in [min, max] code points (max -1: unbounded). When the
+ * pattern's own lengths lie within the bounds, they are redundant; a
+ * whole-string repeated set takes them into its count; any other pattern
+ * becomes an automaton times a length counter. */
+static int string_with_length(compiler *c, const char *kw, const char *what, const char *pattern, const char *rule,
+                              long min, long max, sbuf *b) {
+    size_t old = path_push(c, kw);
+    rx r = {.c = c, .search = !rule}; /* a format is the whole string */
+    int root = rx_parse(&r, pattern, strlen(pattern));
+    long lo, hi, rep_lo, rep_hi;
+    int atom;
+    if (root < 0) goto out;
+    rx_len(&r, root, &lo, &hi);
+    bool redundant = lo >= min && (max < 0 || hi <= max);
+    bool automaton_only = redundant && !rule && rx_repeats_empty(&r, root);
+    if (redundant && !automaton_only) {
+        if (rule) {
+            sb_printf(b, "\"\\\"\" %s \"\\\"\"", rule);
+        } else {
+            sb_puts(b, "\"\\\"\" ");
+            rx_emit(&r, root, b);
+            sb_puts(b, "\"\\\"\"");
         }
+    } else if (!redundant && ((max >= 0 && lo > max) || hi < min)) {
+        if (hi == RX_INF)
+            fail(c, "strings of %s are at least %ld characters long, above maxLength %ld: no string fits", what, lo, max);
+        else
+            fail(c, "strings of %s are %ld to %ld characters long, outside minLength %ld / maxLength %ld: no string fits",
+                 what, lo, hi, min, max);
+    } else if (!redundant && (atom = single_atom(&r, root, &rep_lo, &rep_hi)) >= 0) {
+        if (rep_lo < min) rep_lo = min;
+        if (max >= 0 && (rep_hi < 0 || rep_hi > max)) rep_hi = max;
+        int set = new_rule(c);
+        if (set >= 0) {
+            sbuf body = {0};
+            emit_ranges(&r, r.lo + r.nodes[atom].set, r.hi + r.nodes[atom].set, r.nodes[atom].n_set, &body);
+            define(c, set, &body);
+            free(body.s);
+            char item[24];
+            snprintf(item, sizeof item, "r%d", set);
+            sb_puts(b, "\"\\\"\" ");
+            sb_repeat(b, item, rep_lo, rep_hi);
+            sb_puts(b, "\"\\\"\"");
+        }
+    } else {
+        pattern_automaton(c, &r, &root, 1, what, automaton_only ? 0 : min, automaton_only ? -1 : max, b);
     }
-    long lo = -1, hi = -1; /* the atom's own repetition */
-    const char *rest = q;
-    if (q > atom && rest[0] == '+' && rest + 2 == pat + n) lo = 1;
-    else if (q > atom && rest[0] == '*' && rest + 2 == pat + n) lo = 0;
-    else if (q > atom && rest[0] == '{') {
-        char *e;
-        lo = strtol(rest + 1, &e, 10);
-        if (e == rest + 1) lo = -1;
-        else if (*e == '}') hi = lo, e++;
-        else if (*e == ',' && e[1] == '}') e += 2;
-        else if (*e == ',') hi = strtol(e + 1, &e, 10), e += *e == '}';
-        if (lo >= 0 && (e != pat + n - 1 || e[-1] != '}')) lo = -1;
-    }
-    if (lo < 0) return fail(c, "pattern together with minLength/maxLength is not supported unless the pattern is one repeated character class (^[...]{m,n}$)");
-    if (min > lo) lo = min;
-    if (max >= 0 && (hi < 0 || max < hi)) hi = max;
-    if (hi >= 0 && lo > hi) return fail(c, "the pattern's repetition and minLength/maxLength leave no length: no string fits");
-    char *folded = malloc((size_t)(q - atom) + 48);
-    if (!folded) return fail(c, "out of memory");
-    int len = (int)(q - atom);
-    if (hi >= 0) snprintf(folded, (size_t)len + 48, "^%.*s{%ld,%ld}$", len, atom, lo, hi);
-    else snprintf(folded, (size_t)len + 48, "^%.*s{%ld,}$", len, atom, lo);
-    gen_pattern(c, folded, b);
-    free(folded);
+out:
+    rx_free(&r);
+    path_pop(c, old);
     return c->failed ? -1 : 0;
 }
 
-/* The formats a grammar enforces, as GBNF for the string's content; any
- * other format is an annotation (JSON Schema asserts none by default). */
-static const char *format_rule(const char *f) {
-    static const char *const fmt[][2] = {
-        {"date", "date"}, {"time", "time"}, {"date-time", "date \"T\" time"}, {"uuid", "uuid"}, {"email", "email"},
-        {"ipv4", "ipv4"}, {"ipv6", "ipv6"}, {"hostname", "hostname"}, {"uri", "uri"}, {"iri", "uri"}, {"url", "uri"},
-        {"uri-reference", "uri-ref"}, {"iri-reference", "uri-ref"}, {"duration", "duration"},
-        {NULL, NULL}};
-    for (int i = 0; fmt[i][0]; i++)
-        if (!strcmp(f, fmt[i][0])) return fmt[i][1];
-    return NULL;
+/* A string of a format that also matches a pattern, within the length
+ * bounds: the intersection of their automata. */
+static int format_and_pattern(compiler *c, int f, const char *pattern, long min, long max, sbuf *b) {
+    size_t old = path_push(c, "pattern");
+    char what[96];
+    snprintf(what, sizeof what, "format '%s' and the pattern", FORMATS[f][0]);
+    rx r = {.c = c};
+    int roots[2];
+    roots[0] = rx_parse(&r, FORMATS[f][2], strlen(FORMATS[f][2]));
+    r.search = true;
+    roots[1] = roots[0] < 0 ? -1 : rx_parse(&r, pattern, strlen(pattern));
+    if (roots[1] >= 0) pattern_automaton(c, &r, roots, 2, what, min, max, b);
+    rx_free(&r);
+    path_pop(c, old);
+    return c->failed ? -1 : 0;
+}
+
+static void gen_pattern(compiler *c, const char *pattern, sbuf *b) {
+    string_with_length(c, "pattern", "the pattern", pattern, NULL, 0, -1, b);
 }
 
 static int gen_string(compiler *c, const cJSON *s, sbuf *b) {
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(s, "format");
     const cJSON *pat = cJSON_GetObjectItemCaseSensitive(s, "pattern");
-    bool has_len = cJSON_GetObjectItemCaseSensitive(s, "minLength") || cJSON_GetObjectItemCaseSensitive(s, "maxLength");
-    const char *rule = cJSON_IsString(fmt) ? format_rule(fmt->valuestring) : NULL;
-    if (rule) {
-        size_t old = path_push(c, "format");
-        if (pat || has_len) {
-            int r = fail(c, "format '%s' together with pattern or minLength/maxLength is not supported", fmt->valuestring);
-            path_pop(c, old);
-            return r;
-        }
-        path_pop(c, old);
-        sb_printf(b, "\"\\\"\" %s \"\\\"\"", rule);
-        return 0;
-    }
-    if (pat) {
-        if (!cJSON_IsString(pat)) return fail(c, "pattern must be a string");
-        if (has_len) return pattern_with_length(c, s, pat->valuestring, b);
-        gen_pattern(c, pat->valuestring, b);
-        return c->failed ? -1 : 0;
-    }
+    int f = cJSON_IsString(fmt) ? format_index(fmt->valuestring) : -1;
+    if (pat && !cJSON_IsString(pat)) return fail(c, "pattern must be a string");
     long min = count_kw(c, s, "minLength", 0, 100000), max = count_kw(c, s, "maxLength", -1, LONG_MAX);
     if (c->failed) return -1;
     if (max >= 0 && min > max) return fail(c, "minLength %ld is above maxLength %ld", min, max);
     if (max > 100000) max = -1; /* a bound this high never binds in practice */
-    if (min > 1000 || max > 1000) { /* past the grammar's repeat bound: thousands of characters a step */
-        long lo_k = min / 1000;
-        sb_printf(b, "\"\\\"\" (json-char{1000}){%ld} json-char{%ld} ", lo_k, min % 1000);
-        if (max < 0) sb_puts(b, "json-char*");
-        else {
-            long extra = max - min; /* 0..extra more, as thousands then the rest */
-            if (extra < 1000) sb_printf(b, "json-char{0,%ld}", extra);
-            else sb_printf(b, "((json-char{1000}){0,%ld} json-char{0,999} | (json-char{1000}){%ld} json-char{0,%ld})",
-                           extra / 1000 - 1, extra / 1000, extra % 1000);
-        }
-        sb_puts(b, " \"\\\"\"");
-        return 0;
+    if (f >= 0 && pat) return format_and_pattern(c, f, pat->valuestring, min, max, b);
+    if (f >= 0) {
+        char what[96];
+        snprintf(what, sizeof what, "format '%s'", FORMATS[f][0]);
+        return string_with_length(c, "format", what, FORMATS[f][2], FORMATS[f][1], min, max, b);
     }
-    if (min == 0 && max < 0) sb_puts(b, "json-string");
-    else if (max < 0) sb_printf(b, "\"\\\"\" json-char{%ld,} \"\\\"\"", min);
-    else sb_printf(b, "\"\\\"\" json-char{%ld,%ld} \"\\\"\"", min, max);
+    if (pat) return string_with_length(c, "pattern", "the pattern", pat->valuestring, NULL, min, max, b);
+    if (min == 0 && max < 0) {
+        sb_puts(b, "json-string");
+    } else if (min <= 1000 && max <= 1000) {
+        sb_puts(b, "\"\\\"\" ");
+        sb_repeat(b, "json-char", min, max);
+        sb_puts(b, "\"\\\"\"");
+    } else { /* thousands of elements each: one rule per bound pair (a schema repeats its maxLength: 32767) */
+        int i = 0;
+        while (i < c->n_long_strings && (c->long_strings[i][0] != min || c->long_strings[i][1] != max)) i++;
+        if (i == c->n_long_strings) {
+            int rule = new_rule(c);
+            if (rule < 0) return -1;
+            sbuf body = {0};
+            sb_puts(&body, "\"\\\"\" ");
+            sb_repeat(&body, "json-char", min, max);
+            sb_puts(&body, "\"\\\"\"");
+            define(c, rule, &body);
+            free(body.s);
+            if (i == 16) i = 0; /* the table is full: the next pair reuses the first slot */
+            else c->n_long_strings++;
+            c->long_strings[i][0] = min, c->long_strings[i][1] = max, c->long_strings[i][2] = rule;
+        }
+        sb_printf(b, "r%ld", c->long_strings[i][2]);
+    }
     return 0;
 }
 
@@ -2076,15 +2959,15 @@ gl_grammar *gl_grammar_from_json_schema(const char *schema, size_t len, gl_error
 }
 
 gl_grammar *gl_grammar_from_regex(const char *regex, size_t len, gl_error *err) {
-    const char *p = regex, *end = regex + len;
-    if (p < end && *p == '^') p++;
-    if (end > p && end[-1] == '$' && (end - 1 == p || end[-2] != '\\')) end--;
     compiler c = {.err = err};
-    rx r = {&c, p, end, &c.out, true};
-    sb_puts(&c.out, "root ::= ");
-    rx_alt(&r, 0);
-    if (!c.failed && r.p < r.end) fail(&c, "pattern: unbalanced ')'");
-    sb_puts(&c.out, "\n");
+    rx r = {.c = &c, .raw = true};
+    int root = rx_parse(&r, regex, len); /* a whole-output regex: anchored either way */
+    if (root >= 0) {
+        sb_puts(&c.out, "root ::= ");
+        rx_emit(&r, root, &c.out);
+        sb_puts(&c.out, "\n");
+    }
+    rx_free(&r);
     gl_grammar *g = NULL;
     if (c.out.oom && !c.failed) gl_error_set(err, "regex: out of memory");
     else if (!c.failed) g = gr_compile(c.out.s, c.out.len, err);

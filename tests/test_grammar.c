@@ -242,7 +242,11 @@ START_TEST(test_schema_errors) {
     schema_fails("{\"type\":\"object\",\"properties\":{\"x\":{\"type\":\"array\",\"uniqueItems\":true}}}",
                  "json_schema at /properties/x/uniqueItems: uniqueItems cannot be enforced");
     schema_fails("{\"$ref\":\"#/$defs/missing\"}", "does not resolve");
-    schema_fails("{\"type\":\"string\",\"format\":\"ipv4\",\"maxLength\":9}", "/format: format 'ipv4' together with");
+    schema_fails("{\"type\":\"string\",\"format\":\"ipv4\",\"maxLength\":6}", "/format: strings of format 'ipv4' are 7 to 15");
+    schema_fails("{\"type\":\"string\",\"format\":\"hostname\",\"maxLength\":0}", "no string fits");
+    schema_fails("{\"type\":\"string\",\"pattern\":\"^a{2}b?$\",\"minLength\":4}", "/pattern: strings of the pattern are 2 to 3");
+    schema_fails("{\"type\":\"string\",\"format\":\"date\",\"pattern\":\"x\"}",
+                 "/pattern: no string matches format 'date' and the pattern: no string fits");
     schema_fails("{\"type\":\"number\",\"minimum\":1,\"exclusiveMaximum\":1}", "the minimum is above the maximum");
     schema_fails("{\"type\":\"integer\",\"minimum\":5,\"maximum\":4}", "the minimum is above the maximum");
     /* unsatisfiable schemas are refused, never compiled into something that breaks them */
@@ -394,6 +398,149 @@ START_TEST(test_schema_integer_ranges) {
 }
 END_TEST
 
+/* A pattern with minLength/maxLength against the same pattern without
+ * them: every string over a small alphabet (quote, newline and a two-byte
+ * character included, each one code point) up to 6 code points is accepted
+ * exactly when the pattern accepts it and its length is within the bounds. */
+START_TEST(test_schema_pattern_lengths) {
+    static const struct { const char *pattern; int min, max; } cases[] = {
+        {"a+b", 2, 4},        {"^(a|b1)*$", 1, 4},  {"^[^a]*a", 0, 3},   {"b{2}", 4, -1},
+        {"\\\"", 0, 3},       {"^(?:\\\\S+\\\\s+){0,1}\\\\S+$", 2, 4},  {"\u00e9.", 3, 5},
+        {"^(a|\u00e9b|1)+$", 2, 5}, {"1$", 0, 2},  {"^[ab1]{1,3}$", 2, 5}, {"^[^\\\"]+$", 0, 4},
+        {"(a1+)?", 1, 3},     {"^(a|b){0,2}1?$", 0, 2}, {"b.*a|a1", 3, 5},
+    };
+    static const char *const alpha[] = {"a", "b", "1", "\\\"", "\\n", "\u00e9"};
+    for (size_t c = 0; c < sizeof cases / sizeof *cases; c++) {
+        char json[256], len_kw[64] = "";
+        if (cases[c].max >= 0) snprintf(len_kw, sizeof len_kw, ",\"maxLength\":%d", cases[c].max);
+        snprintf(json, sizeof json, "{\"type\":\"string\",\"pattern\":\"%s\"}", cases[c].pattern);
+        gr_grammar *free_g = schema(json);
+        snprintf(json, sizeof json, "{\"type\":\"string\",\"pattern\":\"%s\",\"minLength\":%d%s}", cases[c].pattern,
+                 cases[c].min, len_kw);
+        gr_grammar *g = schema(json);
+        int idx[6] = {0};
+        for (int len = 0; len <= 6; len++) {
+            int total = 1;
+            for (int i = 0; i < len; i++) total *= 6;
+            for (int k = 0; k < total; k++) {
+                char text[64] = "\"";
+                for (int i = 0, v = k; i < len; i++, v /= 6) idx[i] = v % 6, strcat(text, alpha[idx[i]]);
+                strcat(text, "\"");
+                bool in = len >= cases[c].min && (cases[c].max < 0 || len <= cases[c].max) && accepts(free_g, text);
+                ck_assert_msg(accepts(g, text) == in, "%s: %s", json, text);
+            }
+        }
+        gr_release(g);
+        gr_release(free_g);
+    }
+    /* each format's regex against its prelude rule, within a binding bound */
+    static const struct { const char *format; int min, max; const char *samples[8]; } formats[] = {
+        {"time", 0, 12, {"13:45:00Z", "13:45:00.12Z", "13:45:00.123Z", "24:00:00Z", "01:02:03+05:30", NULL}},
+        {"ipv6", 0, 10, {"::1", "fe80::1", "1:2:3:4:5:6:7:8", "::", "1::2:3:4", "12345::1", "a:b:c:d:e", NULL}},
+        {"duration", 0, 6, {"P1D", "PT1H2M", "P1Y2M3D", "P", "P1W", "PT1.5S", "P1H", NULL}},
+        {"date-time", 25, 30, {"2024-02-28T13:45:00+05:30", "2024-02-28T13:45:00Z", "2024-02-28T13:45:00.1234+05:30",
+                               "2024-02-29T13:45:00+05:30", "2023-02-29T13:45:00+05:30", "2023-01-31T13:45:00+05:30",
+                               "2023-04-31T13:45:00+05:30", NULL}},
+        {"hostname", 0, 10, {"a.b-c.d", "abc-.de", "example.com", "ex-1", "-ab", "a..b", "a.b.c.d.e", NULL}},
+        {"email", 0, 9, {"a@b.cd", "a+b@c.de", "ab@c", "abcd@e.fg", "abcde@f.gh", "a@b.c.d", NULL}},
+        {"uri-reference", 0, 4, {"", "a/b", "#x", "a b", "/a/b", "/a/bc", NULL}},
+    };
+    for (size_t f = 0; f < sizeof formats / sizeof *formats; f++) {
+        char json[160];
+        snprintf(json, sizeof json, "{\"type\":\"string\",\"format\":\"%s\"}", formats[f].format);
+        gr_grammar *free_g = schema(json);
+        snprintf(json, sizeof json, "{\"type\":\"string\",\"format\":\"%s\",\"minLength\":%d,\"maxLength\":%d}",
+                 formats[f].format, formats[f].min, formats[f].max);
+        gr_grammar *g = schema(json);
+        int n_in = 0, n_out = 0;
+        for (int i = 0; formats[f].samples[i]; i++) {
+            char text[64];
+            int len = (int)strlen(formats[f].samples[i]);
+            snprintf(text, sizeof text, "\"%s\"", formats[f].samples[i]);
+            bool in = len >= formats[f].min && len <= formats[f].max && accepts(free_g, text);
+            ck_assert_msg(accepts(g, text) == in, "%s: %s", json, text);
+            n_in += in, n_out += !in && accepts(free_g, text);
+        }
+        ck_assert_msg(n_in && n_out, "%s: %d in, %d of the format out", json, n_in, n_out);
+        gr_release(g);
+        gr_release(free_g);
+    }
+    /* long strings share one rule per bound pair */
+    gr_grammar *g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":1500,\"maxLength\":2500},"
+               "\"b\":{\"type\":\"string\",\"minLength\":1500,\"maxLength\":2500}},\"required\":[\"a\",\"b\"]}");
+    char *two = malloc(6000);
+    for (int a_len = 1499; a_len <= 1500; a_len++) {
+        strcpy(two, "{\"a\":\"");
+        memset(two + 6, 'q', (size_t)a_len);
+        strcpy(two + 6 + a_len, "\",\"b\":\"");
+        memset(two + 13 + a_len, 'q', 2500);
+        strcpy(two + 2513 + a_len, "\"}");
+        ck_assert(accepts(g, two) == (a_len == 1500));
+    }
+    free(two);
+    gr_release(g);
+    /* anchors bind to their own alternative: ^a|b$ is "starts with a" or "ends with b" */
+    g = schema("{\"type\":\"string\",\"pattern\":\"^a|b$\"}");
+    ck_assert(accepts(g, "\"ax\"") && accepts(g, "\"xb\"") && accepts(g, "\"a\"") && accepts(g, "\"b\""));
+    ck_assert(!accepts(g, "\"xa\"") && !accepts(g, "\"bx\"") && !accepts(g, "\"\""));
+    gr_release(g);
+    g = schema("{\"type\":\"string\",\"pattern\":\"^\\\\S+$|^$\",\"maxLength\":3}");
+    ck_assert(accepts(g, "\"\"") && accepts(g, "\"abc\"") && !accepts(g, "\"a c\"") && !accepts(g, "\"abcd\""));
+    gr_release(g);
+    /* dates: the days of each month, February 29 in leap years */
+    g = schema("{\"type\":\"string\",\"format\":\"date\"}");
+    static const char *const good[] = {"2024-01-31", "2024-02-29", "2000-02-29", "2023-04-30", "1996-02-29", "2023-12-31"};
+    static const char *const bad[] = {"2023-02-29", "1900-02-29", "2023-04-31", "2024-02-30", "2024-13-01", "2024-00-10"};
+    for (int i = 0; i < 6; i++) {
+        char text[32];
+        snprintf(text, sizeof text, "\"%s\"", good[i]);
+        ck_assert_msg(accepts(g, text), "%s", text);
+        snprintf(text, sizeof text, "\"%s\"", bad[i]);
+        ck_assert_msg(!accepts(g, text), "%s", text);
+    }
+    gr_release(g);
+    /* a format and a pattern: both */
+    g = schema("{\"type\":\"string\",\"format\":\"ipv4\",\"pattern\":\"^10\\\\.|\\\\.1$\",\"maxLength\":9}");
+    ck_assert(accepts(g, "\"10.0.0.2\"") && accepts(g, "\"9.0.0.1\"") && accepts(g, "\"10.20.3.4\""));
+    ck_assert(!accepts(g, "\"11.0.0.2\"") && !accepts(g, "\"10.200.3.4\"") && !accepts(g, "\"10.0.0\""));
+    gr_release(g);
+    /* a repetition of something that matches "" (refused by the grammar) goes through the automaton */
+    g = schema("{\"type\":\"string\",\"pattern\":\"^(a*1?)*b$\"}");
+    ck_assert(accepts(g, "\"b\"") && accepts(g, "\"a1a1aab\"") && accepts(g, "\"11b\""));
+    ck_assert(!accepts(g, "\"ba\"") && !accepts(g, "\"a\"") && !accepts(g, "\"cb\""));
+    gr_release(g);
+    /* formats: the bounds intersected, redundant bounds change nothing */
+    g = schema("{\"type\":\"string\",\"format\":\"ipv4\",\"maxLength\":9}");
+    ck_assert(accepts(g, "\"10.0.0.1\"") && accepts(g, "\"1.22.3.4\"") && accepts(g, "\"1.2.3.4\""));
+    ck_assert(!accepts(g, "\"10.0.10.25\"") && !accepts(g, "\"10.0.0.255\"") && !accepts(g, "\"1.2.3\""));
+    gr_release(g);
+    g = schema("{\"type\":\"string\",\"format\":\"date\",\"minLength\":1,\"maxLength\":255}");
+    ck_assert(accepts(g, "\"2024-02-28\"") && !accepts(g, "\"2024-2-28\""));
+    gr_release(g);
+    g = schema("{\"type\":\"string\",\"format\":\"uri\",\"minLength\":12,\"maxLength\":14}");
+    ck_assert(accepts(g, "\"http://a.b/cd\"") && accepts(g, "\"http://a.b/c\"") && accepts(g, "\"https://a.b/c\""));
+    ck_assert(!accepts(g, "\"http://a.b/\"") && !accepts(g, "\"https://a.b/cde\"") && !accepts(g, "\"http//a.b/cd\""));
+    gr_release(g);
+    g = schema("{\"type\":\"string\",\"format\":\"email\",\"maxLength\":7}");
+    ck_assert(accepts(g, "\"a@b.cd\"") && accepts(g, "\"ab@c.de\"") && !accepts(g, "\"abc@d.ef\"") && !accepts(g, "\"a@b\""));
+    gr_release(g);
+    /* past the grammar's repeat bound, in blocks */
+    g = schema("{\"type\":\"string\",\"pattern\":\"^x[a-z]*$\",\"minLength\":1500,\"maxLength\":2500}");
+    char big[2600] = "\"x";
+    memset(big + 2, 'q', 1499); /* 1500 code points */
+    strcpy(big + 1501, "\"");
+    ck_assert(accepts(g, big));
+    big[1500] = 0, strcat(big, "\"");
+    ck_assert(!accepts(g, big));
+    memset(big + 1500, 'q', 1001);
+    strcpy(big + 2501, "\"");
+    ck_assert(accepts(g, big));
+    strcpy(big + 2501, "q\"");
+    ck_assert(!accepts(g, big));
+    gr_release(g);
+}
+END_TEST
+
 START_TEST(test_schema_strings) {
     gr_grammar *g = schema("{\"type\":\"string\",\"pattern\":\"^[A-Z]{2}-\\\\d{3}(x|yz)?$\"}");
     ck_assert(accepts(g, "\"AB-123\""));
@@ -476,6 +623,7 @@ static Suite *grammar_suite(void) {
     tcase_add_test(tc, test_schema_values);
     tcase_add_test(tc, test_schema_integer_ranges);
     tcase_add_test(tc, test_schema_strings);
+    tcase_add_test(tc, test_schema_pattern_lengths);
     tcase_add_test(tc, test_schema_refs);
     tcase_add_test(tc, test_runtime_bounds);
     suite_add_tcase(s, tc);

@@ -75,6 +75,68 @@ def test_schema_check_instances(tmp_path):
     assert lines[-1]["passing"] == len(cases)
 
 
+def v(*xs):
+    return [{"valid": True, "data": x} for x in xs]
+
+
+def x(*xs):
+    return [{"valid": False, "data": x} for x in xs]
+
+
+LENGTH_CASES = [
+    ("pattern-length", {"type": "string", "pattern": "^[A-Z]{2}-[0-9]+$", "minLength": 5, "maxLength": 8},
+     v("AB-123", "AB-12", "AB-12345"), x("AB-1", "AB-123456", "ab-123", "AB123")),
+    ("pattern-search", {"type": "string", "pattern": "[0-9]{2}", "maxLength": 4},
+     v("a12", "1234", "12"), x("a1b2", "12345", "")),
+    ("words", {"type": "string", "pattern": "^(?:\\S+\\s+){0,29}\\S+$", "maxLength": 300},
+     v("a b c", "x" * 300), x("a  ", "x" * 301, " a")),
+    ("single-class", {"type": "string", "pattern": "^[a-z0-9_]+$", "minLength": 3, "maxLength": 4},
+     v("ab_", "a1b2"), x("ab", "abcde", "AB_")),
+    ("code-points", {"type": "string", "pattern": "^[a-z\u00e9]+$", "maxLength": 3},
+     v("\u00e9\u00e9\u00e9", "a\u00e9"), x("\u00e9\u00e9\u00e9\u00e9", "")),
+    ("escapes", {"type": "string", "pattern": "a\"b", "minLength": 4, "maxLength": 5},
+     v("a\"bc", "\\a\"b\n"), x("a\"b", "a\"bcde", "ab\"c")),
+    ("min-only", {"type": "string", "pattern": "^https?://", "minLength": 12},
+     v("http://a.com", "https://x.org/a"), x("http://a.co", "ftp://abc.com/x")),
+    ("ipv4-max", {"type": "string", "format": "ipv4", "maxLength": 9},
+     v("10.0.0.1", "1.2.3.4", "10.0.0.25"), x("10.0.0.255", "10.0.0", "300.1.1.1")),
+    ("uri-max", {"type": "string", "format": "uri", "maxLength": 20},
+     v("http://a.b/c", "urn:x"), x("http://example.com/long-path", "no-scheme")),
+    ("email-min", {"type": "string", "format": "email", "minLength": 8},
+     v("ab@cd.ef", "someone@example.com"), x("a@b.cd", "not-an-email")),
+    ("date-redundant", {"type": "string", "format": "date", "minLength": 1, "maxLength": 255},
+     v("2024-01-02"), x("2024-1-2", "")),
+    ("uuid-exact", {"type": "string", "format": "uuid", "minLength": 36, "maxLength": 36},
+     v("123e4567-e89b-12d3-a456-426614174000"), x("123e4567-e89b-12d3-a456-42661417400")),
+    ("date-and-pattern", {"type": "string", "format": "date", "pattern": "^([0-9]{4})(-([0-9]{2}))?(-([0-9]{2}))?$"},
+     v("2024-01-02"), x("2024", "2024-01", "2024-1-2")),
+    ("anchored-alternatives", {"type": "string", "pattern": "^\\S+$|^$", "maxLength": 4},
+     v("", "abcd"), x("a b", "abcde")),
+]
+
+
+def test_pattern_and_format_with_lengths():
+    """pattern or format together with minLength/maxLength: exactly the
+    strings of the pattern within the bounds (in code points)."""
+    import tempfile
+    with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
+        for name, schema, valid, invalid in LENGTH_CASES:
+            f.write(json.dumps({"id": name, "schema": schema, "tests": valid + invalid}) + "\n")
+    try:
+        lines = schema_check(f.name)
+    finally:
+        os.unlink(f.name)
+    checker = jsonschema.FormatChecker()
+    for (name, schema, valid, invalid), line in zip(LENGTH_CASES, lines):
+        assert line["compiled"], line
+        # the instances themselves checked where this jsonschema checks the format
+        judge = jsonschema.Draft202012Validator(schema, format_checker=checker)
+        for t, got in zip(valid + invalid, line["tests"]):
+            assert got["accepted"] == t["valid"], (name, t["data"])
+            if schema.get("format", "date") in checker.checkers:
+                assert judge.is_valid(t["data"]) == t["valid"], (name, t["data"])
+
+
 def compile_ms(schema):
     """Milliseconds to compile one schema, through schema-check."""
     import tempfile
@@ -110,6 +172,8 @@ UNSAT = [
     ({"type": "string", "minLength": 5, "maxLength": 4}, "minLength 5 is above maxLength 4"),
     ({"type": "string", "enum": [1, 2]}, "no enum value satisfies"),
     ({"allOf": [{"type": "string"}, {"type": "object"}]}, "no type is in every branch"),
+    ({"type": "string", "pattern": "^a{2}$", "minLength": 3}, "no string fits"),
+    ({"type": "string", "format": "hostname", "maxLength": 0}, "no string fits"),
 ]
 
 
@@ -174,3 +238,23 @@ def test_sdk_parse_literal_and_enum_fields(server):
     schema = Weather.model_json_schema()
     jsonschema.validate(json.loads(r.choices[0].message.content), schema)
     assert w.unit in Unit and w.sky in ("sunny", "cloudy", "rain")
+
+
+LENGTHS = {"type": "object", "properties": {
+    "code": {"type": "string", "pattern": "^[A-Z]{2}-[0-9]+$", "minLength": 5, "maxLength": 8},
+    "tag": {"type": "string", "pattern": "[a-z]", "maxLength": 6},
+    "words": {"type": "string", "pattern": "^(?:[a-z]+ ){0,3}[a-z]+$", "minLength": 3, "maxLength": 20},
+    "ip": {"type": "string", "format": "ipv4", "maxLength": 9},
+    "site": {"type": "string", "format": "uri", "maxLength": 24},
+    "day": {"type": "string", "format": "date", "minLength": 1, "maxLength": 255}},
+    "required": ["code", "tag", "words", "ip", "site", "day"], "additionalProperties": False}
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_lengths_sampled_output_validates(server, seed):
+    """Sampled at temperature 1, the output keeps pattern, format and length together."""
+    status, _, body = chat(server, LENGTHS, "Describe a server as JSON.", temperature=1, seed=seed, max_tokens=500)
+    assert status == 200, body
+    assert body["choices"][0]["finish_reason"] == "stop", body
+    out = json.loads(body["choices"][0]["message"]["content"])
+    jsonschema.validate(out, LENGTHS, format_checker=jsonschema.FormatChecker())

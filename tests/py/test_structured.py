@@ -344,7 +344,9 @@ def test_json_object_and_extensions(server):
      "/properties/a"),
     ("json_schema", {"$ref": "#/$defs/nope"}, "does not resolve"),
     ("json_schema", {"type": "integer", "minimum": 3, "maximum": 1}, "the minimum is above the maximum"),
-    ("json_schema", {"type": "string", "format": "hostname", "maxLength": 0}, "/"),
+    ("json_schema", {"type": "string", "format": "hostname", "maxLength": 0},
+     "/format: strings of format 'hostname' are 1 to 575 characters long, outside minLength 0 / maxLength 0: "
+     "no string fits"),
     ("json_schema", {"type": "string", "pattern": "(?<=a)b"}, "/pattern"),
     ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "foo"}}},
      "unknown type 'foo'"),
