@@ -93,7 +93,9 @@ struct worker {
     gl_model *model;
     gl_engine *engine;
     pthread_t thread;
-    atomic_bool stop;
+    atomic_bool stop;        /* the thread leaves its loop */
+    atomic_bool release;     /* ... and frees the engine and model itself (worker_release) */
+    atomic_bool closing;     /* worker_stop: no more deliveries */
     atomic_bool ready;       /* engine created; set before WORKER_READY */
 
     pthread_mutex_t mu;      /* guards pending and stats */
@@ -180,6 +182,14 @@ static void *worker_main(void *arg) {
         /* Idle: sleep until a submit, cancel or stop wakes the engine. */
         if (ran == 0 && !atomic_load(&w->stop)) gl_engine_wait(w->engine);
     }
+    if (atomic_load(&w->release)) {
+        atomic_store(&w->ready, false);
+        gl_engine_free(w->engine);
+        gl_model_free(w->model);
+        w->engine = NULL;
+        w->model = NULL;
+        post(w, &(worker_msg){.type = WORKER_RELEASED, .t_event = worker_now()});
+    }
     return NULL;
 }
 
@@ -201,7 +211,7 @@ static void on_async(uv_async_t *handle) {
         msg.ev.error = r->has_error ? b->bytes + r->error_off : NULL;
         msg.ev.top = msg.ev.n_top > 0 ? b->tops + r->top_off : NULL;
         w->fn(&msg, w->ctx);
-        if (atomic_load(&w->stop)) break;
+        if (atomic_load(&w->closing)) break;
     }
     event_buf_clear(b);
 }
@@ -246,9 +256,16 @@ static void on_async_closed(uv_handle_t *h) {
     free(w);
 }
 
+void worker_release(worker *w) {
+    atomic_store(&w->release, true);
+    atomic_store(&w->stop, true);
+    if (atomic_load(&w->ready)) gl_engine_wake(w->engine);
+}
+
 void worker_stop(worker *w) {
     if (!w) return;
     atomic_store(&w->stop, true);
+    atomic_store(&w->closing, true);
     if (atomic_load(&w->ready)) gl_engine_wake(w->engine);
     pthread_join(w->thread, NULL);
     atomic_store(&w->ready, false);
