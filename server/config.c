@@ -503,7 +503,7 @@ int config_read_api_key(config *c, char *err, size_t err_len) {
 }
 
 void config_print_help(FILE *out, const config *d) {
-    fprintf(out, "usage: genloop serve -m MODEL [options]\n\n"
+    fprintf(out, "usage: genloop serve -m MODEL | --models-dir DIR [options]\n\n"
                  "Serves an OpenAI-compatible HTTP API. Settings come from built-in\n"
                  "defaults, then --config FILE (JSON, same keys as below with '_'),\n"
                  "then flags.\n\noptions:\n");
