@@ -43,8 +43,18 @@ static void job_destroy(api_job *base) {
     free(j);
 }
 
+static void job_complete(job *j);
+
 static void job_cancel(api_job *base) {
     job *j = (job *)base;
+    if (j->holds_model && j->wait.entry) { /* still waiting for its model's load */
+        models_cancel_wait(&j->wait);
+        j->failed = true;
+        params_fail(&j->err, 503, NULL, "server_shutdown", "The server shut down before the model '%s' was loaded",
+                    j->model->id);
+        job_complete(j);
+        return;
+    }
     if (j->compiling) compile_cancel(j->compiling);
     gl_engine *engine = j->model ? worker_engine(j->model->worker) : NULL;
     for (int i = 0; engine && i < j->n_seqs; i++) {
