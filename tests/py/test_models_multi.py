@@ -226,3 +226,22 @@ def test_pinned_model_beside_a_folder(models_dir):
         assert status == 200  # the pinned model is not counted against the bound's evictions
         wait_for(lambda: states(s)["smol"] == "unloaded", timeout=10)
         assert states(s)["stories260K.gguf"] == "loaded"
+
+
+def test_two_models_run_at_once(models_dir):
+    """Each model is its own engine: a short request to one finishes while a long one runs on the other."""
+    with Server(None, "--models-dir", str(models_dir)) as s:
+        c = client(s)
+        greedy_completion(c, "stories")
+        greedy_chat(c, "smol")  # both loaded
+        events = []
+        stream = c.chat.completions.create(model="smol", messages=[{"role": "user", "content": "Tell a long story."}],
+                                           max_tokens=150, temperature=0, stream=True,
+                                           extra_body={"ignore_eos": True})
+        for i, chunk in enumerate(stream):
+            if i == 3:
+                greedy_completion(c, "stories")
+                events.append("stories done")
+            events.append("smol chunk")
+        assert events.index("stories done") < len(events) - 100  # long before the smol stream ended
+        assert metrics(s.url)["genloop_requests_running"] == 0
