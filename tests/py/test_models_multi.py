@@ -245,3 +245,16 @@ def test_two_models_run_at_once(models_dir):
             events.append("smol chunk")
         assert events.index("stories done") < len(events) - 100  # long before the smol stream ended
         assert metrics(s.url)["genloop_requests_running"] == 0
+
+
+def test_tokenize_names_a_model(models_dir):
+    """/tokenize and /detokenize wait for the named model's load too."""
+    with Server(None, "--models-dir", str(models_dir)) as s:
+        status, _, a = post_json(s.url + "/tokenize", {"model": "smol", "content": "Hello world"})
+        assert status == 200 and states(s)["smol"] == "loaded"
+        status, _, b = post_json(s.url + "/tokenize", {"model": "stories", "content": "Hello world"})
+        assert status == 200 and a["tokens"] != b["tokens"]
+        status, _, t = post_json(s.url + "/detokenize", {"model": "smol", "tokens": a["tokens"]})
+        assert status == 200 and t["content"].endswith("Hello world")
+        status, _, e = post_json(s.url + "/tokenize", {"model": "broken", "content": "x"})
+        assert status == 500 and "broken.gguf" in e["error"]["message"]
