@@ -432,7 +432,7 @@ void job_handle(http_req *req, api_server *a, const job_ops *ops) {
 
 void job_handle_body(http_req *req, api_server *a, const job_ops *ops, cJSON *body) {
     params_error e;
-    double keep_alive = MODELS_KEEP_UNCHANGED;
+    double keep_alive = MODELS_KEEP_DEFAULT; /* as Ollama: a request without it restores the server's */
     cJSON *ka = cJSON_DetachItemFromObjectCaseSensitive(body, "keep_alive");
     models_entry *m = NULL;
     if (!ka || cJSON_IsNull(ka) || models_parse_keep_alive(ka, "keep_alive", &keep_alive, &e) == 0)

@@ -50,7 +50,7 @@ typedef struct job {
     models_waiter wait;      /* while the model loads */
     bool holds_model;        /* acquired, not yet released */
     cJSON *body;             /* the request until the model is up and ops->parse has run */
-    double keep_alive;       /* the request's keep_alive (seconds), or MODELS_KEEP_UNCHANGED */
+    double keep_alive;       /* the request's keep_alive (seconds), or MODELS_KEEP_DEFAULT */
     double t_start;          /* worker_now() when the request came in */
     double t_model;          /* ... and when its model was ready (the wait is its load time) */
     http_req *req;           /* NULL once the connection has closed */

@@ -555,6 +555,7 @@ void models_release(models_entry *m, double keep_alive) {
     m->n_users--;
     m->last_used = worker_now();
     if (keep_alive >= -1) m->keep_alive = keep_alive;
+    else if (keep_alive == MODELS_KEEP_DEFAULT) m->keep_alive = r->cfg->keep_alive > 0 ? r->cfg->keep_alive : -1;
     if (r->closing || r->api->shutting_down || m->n_users > 0) return; /* nothing new starts in a drain */
     if (m->state == MODELS_LOADED && !m->pinned && m->keep_alive == 0) unload(m, "keep_alive 0");
     else if (m->state == MODELS_LOADED && !m->pinned && m->keep_alive > 0)

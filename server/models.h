@@ -100,8 +100,10 @@ void models_acquire(models_entry *m, models_waiter *w);
 /* A waiting request went away: ready will not run. */
 void models_cancel_wait(models_waiter *w);
 /* The request is done with m; keep_alive >= -1 sets the model's keep-alive
- * (Ollama's: seconds, -1 forever, 0 unload now), MODELS_KEEP_UNCHANGED leaves it. */
+ * (Ollama's: seconds, -1 forever, 0 unload now), MODELS_KEEP_DEFAULT sets
+ * the server's (--keep-alive), MODELS_KEEP_UNCHANGED leaves it. */
 #define MODELS_KEEP_UNCHANGED (-2.0)
+#define MODELS_KEEP_DEFAULT (-3.0)
 void models_release(models_entry *m, double keep_alive);
 
 /* Ollama's keep_alive: seconds as a number, or a duration string ("5m",

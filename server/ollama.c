@@ -539,7 +539,7 @@ static void reply_loaded(http_req *req, api_server *a, models_entry *m, const cJ
 
 /* Checks the model and keep_alive up front, so the errors come in Ollama's shape. */
 static models_entry *find_model(api_server *a, const cJSON *body, double *keep_alive, params_error *e) {
-    *keep_alive = MODELS_KEEP_UNCHANGED;
+    *keep_alive = MODELS_KEEP_DEFAULT;
     const cJSON *ka = given(body, "keep_alive");
     if (ka && models_parse_keep_alive(ka, "keep_alive", keep_alive, e)) return NULL;
     const cJSON *model = given(body, "model");

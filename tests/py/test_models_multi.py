@@ -258,3 +258,15 @@ def test_tokenize_names_a_model(models_dir):
         assert status == 200 and t["content"].endswith("Hello world")
         status, _, e = post_json(s.url + "/tokenize", {"model": "broken", "content": "x"})
         assert status == 500 and "broken.gguf" in e["error"]["message"]
+
+
+def test_keep_alive_of_the_last_request(models_dir):
+    """A request's keep_alive holds for after it; the next request without one restores --keep-alive."""
+    with Server(None, "--models-dir", str(models_dir), "--keep-alive", "1") as s:
+        body = {"model": "stories", "prompt": PROMPT, "max_tokens": 2, "keep_alive": -1}
+        assert post_json(s.url + "/v1/completions", body)[0] == 200
+        time.sleep(1.6)
+        assert states(s)["stories"] == "loaded"  # kept past --keep-alive
+        del body["keep_alive"]
+        assert post_json(s.url + "/v1/completions", body)[0] == 200
+        wait_for(lambda: states(s)["stories"] == "unloaded", timeout=10)
