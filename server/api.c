@@ -442,6 +442,7 @@ static cJSON *model_object(const models_entry *e, const char *id) {
     cJSON_AddNumberToObject(m, "created", 0);
     cJSON_AddStringToObject(m, "owned_by", "genloop");
     cJSON_AddStringToObject(m, "state", models_state_name(e->state));
+    if (e->state == MODELS_LOADING) cJSON_AddNumberToObject(m, "load_progress", worker_load_progress(e->worker));
     /* context_length: what one request can use (prompt and completion); the
      * trained context can be more than the KV cache holds, which is only
      * known once loaded. */

@@ -96,6 +96,7 @@ struct worker {
     atomic_bool stop;        /* the thread leaves its loop */
     atomic_bool release;     /* ... and frees the engine and model itself (worker_release) */
     atomic_bool closing;     /* worker_stop: no more deliveries */
+    _Atomic float load_fraction; /* of the weights prepared, while loading */
     atomic_bool ready;       /* engine created; set before WORKER_READY */
 
     pthread_mutex_t mu;      /* guards pending and stats */
@@ -139,10 +140,12 @@ static void on_engine_event(const gl_event *e, void *ctx) {
  * before the first line is due and prints none. */
 typedef struct load_log {
     double t_start, t_last;
+    _Atomic float *fraction; /* the worker's, for worker_load_progress */
 } load_log;
 
 static void on_load_progress(float fraction, void *ctx) {
     load_log *l = ctx;
+    atomic_store(l->fraction, fraction);
     double now = worker_now();
     if (now - l->t_last < 1.0) return;
     l->t_last = now;
@@ -152,7 +155,7 @@ static void on_load_progress(float fraction, void *ctx) {
 static void *worker_main(void *arg) {
     worker *w = arg;
     gl_error err = {{0}};
-    load_log log = { worker_now(), worker_now() };
+    load_log log = { worker_now(), worker_now(), &w->load_fraction };
     w->model = gl_model_load_progress(w->model_path, on_load_progress, &log, &err);
     if (w->model) w->engine = gl_engine_create(w->model, &w->params, &err);
     if (!w->engine) {
@@ -239,6 +242,10 @@ const gl_model *worker_model(const worker *w) {
 
 gl_engine *worker_engine(const worker *w) {
     return w && atomic_load(&((worker *)w)->ready) ? w->engine : NULL;
+}
+
+float worker_load_progress(worker *w) {
+    return atomic_load(&w->load_fraction);
 }
 
 void worker_stats(worker *w, gl_engine_stats *out) {

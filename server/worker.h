@@ -44,6 +44,8 @@ const gl_model *worker_model(const worker *w);
 /* The engine, for gl_engine_submit/gl_engine_cancel (thread-safe), once
  * WORKER_READY was delivered and until worker_stop; else NULL. */
 gl_engine *worker_engine(const worker *w);
+/* While loading: the fraction of the weights prepared so far (0..1). */
+float worker_load_progress(worker *w);
 /* Engine counters as of the last step. */
 void worker_stats(worker *w, gl_engine_stats *out);
 /* Monotonic clock in seconds, the one t_event uses. */

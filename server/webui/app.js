@@ -230,7 +230,8 @@ function showModel(model) {
   const base = model && model.instruction_tuned === false;
   const several = state.models.length > 1;
   const where = !model || !several ? "" : model.state === "loaded" ? "loaded"
-    : model.state === "loading" ? "loading…" : "loads with the first message";
+    : model.state === "loading" ? "loading " + Math.round(100 * (model.load_progress || 0)) + "%…"
+    : "loads with the first message";
   $("model").textContent = !model ? "no model" : several ? where + (base ? " · base model" : "")
     : model.id + (base ? " · base model" : "");
   $("model").title = base ? "A base (pretrained) model: it continues text and is not tuned for chat; " +
@@ -722,7 +723,11 @@ async function generate(conv, parentId) {
 
   const request = buildRequest(conv, parentId);
   const picked = state.models.find((m) => m.id === request.model);
-  if (picked && state.models.length > 1 && picked.state !== "loaded") $("model").textContent = "loading " + picked.id + "…";
+  let loadPoll = null;     // the model's load progress while the request waits for it
+  if (picked && state.models.length > 1 && picked.state !== "loaded") {
+    $("model").textContent = "loading " + picked.id + "…";
+    loadPoll = setInterval(refreshModel, 500);
+  }
   let chunks = 0, usage = null, timings = null, finish = null, failed = null;
   const start = performance.now();
   let firstAt = null, pending = false;
@@ -783,6 +788,7 @@ async function generate(conv, parentId) {
   const end = performance.now();
   state.run = null;
   setBusy(false);
+  if (loadPoll) clearInterval(loadPoll);
   if (state.models.length > 1) refreshModel();
   const deleted = !state.convs.has(conv.id);
 

@@ -165,7 +165,11 @@ def test_requests_during_a_load_share_it(models_dir):
         threads = [threading.Thread(target=one, args=(i,)) for i in range(4)]
         for t in threads:
             t.start()
-        wait_for(lambda: states(s)["smol"] in ("loading", "loaded"), timeout=10)
+        def seen():
+            smol = next(m for m in post_json(s.url + "/v1/models", None)[2]["data"] if m["id"] == "smol")
+            assert smol["state"] != "loading" or 0 <= smol["load_progress"] <= 1
+            return smol["state"] in ("loading", "loaded")
+        wait_for(seen, timeout=10)
         for t in threads:
             t.join(60)
         assert [r[0] for r in results] == [200] * 4
