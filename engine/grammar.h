@@ -23,7 +23,7 @@ typedef struct gl_grammar gr_grammar;
 
 /* Bounds that keep any input finite: bigger grammars are refused at compile,
  * deeper or more ambiguous parses are cut at run time (see README). */
-#define GR_MAX_TEXT (1 << 20)     /* bytes of GBNF */
+#define GR_MAX_TEXT (4 << 20)     /* bytes of GBNF (a schema compiles to several times its size) */
 #define GR_MAX_ELEMS (1 << 20)    /* elements after expanding repetitions */
 #define GR_MAX_NESTING 64         /* parentheses inside one another */
 #define GR_MAX_REPEAT 2000        /* the n of x{m,n} */

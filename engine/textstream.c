@@ -28,11 +28,13 @@ struct ts_stream {
 
     size_t released;       /* total bytes released */
     bool done;             /* a stop matched, ts_finish ran, or memory ran out */
+    int stop_hit;          /* the stop string that matched, -1 while none */
 };
 
 ts_stream *ts_create(const char *const *stops, int n_stops) {
     ts_stream *s = calloc(1, sizeof *s);
     if (!s) return NULL;
+    s->stop_hit = -1;
     if (n_stops > 0) {
         s->stops = calloc((size_t)n_stops, sizeof *s->stops);
         s->stop_len = calloc((size_t)n_stops, sizeof *s->stop_len);
@@ -135,10 +137,13 @@ static bool match_at(const char *text, size_t len, size_t at, const char *stop, 
 /* Offset of the earliest occurrence of any stop string in text[0..len), or
  * len when there is none. Text held back is shorter than the longest stop,
  * so this scans little more than the new piece. */
-static size_t find_stop(const ts_stream *s) {
+static size_t find_stop(const ts_stream *s, int *which) {
     for (size_t at = 0; at < s->len; at++)
         for (int k = 0; k < s->n_stops; k++)
-            if (match_at(s->text, s->len, at, s->stops[k], s->stop_len[k])) return at;
+            if (match_at(s->text, s->len, at, s->stops[k], s->stop_len[k])) {
+                *which = k;
+                return at;
+            }
     return s->len;
 }
 
@@ -191,7 +196,7 @@ static void release(ts_stream *s, size_t n, const char **out, size_t *out_len) {
 /* After new text arrived: stop at a match, else release all but a possible
  * stop prefix. Returns true when a stop matched. */
 static bool scan(ts_stream *s, bool final, const char **out, size_t *out_len) {
-    size_t stop = find_stop(s);
+    size_t stop = find_stop(s, &s->stop_hit);
     if (stop < s->len) {
         s->len = stop;
         s->done = true;
@@ -218,6 +223,10 @@ bool ts_push(ts_stream *s, const char *bytes, size_t n, const char **out, size_t
     }
     decode(s, (const unsigned char *)bytes, n);
     return scan(s, false, out, out_len);
+}
+
+int ts_stop_matched(const ts_stream *s) {
+    return s ? s->stop_hit : -1;
 }
 
 void ts_finish(ts_stream *s, const char **out, size_t *out_len) {

@@ -31,5 +31,7 @@ void ts_finish(ts_stream *s, const char **out, size_t *out_len);
 
 /* Bytes released so far (for logprobs text_offset). */
 size_t ts_released(const ts_stream *s);
+/* The index of the stop string that ended the text, -1 while none has. */
+int ts_stop_matched(const ts_stream *s);
 
 #endif

@@ -277,6 +277,7 @@ typedef struct gl_event {
     int n_top;                /* TOKEN, PROMPT_TOKEN: entries in top */
     const gl_top_logprob *top;
     gl_finish_reason finish;  /* FINISHED */
+    int stop_index;           /* FINISHED: the gl_request.stop string that ended it; -1 = none */
     const char *error;        /* FINISHED with GL_FINISH_ERROR */
     int n_prompt_tokens;      /* FINISHED, PROMPT_PROGRESS: usage */
     int n_cached_tokens;      /* FINISHED, PROMPT_PROGRESS: prompt tokens served from the prefix cache */

@@ -364,9 +364,23 @@ static int count_parse(job *j, const cJSON *body, params_error *e) {
 
 /* ---- the message --------------------------------------------------------------------- */
 
-static const char *stop_reason(const char *finish) {
+/* The stop_sequences entry that ended the message, or NULL. */
+static const char *matched_stop(job *j) {
+    const job_seq *s = job_seq_at(j, 0);
+    return s->finish == GL_FINISH_STOP && s->stop_index >= 0 && s->stop_index < j->gen.n_stop ? j->gen.stop[s->stop_index]
+                                                                                              : NULL;
+}
+
+static const char *stop_reason(job *j, const char *finish) {
     if (!finish) return NULL;
+    if (!strcmp(finish, "stop") && matched_stop(j)) return "stop_sequence";
     return !strcmp(finish, "length") ? "max_tokens" : !strcmp(finish, "tool_calls") ? "tool_use" : "end_turn";
+}
+
+static void add_stop_sequence(cJSON *obj, job *j) {
+    const char *stop = matched_stop(j);
+    if (stop) cJSON_AddStringToObject(obj, "stop_sequence", stop);
+    else cJSON_AddNullToObject(obj, "stop_sequence");
 }
 
 static void add_usage(cJSON *obj, const job_totals *t, int output_tokens) {
@@ -415,10 +429,11 @@ static cJSON *build_message(job *j, bool with_content) {
         if (o->content.len || !o->n_calls) cJSON_AddItemToArray(content, block_textual(&o->content));
         for (int k = 0; k < o->n_calls; k++) cJSON_AddItemToArray(content, block_call(&o->calls[k], true));
     }
-    const char *reason = with_content ? stop_reason(state(j)->out.finish_reason) : NULL;
+    const char *reason = with_content ? stop_reason(j, state(j)->out.finish_reason) : NULL;
     if (reason) cJSON_AddStringToObject(m, "stop_reason", reason);
     else cJSON_AddNullToObject(m, "stop_reason");
-    cJSON_AddNullToObject(m, "stop_sequence");
+    if (with_content) add_stop_sequence(m, j);
+    else cJSON_AddNullToObject(m, "stop_sequence");
     return m;
 }
 
@@ -549,8 +564,8 @@ static void msg_stream_close(job *j, const job_totals *t) {
         return;
     }
     cJSON *d = event_data("message_delta"), *delta = cJSON_AddObjectToObject(d, "delta");
-    cJSON_AddStringToObject(delta, "stop_reason", stop_reason(state(j)->out.finish_reason));
-    cJSON_AddNullToObject(delta, "stop_sequence");
+    cJSON_AddStringToObject(delta, "stop_reason", stop_reason(j, state(j)->out.finish_reason));
+    add_stop_sequence(delta, j);
     add_usage(d, t, t->completion_tokens);
     event(j, d);
     event(j, event_data("message_stop"));

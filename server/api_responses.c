@@ -57,6 +57,23 @@ static const resp_stored *store_find(const api_server *a, const char *id) {
     return NULL;
 }
 
+/* Whether id was stored (and is now gone). */
+static bool store_remove(api_server *a, const char *id) {
+    responses_store *st = a->responses;
+    resp_stored *prev = NULL;
+    for (resp_stored *r = st ? st->oldest : NULL; r; prev = r, r = r->newer) {
+        if (strcmp(r->id, id)) continue;
+        if (prev) prev->newer = r->newer;
+        else st->oldest = r->newer;
+        if (st->newest == r) st->newest = prev;
+        st->n--;
+        st->bytes -= r->bytes;
+        stored_free(r);
+        return true;
+    }
+    return false;
+}
+
 /* Takes response and conversation (cJSON_free'd); the oldest go to make room. */
 static void store_add(api_server *a, const char *id, char *response, char *conversation) {
     size_t bytes = strlen(response) + strlen(conversation) + sizeof(resp_stored);
@@ -816,4 +833,18 @@ void responses_handle_get(http_req *req, void *ctx) {
         return;
     }
     http_reply(req, 200, "application/json", r->response, strlen(r->response));
+}
+
+void responses_handle_delete(http_req *req, void *ctx) {
+    api_server *a = ctx;
+    const char *id = http_req_path(req) + strlen("/v1/responses/");
+    if (!store_remove(a, id)) {
+        params_error e;
+        params_fail(&e, 404, NULL, "not_found", "Response with id '%.100s' not found", id);
+        api_reply_error(a, req, &e);
+        return;
+    }
+    char body[160];
+    int n = snprintf(body, sizeof body, "{\"id\":\"%s\",\"object\":\"response.deleted\",\"deleted\":true}", id);
+    http_reply(req, 200, "application/json", body, (size_t)n);
 }

@@ -20,6 +20,7 @@ struct api_server;
 
 void responses_handle(http_req *req, void *ctx);     /* POST /v1/responses; ctx: api_server */
 void responses_handle_get(http_req *req, void *ctx); /* GET /v1/responses/{id} */
+void responses_handle_delete(http_req *req, void *ctx); /* DELETE /v1/responses/{id} */
 /* Frees the stored responses (api_free). */
 void responses_store_free(struct api_server *a);
 

@@ -345,6 +345,7 @@ static void seq_on_event(api_sink *sink, const gl_event *ev, double t_event) {
         s->n_reasoning = ev->n_reasoning_tokens;
         s->state = JOB_SEQ_DONE;
         s->finish = shown.finish;
+        s->stop_index = shown.finish == GL_FINISH_STOP ? ev->stop_index : -1;
         s->n_generated = shown.n_generated;
         s->n_cached = ev->n_cached_tokens;
         s->n_draft = ev->n_draft_tokens;

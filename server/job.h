@@ -37,6 +37,7 @@ typedef struct job_seq {
     int n_cached;            /* prompt tokens served from the prefix cache */
     int n_draft, n_accepted; /* speculative decoding: drafted tokens, accepted ones */
     gl_finish_reason finish;
+    int stop_index;          /* the j->gen.stop string that ended it; -1 = none */
     double t_queued;         /* seconds waiting before the prompt was scheduled */
     double t_first, t_total; /* seconds since submit */
     double t_last_token;     /* for inter-token latency */

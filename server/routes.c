@@ -20,6 +20,7 @@ static const http_route routes[] = {
     { "POST", "/v1/chat/completions", chat_handle, false },
     { "POST", "/v1/responses", responses_handle, false },
     { "GET", "/v1/responses/*", responses_handle_get, false },
+    { "DELETE", "/v1/responses/*", responses_handle_delete, false },
     { "POST", "/v1/messages", anthropic_handle, false },
     { "POST", "/v1/messages/count_tokens", anthropic_handle_count, false },
     /* the web chat UI; public like /health */

@@ -171,8 +171,10 @@ START_TEST(test_stop_at_start) {
     const char *stops[] = {"STOP", "\n\n"};
     bool stopped;
     ts_stream *s = ts_create(stops, 2);
+    ck_assert_int_eq(ts_stop_matched(s), -1);
     ck_assert_str_eq(push(s, "STOPxyz", &stopped), "");
     ck_assert(stopped);
+    ck_assert_int_eq(ts_stop_matched(s), 0); /* which stop ended it (Anthropic's stop_sequence) */
     ck_assert_uint_eq(ts_released(s), 0);
     ts_free(s);
 
@@ -180,6 +182,7 @@ START_TEST(test_stop_at_start) {
     ck_assert_str_eq(push(s, "\n", NULL), "");
     ck_assert_str_eq(push(s, "\n", &stopped), "");
     ck_assert(stopped);
+    ck_assert_int_eq(ts_stop_matched(s), 1);
     ts_free(s);
 }
 END_TEST

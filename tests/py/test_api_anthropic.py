@@ -127,7 +127,16 @@ def test_stop_sequences_and_samplers(smol):
     c = client(smol)
     m = c.messages.create(model="smol", max_tokens=30, extra_body={"temperature": 0.7, "top_p": 0.9, "top_k": 20},
                           stop_sequences=[" "], messages=[{"role": "user", "content": "Tell me a story."}])
-    assert " " not in m.content[0].text.strip() and m.stop_reason in ("end_turn", "max_tokens")
+    assert " " not in m.content[0].text.strip() and m.stop_reason in ("stop_sequence", "end_turn", "max_tokens")
+    # a stop sequence that ends the text is reported as such, streamed or not
+    kw = dict(model="smol", max_tokens=40, extra_body={"temperature": 0}, stop_sequences=["zzz", "e"],
+              messages=[{"role": "user", "content": "Tell me a story."}])
+    m = c.messages.create(**kw)
+    assert m.stop_reason == "stop_sequence" and m.stop_sequence == "e", m
+    with c.messages.stream(**kw) as stream:
+        final = stream.get_final_message()
+    assert final.stop_reason == "stop_sequence" and final.stop_sequence == "e"
+    assert final.content[0].text == m.content[0].text
 
 
 def test_count_tokens(smol):

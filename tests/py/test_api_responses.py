@@ -145,6 +145,13 @@ def test_previous_response_id_and_store(smol):
     assert e.value.body["param"] == "previous_response_id"
     with pytest.raises(openai.NotFoundError):
         c.responses.retrieve(gone.id)
+    # delete: gone from the store, then a 404
+    c.responses.delete(r3.id)
+    with pytest.raises(openai.NotFoundError):
+        c.responses.retrieve(r3.id)
+    with pytest.raises(openai.NotFoundError):
+        c.responses.delete(r3.id)
+    assert c.responses.retrieve(r2.id).id == r2.id
 
 
 def test_text_format_json_schema(smol):

@@ -82,7 +82,7 @@ def test_health_and_stream_flow_while_a_big_schema_compiles(chat):
         assert status == 200
         time.sleep(0.02)
     st.join()
-    assert done["status"] == 400, done  # over the 1 MiB grammar limit, found off the loop
+    assert done["status"] == 200, done  # 20,000 required fields compile, off the loop
     assert worst < 0.2, f"/health took {worst * 1e3:.0f} ms during a compile"
     during = [a for a in arrivals if done["t0"] <= a <= done["t1"]]
     if done["t1"] - done["t0"] > 0.5:  # the compile was long enough to see the stream go on

@@ -96,8 +96,8 @@ def test_large_schemas_compile_time():
     line, wall = compile_ms({"anyOf": [{"const": f"value-{i}"} for i in range(32000)]})
     print(f"anyOf of 32,000 consts: compile {line['compile_ms']:.0f} ms ({wall:.0f} ms with loading)",
           line.get("error", ""))
-    # its grammar text passes the GBNF size bound: a refusal that names it, quickly
-    assert line["compiled"] or "limit" in line["error"], line
+    # 32,000 alternatives alike at the start pass a run-time bound: a refusal that names it, quickly
+    assert line["compiled"] or "limit" in line["error"] or "bounds" in line["error"], line
     assert line["compile_ms"] < 5000, line
 
 

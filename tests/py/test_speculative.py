@@ -111,7 +111,7 @@ def test_server_structured_output_identical(smollm_server):
     grammar's state after the tokens before it (rows are verified in order)."""
     schema = {"type": "object", "properties": {"invoice_number": {"type": "string"}, "total": {"type": "string"},
                                                "seller": {"type": "string"}},
-              "required": ["invoice_number", "total", "seller"]}
+              "required": ["invoice_number", "total", "seller"], "additionalProperties": False}
     fmt = {"type": "json_schema", "json_schema": {"name": "x", "schema": schema}}
     outs = [chat(smollm_server.url, prompt_text("extract.txt"), max_tokens=120, response_format=fmt,
                  speculative=spec) for spec in (True, False)]

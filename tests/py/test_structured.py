@@ -23,7 +23,9 @@ B = {"type": "boolean"}
 
 
 def obj(props, required=None, **kw):
-    return {"type": "object", "properties": props,
+    """A closed object: JSON Schema allows other properties when
+    additionalProperties is absent, and a small model then writes on."""
+    return {"type": "object", "properties": props, "additionalProperties": False,
             "required": list(props) if required is None else required, **kw}
 
 
@@ -120,7 +122,8 @@ SCHEMAS = [
     obj({"extra": {"type": "object"}}),
     # refs and recursion
     {"$defs": {"pt": obj({"x": I, "y": I})}, "type": "object",
-     "properties": {"from": {"$ref": "#/$defs/pt"}, "to": {"$ref": "#/$defs/pt"}}, "required": ["from", "to"]},
+     "properties": {"from": {"$ref": "#/$defs/pt"}, "to": {"$ref": "#/$defs/pt"}}, "required": ["from", "to"],
+     "additionalProperties": False},
     TREE,
     LIST,
     EXPR,
@@ -133,7 +136,7 @@ SCHEMAS = [
 ]
 
 
-RUNS_LONG = [TREE, LIST, EXPR, THREAD, ADDL, {"type": "object"}]
+RUNS_LONG = [TREE, LIST, EXPR, THREAD, ADDL, {"type": "object"}, obj({"extra": {"type": "object"}})]
 
 
 def check_corpus_size():
@@ -337,11 +340,11 @@ def test_json_object_and_extensions(server):
     ("grammar", "root ::= root \"x\" | \"y\"", "left-recursive"),
     ("grammar", "root ::= \"x\"{100000}", "repetition count above"),
     ("grammar", 12, "must be a string"),
-    ("json_schema", {"type": "object", "properties": {"a": {"type": "string", "uniqueItems": True}}},
-     "/properties/a/uniqueItems"),
+    ("json_schema", {"type": "object", "properties": {"a": {"type": "array", "minItems": 3, "maxItems": 1}}},
+     "/properties/a"),
     ("json_schema", {"$ref": "#/$defs/nope"}, "does not resolve"),
-    ("json_schema", {"type": "integer", "minimum": 3, "maximum": 1}, "no integer fits"),
-    ("json_schema", {"type": "string", "format": "hostname"}, "/format"),
+    ("json_schema", {"type": "integer", "minimum": 3, "maximum": 1}, "the minimum is above the maximum"),
+    ("json_schema", {"type": "string", "format": "hostname", "maxLength": 0}, "/"),
     ("json_schema", {"type": "string", "pattern": "(?<=a)b"}, "/pattern"),
     ("response_format", {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "foo"}}},
      "unknown type 'foo'"),
