@@ -635,8 +635,8 @@ void ollama_handle_generate(http_req *req, void *ctx) {
         api_with_model(a, req, load, keep_alive, reply_loaded);
         return;
     }
-    /* raw, or a model without a chat template: the prompt as it is (completions) */
-    bool as_text = cJSON_IsTrue(raw) || !m->summary.has_chat_template;
+    /* raw, or a model without a chat template (and no --chat-template): the prompt as it is (completions) */
+    bool as_text = cJSON_IsTrue(raw) || (!m->summary.has_chat_template && !a->cfg->chat_template[0]);
     if (rc == 0) rc = put_common(body, out, &e);
     if (rc == 0) rc = put_format(given(body, "format"), out, &e);
     if (rc == 0 && as_text) {
