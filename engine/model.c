@@ -284,6 +284,33 @@ static void fill_info(gl_model *m) {
     info->weight_bytes = bytes;
 }
 
+bool gl_model_summarize(const char *path, gl_model_summary *out, gl_error *err) {
+    memset(out, 0, sizeof *out);
+    gguf_file *f = gguf_open(path, err); /* its messages already name the file */
+    if (!f) return false;
+    gguf_str s;
+    if (gguf_get_str(f, "general.name", &s))
+        snprintf(out->name, sizeof out->name, "%.*s", (int)(s.len < 255 ? s.len : 255), s.ptr);
+    if (!gguf_get_str(f, "general.architecture", &s)) s = (gguf_str){5, "llama"};
+    snprintf(out->arch, sizeof out->arch, "%.*s", (int)(s.len < 63 ? s.len : 63), s.ptr);
+    uint32_t v;
+    if (arch_u32(f, out->arch, "context_length", &v) && v <= (1u << 24)) out->n_ctx_train = (int)v;
+    out->has_chat_template = gguf_get_str(f, "tokenizer.chat_template", &s);
+    uint64_t bytes_of[64] = {0};
+    for (uint64_t i = 0; i < f->n_tensors; i++) {
+        const gguf_tensor *t = &f->tensors[i];
+        out->n_params += (uint64_t)(t->ne[0] * t->ne[1] * t->ne[2] * t->ne[3]);
+        if (t->type < 64) bytes_of[t->type] += t->n_bytes;
+    }
+    uint32_t common = 0;
+    for (uint32_t k = 1; k < 64; k++)
+        if (bytes_of[k] > bytes_of[common]) common = k;
+    const gl_type_traits *tt = bytes_of[common] > 0 ? gl_type_get(common) : NULL;
+    if (tt && tt->name) snprintf(out->file_type, sizeof out->file_type, "%s", tt->name);
+    gguf_close(f);
+    return true;
+}
+
 gl_model *gl_model_load(const char *path, gl_error *err) {
     return gl_model_load_progress(path, NULL, NULL, err);
 }

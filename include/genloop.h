@@ -50,6 +50,18 @@ gl_model *gl_model_load_progress(const char *path, gl_load_progress_fn progress,
                                  gl_error *err);
 void gl_model_free(gl_model *model);
 const gl_model_info *gl_model_get_info(const gl_model *model);
+/* What a GGUF file says of its model, read from the metadata without
+ * loading the weights (a server listing the models it can load). */
+typedef struct gl_model_summary {
+    char name[256];           /* general.name, or "" */
+    char arch[64];            /* general.architecture */
+    int n_ctx_train;          /* context length from metadata; 0 when absent */
+    bool has_chat_template;   /* tokenizer.chat_template is there */
+    uint64_t n_params;        /* elements of its tensors */
+    char file_type[16];       /* the most common tensor type ("Q4_1", "F16", ...), "" when none */
+} gl_model_summary;
+/* Returns false with err naming the file when it is not a readable GGUF. */
+bool gl_model_summarize(const char *path, gl_model_summary *out, gl_error *err);
 
 /* ---- tokenizer -------------------------------------------------------------- */
 enum {

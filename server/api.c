@@ -28,26 +28,10 @@ static const double token_buckets[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1
 static const double seq_buckets[] = { 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096 };
 #define N_OF(a) (int)(sizeof(a) / sizeof((a)[0]))
 
-/* The model's id: --served-model-name, else the first alias, else the file name. */
-static void set_model_id(api_server *a) {
-    const config *c = a->cfg;
-    if (c->served_model_name[0]) {
-        snprintf(a->model_id, sizeof(a->model_id), "%s", c->served_model_name);
-    } else if (c->alias[0]) {
-        snprintf(a->model_id, sizeof(a->model_id), "%.*s", (int)strcspn(c->alias, ","), c->alias);
-    } else {
-        char path[1024];
-        snprintf(path, sizeof(path), "%s", c->model);
-        snprintf(a->model_id, sizeof(a->model_id), "%s", basename(path));
-    }
-}
-
 void api_init(api_server *a, const config *cfg) {
     memset(a, 0, sizeof(*a));
     a->cfg = cfg;
-    set_model_id(a);
     metrics *r = a->registry = metrics_create("genloop_");
-    metrics_set_const_label(r, "model_name", a->model_id);
     api_metrics *m = &a->m;
     m->ttft = metrics_histogram(r, "time_to_first_token_seconds",
         "Time from submission to the first generated token.", latency_buckets, N_OF(latency_buckets));
@@ -116,11 +100,15 @@ void api_init(api_server *a, const config *cfg) {
     m->disk_bytes = metrics_gauge(r, "kv_disk_bytes", "Bytes of the --kv-cache-dir entries.");
     if (!cfg->metrics_vllm_names) return;
     metrics *v = a->vllm_registry = metrics_create("vllm:");
-    metrics_set_const_label(v, "model_name", a->model_id);
     m->vllm_waiting = metrics_gauge(v, "num_requests_waiting", "Requests queued in the engine (genloop_requests_waiting).");
     m->vllm_running = metrics_gauge(v, "num_requests_running", "Sequences in the running batch (genloop_requests_running).");
     m->vllm_kv_usage = metrics_gauge(v, "kv_cache_usage_perc",
         "Fraction of KV cache blocks in use, 0 to 1 (genloop_kv_cache_usage_ratio).");
+}
+
+void api_set_model_label(api_server *a, const char *id) {
+    metrics_set_const_label(a->registry, "model_name", id);
+    if (a->vllm_registry) metrics_set_const_label(a->vllm_registry, "model_name", id);
 }
 
 void api_note_finished(api_server *a, const gl_event *ev) {
@@ -175,46 +163,6 @@ void api_cancel_all(api_server *a) {
 
 /* ---- model readiness ------------------------------------------------------------ */
 
-static void on_ready(api_server *a) {
-    a->model = worker_model(a->worker);
-    const gl_model_info *info = gl_model_get_info(a->model);
-    gl_engine_stats st;
-    worker_stats(a->worker, &st);
-    long kv_tokens = st.kv_capacity_tokens;
-    /* What one request can really use: the engine holds a sequence to the
-     * KV cache's size, whatever context the model was trained for. */
-    a->n_ctx = a->cfg->n_ctx > 0 ? a->cfg->n_ctx : info->n_ctx_train;
-    if (kv_tokens > 0 && a->n_ctx > kv_tokens) a->n_ctx = (int)kv_tokens;
-    const config *c = a->cfg;
-    a->limits = (params_limits){
-        .max_n = c->max_n,
-        .max_tokens = c->max_tokens_cap > 0 && c->max_tokens_cap < a->n_ctx ? c->max_tokens_cap : a->n_ctx,
-        .max_stop = c->max_stop,
-        .max_stop_bytes = c->max_stop_bytes,
-        .max_logit_bias = c->max_logit_bias,
-    };
-    /* Without a cap below the context, the context check (context_length_exceeded) rules. */
-    a->max_prompt_tokens = c->max_prompt_tokens > 0 && c->max_prompt_tokens < a->n_ctx
-                         ? c->max_prompt_tokens : INT_MAX;
-    if (a->on_model_ready) a->on_model_ready(a);
-    int max_seqs = a->cfg->max_seqs;
-    int asked = a->cfg->n_ctx > 0 ? a->cfg->n_ctx : info->n_ctx_train;
-    char cut[96] = "";
-    if (a->n_ctx < asked)
-        snprintf(cut, sizeof cut, "; the KV cache holds fewer than its %d: raise --kv-cache-mib for more", asked);
-    fprintf(stderr, "genloop: model %s loaded (%s, n_ctx %d%s)\n", a->model_id,
-            info->arch ? info->arch : "?", a->n_ctx, cut);
-    if (!info->chat_template)
-        fprintf(stderr, "genloop: %s has no chat template: a base (pretrained) model, for /v1/completions; "
-                        "it is not tuned to follow chat messages\n", a->model_id);
-    fprintf(stderr, "genloop: KV cache: %ld tokens (%s, %d MiB, %d blocks of %d); up to %d sequences at once, "
-                    "%ld at full context\n", kv_tokens, a->cfg->kv_type, a->cfg->kv_cache_mib, st.n_blocks_total,
-            st.block_size, max_seqs,
-            kv_tokens / (a->n_ctx > 0 ? a->n_ctx : 1));
-    fprintf(stderr, "genloop: ready at %s\n", a->url);
-    api_print_status("ready", a->url);
-}
-
 void api_print_status(const char *what, const char *url) {
     if (isatty(STDOUT_FILENO) && isatty(STDERR_FILENO)) return;
     printf("%s: %s\n", what, url);
@@ -225,12 +173,9 @@ void api_on_worker_msg(const worker_msg *msg, void *ctx) {
     api_server *a = ctx;
     switch (msg->type) {
     case WORKER_READY:
-        on_ready(a);
-        break;
     case WORKER_LOAD_FAILED:
-        fprintf(stderr, "genloop: cannot load model: %s\n", msg->ev.error);
-        if (a->on_load_failed) a->on_load_failed(a);
-        break;
+    case WORKER_RELEASED:
+        break;                   /* models.c's */
     case WORKER_STEP:
         metrics_observe(a->m.batch_size, msg->batch_seqs);
         metrics_observe(a->m.batch_tokens, msg->batch_tokens);
@@ -243,49 +188,92 @@ void api_on_worker_msg(const worker_msg *msg, void *ctx) {
     }
 }
 
-int api_check_prompt_tokens(const api_server *a, int n, const char *param, params_error *e) {
-    if (n <= a->max_prompt_tokens) return 0;
+int api_check_prompt_tokens(const models_entry *m, int n, const char *param, params_error *e) {
+    if (n <= m->max_prompt_tokens) return 0;
     return params_fail(e, 400, param, "invalid_value",
                        "'%s' has %d tokens; this server accepts at most %d per prompt", param, n,
-                       a->max_prompt_tokens);
+                       m->max_prompt_tokens);
 }
 
-/* One of the model's names: its id, an alias, general.name, the file name
- * with or without .gguf. */
-static int model_matches(const api_server *a, const char *name) {
-    if (!strcmp(name, a->model_id)) return 1;
-    size_t len = strlen(name);
-    for (const char *p = a->cfg->alias; *p;) {
-        size_t n = strcspn(p, ",");
-        if (n == len && !strncmp(p, name, n)) return 1;
-        p += n + (p[n] == ',');
-    }
-    const gl_model_info *info = gl_model_get_info(a->model);
-    if (info->name && !strcmp(name, info->name)) return 1;
-    char path[1024];
-    snprintf(path, sizeof(path), "%s", a->cfg->model);
-    const char *file = basename(path);
-    size_t n = strlen(file);
-    if (!strcmp(name, file)) return 1;
-    return n > 5 && !strcmp(file + n - 5, ".gguf") && strlen(name) == n - 5 &&
-           !strncmp(name, file, n - 5);
+/* "'a', 'b', 'c'": the ids, for a 404's message. */
+static void list_ids(api_server *a, char *out, size_t n) {
+    size_t used = 0;
+    out[0] = 0;
+    for (int i = 0; i < models_count(a->models) && used + 4 < n; i++)
+        used += (size_t)snprintf(out + used, n - used, "%s'%s'", i ? ", " : "", models_at(a->models, i)->id);
+    if (used >= n) snprintf(out + n - 4, 4, "...");
 }
 
-int api_check_model(const api_server *a, const cJSON *body, params_error *e) {
+models_entry *api_model_for(api_server *a, const cJSON *body, params_error *e) {
     const cJSON *model = cJSON_GetObjectItemCaseSensitive(body, "model");
-    if (!model || cJSON_IsNull(model)) return 0;
-    if (!cJSON_IsString(model))
-        return params_fail(e, 400, "model", "invalid_type", "'model' must be a string");
-    if (a->cfg->strict_model && !model_matches(a, model->valuestring))
-        return params_fail(e, 404, "model", "model_not_found",
-                           "The model '%.*s' does not exist; this server has '%s'",
-                           (int)utf8_cut(model->valuestring, 200), model->valuestring, a->model_id);
-    return 0;
+    models_entry *def = models_default(a->models);
+    if (!model || cJSON_IsNull(model)) return def;
+    if (!cJSON_IsString(model)) {
+        params_fail(e, 400, "model", "invalid_type", "'model' must be a string");
+        return NULL;
+    }
+    models_entry *m = models_find(a->models, model->valuestring);
+    if (m) return m;
+    /* One model and no --strict-model: any name is that model (clients send their own). */
+    if (models_count(a->models) == 1 && !a->cfg->strict_model) return def;
+    char ids[600];
+    list_ids(a, ids, sizeof ids);
+    params_fail(e, 404, "model", "model_not_found", "The model '%.*s' does not exist; this server has %s",
+                (int)utf8_cut(model->valuestring, 200), model->valuestring, ids);
+    return NULL;
 }
 
-void api_write_piece(const api_server *a, jbuf *out, int32_t token) {
+/* ---- requests that wait for their model ---------------------------------------------- */
+
+typedef struct model_hold {
+    models_waiter wait;      /* first: the waiter's callback casts back */
+    api_server *api;
+    http_req *req;
+    cJSON *body;
+    models_entry *model;
+    api_model_fn fn;
+    double keep_alive;       /* the request's, for models_release */
+    bool held;               /* acquired and not yet released */
+} model_hold;
+
+static void hold_ready(models_waiter *w, const params_error *e) {
+    model_hold *h = (model_hold *)w;
+    if (e) api_reply_error(h->api, h->req, e);
+    else h->fn(h->req, h->api, h->model, h->body);
+    h->held = false;
+    models_release(h->model, h->keep_alive);
+}
+
+static void hold_closed(void *data, bool aborted) {
+    (void)aborted;
+    model_hold *h = data;
+    if (h->held) {               /* the client left while the model loaded */
+        models_cancel_wait(&h->wait);
+        models_release(h->model, MODELS_KEEP_UNCHANGED);
+    }
+    cJSON_Delete(h->body);
+    free(h);
+}
+
+void api_with_model(api_server *a, http_req *req, cJSON *body, double keep_alive, api_model_fn fn) {
+    params_error e;
+    models_entry *m = api_model_for(a, body, &e);
+    model_hold *h = m ? calloc(1, sizeof *h) : NULL;
+    if (!h) {
+        if (m) params_fail(&e, 500, NULL, NULL, "out of memory");
+        cJSON_Delete(body);
+        api_reply_error(a, req, &e);
+        return;
+    }
+    *h = (model_hold){ .wait.ready = hold_ready, .api = a, .req = req, .body = body, .model = m, .fn = fn,
+                       .keep_alive = keep_alive, .held = true };
+    http_req_on_close(req, hold_closed, h);
+    models_acquire(m, &h->wait);
+}
+
+void api_write_piece(const gl_model *model, jbuf *out, int32_t token) {
     size_t len = 0;
-    const char *piece = gl_token_piece(a->model, token, &len);
+    const char *piece = gl_token_piece(model, token, &len);
     jbuf_str(out, piece ? piece : "", piece ? len : 0);
 }
 
@@ -381,11 +369,18 @@ void api_http_error(http_req *req, int status, const char *message, void *ctx) {
     api_reply_error(ctx, req, &e);
 }
 
+/* The -m model is still loading at startup. */
+static bool starting(api_server *a) {
+    const models_entry *def = models_default(a->models);
+    return def && def->pinned && def->state != MODELS_LOADED;
+}
+
 int api_reply_if_loading(api_server *a, http_req *req) {
-    if (a->model && !a->shutting_down) return 0;
+    bool loading = starting(a);
+    if (!loading && !a->shutting_down) return 0;
     params_error e;
-    params_fail(&e, 503, NULL, a->model ? "shutting_down" : "model_loading", "%s",
-                a->model ? "The server is shutting down" : "The model is still loading");
+    params_fail(&e, 503, NULL, !loading ? "shutting_down" : "model_loading", "%s",
+                !loading ? "The server is shutting down" : "The model is still loading");
     api_reply_error(a, req, &e);
     return 1;
 }
@@ -428,72 +423,90 @@ cJSON *api_parse_body(api_server *a, http_req *req) {
 
 void api_handle_health(http_req *req, void *ctx) {
     api_server *a = ctx;
-    int ok = a->model && !a->shutting_down;
-    const char *body = !a->model ? "{\"status\":\"loading model\"}"
+    bool loading = starting(a);
+    int ok = !loading && !a->shutting_down;
+    const char *body = loading ? "{\"status\":\"loading model\"}"
                      : a->shutting_down ? "{\"status\":\"draining\"}"
                                         : "{\"status\":\"ok\"}";
     if (!ok) http_add_header(req, "Retry-After", "1");
     http_reply(req, ok ? 200 : 503, "application/json", body, strlen(body));
 }
 
-/* A model object as /v1/models lists it, under the name id. */
-static cJSON *model_object(const api_server *a, const char *id) {
-    const gl_model_info *info = gl_model_get_info(a->model);
+/* A model object as /v1/models lists it, under the name id: its state,
+ * and what is known of it before a load (from the GGUF's metadata). */
+static cJSON *model_object(const models_entry *e, const char *id) {
+    const gl_model_info *info = e->model ? gl_model_get_info(e->model) : NULL;
     cJSON *m = cJSON_CreateObject();
     cJSON_AddStringToObject(m, "id", id);
     cJSON_AddStringToObject(m, "object", "model");
     cJSON_AddNumberToObject(m, "created", 0);
     cJSON_AddStringToObject(m, "owned_by", "genloop");
+    cJSON_AddStringToObject(m, "state", models_state_name(e->state));
+    if (e->state == MODELS_LOADING) cJSON_AddNumberToObject(m, "load_progress", worker_load_progress(e->worker));
     /* context_length: what one request can use (prompt and completion); the
-     * trained context can be more than the KV cache holds. */
-    cJSON_AddNumberToObject(m, "context_length", a->n_ctx);
-    cJSON_AddNumberToObject(m, "max_model_len", a->n_ctx);   /* vLLM's name for the same */
-    cJSON_AddNumberToObject(m, "trained_context_length", info->n_ctx_train);
-    /* A GGUF without a chat template is a base model: it continues text. */
-    cJSON_AddBoolToObject(m, "instruction_tuned", info->chat_template != NULL);
-    if (!info->chat_template)
-        cJSON_AddStringToObject(m, "note", "a base (pretrained) model: it continues text; use /v1/completions, "
-                                           "chat replies will ramble or repeat");
+     * trained context can be more than the KV cache holds, which is only
+     * known once loaded. */
+    int n_ctx = info ? e->n_ctx : e->params.n_ctx > 0 ? e->params.n_ctx : e->n_ctx_train;
+    cJSON_AddNumberToObject(m, "context_length", n_ctx);
+    cJSON_AddNumberToObject(m, "max_model_len", n_ctx);   /* vLLM's name for the same */
+    cJSON_AddNumberToObject(m, "trained_context_length", info ? info->n_ctx_train : e->n_ctx_train);
+    cJSON_AddStringToObject(m, "path", e->path);
+    if (info) {
+        /* A GGUF without a chat template is a base model: it continues text. */
+        cJSON_AddBoolToObject(m, "instruction_tuned", info->chat_template != NULL);
+        if (!info->chat_template)
+            cJSON_AddStringToObject(m, "note", "a base (pretrained) model: it continues text; use /v1/completions, "
+                                               "chat replies will ramble or repeat");
+    }
     cJSON *meta = cJSON_AddObjectToObject(m, "meta");
-    if (info->name) cJSON_AddStringToObject(meta, "name", info->name);
-    if (info->arch) cJSON_AddStringToObject(meta, "arch", info->arch);
-    cJSON_AddNumberToObject(meta, "n_ctx_train", info->n_ctx_train);
-    cJSON_AddNumberToObject(meta, "n_vocab", info->n_vocab);
-    cJSON_AddNumberToObject(meta, "n_params", (double)info->n_params);
+    if (info && info->name) cJSON_AddStringToObject(meta, "name", info->name);
+    else if (e->general_name[0]) cJSON_AddStringToObject(meta, "name", e->general_name);
+    if (info && info->arch) cJSON_AddStringToObject(meta, "arch", info->arch);
+    cJSON_AddNumberToObject(meta, "n_ctx_train", info ? info->n_ctx_train : e->n_ctx_train);
+    if (info) {
+        cJSON_AddNumberToObject(meta, "n_vocab", info->n_vocab);
+        cJSON_AddNumberToObject(meta, "n_params", (double)info->n_params);
+    }
     return m;
 }
 
-/* The model under its id, then under each alias. */
+/* Each model under its id, then under each alias. */
 void api_handle_models(http_req *req, void *ctx) {
     api_server *a = ctx;
     if (api_reply_if_loading(a, req)) return;
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "object", "list");
     cJSON *data = cJSON_AddArrayToObject(root, "data");
-    cJSON_AddItemToArray(data, model_object(a, a->model_id));
-    for (const char *p = a->cfg->alias; *p;) {
-        size_t n = strcspn(p, ",");
-        char name[256];
-        snprintf(name, sizeof(name), "%.*s", (int)n, p);
-        if (strcmp(name, a->model_id) != 0) cJSON_AddItemToArray(data, model_object(a, name));
-        p += n + (p[n] == ',');
+    for (int i = 0; i < models_count(a->models); i++) {
+        const models_entry *e = models_at(a->models, i);
+        cJSON_AddItemToArray(data, model_object(e, e->id));
+        for (const char *p = e->alias; *p;) {
+            size_t n = strcspn(p, ",");
+            char name[256];
+            snprintf(name, sizeof(name), "%.*s", (int)n, p);
+            if (strcmp(name, e->id) != 0) cJSON_AddItemToArray(data, model_object(e, name));
+            p += n + (p[n] == ',');
+        }
     }
     api_reply_json(req, 200, root);
 }
 
-/* GET /v1/models/{id} (client.models.retrieve): any of the model's names. */
+/* GET /v1/models/{id} (client.models.retrieve): any of a model's names. */
 void api_handle_model(http_req *req, void *ctx) {
     api_server *a = ctx;
     if (api_reply_if_loading(a, req)) return;
     const char *id = http_req_path(req) + strlen("/v1/models/");
-    if (!model_matches(a, id)) {
-        params_error e;
-        params_fail(&e, 404, "model", "model_not_found", "The model '%.200s' does not exist; this server has '%s'",
-                    id, a->model_id);
-        api_reply_error(a, req, &e);
+    const models_entry *e = models_find(a->models, id);
+    if (!e) {
+        params_error err;
+        char ids[600];
+        list_ids(a, ids, sizeof ids);
+        params_fail(&err, 404, "model", "model_not_found", "The model '%.200s' does not exist; this server has %s",
+                    id, ids);
+        api_reply_error(a, req, &err);
         return;
     }
-    api_reply_json(req, 200, model_object(a, id));
+    api_reply_json(req, 200, model_object(e, id));
 }
 
 /* Endpoints of the OpenAI API that clients probe and this server has not. */
@@ -505,12 +518,8 @@ void api_handle_unsupported(http_req *req, void *ctx) {
     api_reply_error(ctx, req, &e);
 }
 
-void api_handle_tokenize(http_req *req, void *ctx) {
-    api_server *a = ctx;
-    if (api_reply_if_loading(a, req)) return;
-    cJSON *body = api_parse_body(a, req);
-    if (!body) return;
-    static const char *const keys[] = { "content", "add_special", "parse_special", "with_pieces", NULL };
+static void tokenize(http_req *req, api_server *a, models_entry *m, const cJSON *body) {
+    static const char *const keys[] = { "content", "add_special", "parse_special", "with_pieces", "model", NULL };
     params_error e;
     bool add_special = true, parse_special = true, with_pieces = false;
     const cJSON *content = cJSON_GetObjectItemCaseSensitive(body, "content");
@@ -522,15 +531,13 @@ void api_handle_tokenize(http_req *req, void *ctx) {
          params_fail(&e, 400, "content", "invalid_type", "'content' must be a string")) ||
         (!params_utf8_valid(content->valuestring, strlen(content->valuestring)) &&
          params_fail(&e, 400, "content", "invalid_value", "'content' is not valid UTF-8"))) {
-        cJSON_Delete(body);
         api_reply_error(a, req, &e);
         return;
     }
     int32_t *ids = NULL;
     gl_error err = {{0}};
     int flags = (add_special ? GL_TOKENIZE_ADD_SPECIAL : 0) | (parse_special ? GL_TOKENIZE_PARSE_SPECIAL : 0);
-    int n = gl_tokenize(a->model, content->valuestring, strlen(content->valuestring), flags, &ids, &err);
-    cJSON_Delete(body);
+    int n = gl_tokenize(m->model, content->valuestring, strlen(content->valuestring), flags, &ids, &err);
     if (n < 0) {
         params_fail(&e, 400, "content", "invalid_value", "%s", err.message);
         api_reply_error(a, req, &e);
@@ -542,7 +549,7 @@ void api_handle_tokenize(http_req *req, void *ctx) {
         if (i) jbuf_puts(&out, ",");
         if (!with_pieces) { jbuf_printf(&out, "%d", ids[i]); continue; }
         jbuf_printf(&out, "{\"id\":%d,\"piece\":", ids[i]);
-        api_write_piece(a, &out, ids[i]);
+        api_write_piece(m->model, &out, ids[i]);
         jbuf_puts(&out, "}");
     }
     jbuf_puts(&out, "]}");
@@ -551,15 +558,18 @@ void api_handle_tokenize(http_req *req, void *ctx) {
     jbuf_free(&out);
 }
 
-void api_handle_detokenize(http_req *req, void *ctx) {
+void api_handle_tokenize(http_req *req, void *ctx) {
     api_server *a = ctx;
     if (api_reply_if_loading(a, req)) return;
     cJSON *body = api_parse_body(a, req);
-    if (!body) return;
-    static const char *const keys[] = { "tokens", NULL };
+    if (body) api_with_model(a, req, body, MODELS_KEEP_UNCHANGED, tokenize);
+}
+
+static void detokenize(http_req *req, api_server *a, models_entry *m, const cJSON *body) {
+    static const char *const keys[] = { "tokens", "model", NULL };
     params_error e;
     const cJSON *tokens = cJSON_GetObjectItemCaseSensitive(body, "tokens");
-    int n_vocab = gl_model_get_info(a->model)->n_vocab;
+    int n_vocab = gl_model_get_info(m->model)->n_vocab;
     int32_t *ids = NULL;
     int n = 0;
     if (params_check_keys(body, keys, &e) ||
@@ -577,7 +587,7 @@ void api_handle_detokenize(http_req *req, void *ctx) {
         ids[n++] = (int32_t)t->valuedouble;
     }
     gl_error err = {{0}};
-    char *text = gl_detokenize(a->model, ids, (size_t)n, &err);
+    char *text = gl_detokenize(m->model, ids, (size_t)n, &err);
     if (!text) {
         params_fail(&e, 400, "tokens", "invalid_value", "%s", err.message);
         goto fail;
@@ -590,19 +600,57 @@ void api_handle_detokenize(http_req *req, void *ctx) {
     jbuf_free(&out);
     free(text);
     free(ids);
-    cJSON_Delete(body);
     return;
 fail:
     free(ids);
-    cJSON_Delete(body);
     api_reply_error(a, req, &e);
+}
+
+void api_handle_detokenize(http_req *req, void *ctx) {
+    api_server *a = ctx;
+    if (api_reply_if_loading(a, req)) return;
+    cJSON *body = api_parse_body(a, req);
+    if (body) api_with_model(a, req, body, MODELS_KEEP_UNCHANGED, detokenize);
+}
+
+/* The engines' counters added up over the loaded models. */
+static bool sum_stats(api_server *a, gl_engine_stats *st) {
+    memset(st, 0, sizeof *st);
+    bool any = false;
+    for (int i = 0; i < models_count(a->models); i++) {
+        models_entry *m = models_at(a->models, i);
+        if (m->state != MODELS_LOADED) continue;
+        gl_engine_stats one;
+        worker_stats(m->worker, &one);
+        any = true;
+        st->n_running += one.n_running;
+        st->n_waiting += one.n_waiting;
+        st->n_blocks_used += one.n_blocks_used;
+        st->n_blocks_total += one.n_blocks_total;
+        st->disk_loaded += one.disk_loaded;
+        st->disk_written += one.disk_written;
+        st->disk_evicted += one.disk_evicted;
+        st->disk_skipped += one.disk_skipped;
+        st->disk_dropped += one.disk_dropped;
+        st->disk_bytes += one.disk_bytes;
+        st->kv_capacity_tokens += one.kv_capacity_tokens;
+        st->n_preemptions += one.n_preemptions;
+        st->prefix_queries += one.prefix_queries;
+        st->prefix_hits += one.prefix_hits;
+        st->n_steps += one.n_steps;
+        st->spec_drafts += one.spec_drafts;
+        st->spec_draft_tokens += one.spec_draft_tokens;
+        st->spec_accepted_tokens += one.spec_accepted_tokens;
+        for (int k = 0; k < GL_SPEC_MAX; k++) st->spec_accepted_at[k] += one.spec_accepted_at[k];
+    }
+    return any;
 }
 
 void api_handle_metrics(http_req *req, void *ctx) {
     api_server *a = ctx;
-    if (a->model) {
-        gl_engine_stats st;
-        worker_stats(a->worker, &st);
+    gl_engine_stats st;
+    models_update_metrics(a->models);
+    if (sum_stats(a, &st)) {
         metrics_set(a->m.running, NULL, st.n_running);
         metrics_set(a->m.waiting, NULL, st.n_waiting);
         double kv_usage = st.n_blocks_total > 0 ? (double)st.n_blocks_used / st.n_blocks_total : 0;

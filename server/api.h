@@ -15,6 +15,7 @@
 #include "http.h"
 #include "jbuf.h"
 #include "metrics.h"
+#include "models.h"
 #include "params.h"
 #include "reasoning.h"
 #include "worker.h"
@@ -48,31 +49,23 @@ typedef struct api_metrics {
 
 typedef struct api_server {
     const config *cfg;
-    worker *worker;
+    struct models_registry *models; /* the served models, each its own engine (models.h) */
     struct compile_pool *compiler; /* request grammars are compiled there (compile.h) */
-    const gl_model *model;   /* NULL while loading */
-    int n_ctx;               /* context per sequence */
-    params_limits limits;    /* request bounds (set when the model is up) */
-    int max_prompt_tokens;   /* tokens per prompt when capped below the context, else INT_MAX */
-    char model_id[256];      /* what /v1/models lists */
     char url[300];           /* printed when ready */
     bool shutting_down;
-    void (*on_load_failed)(struct api_server *a); /* serve.c ends the process */
-    void (*on_model_ready)(struct api_server *a); /* serve.c sets up the endpoints' model state */
+    void (*on_load_failed)(struct api_server *a); /* serve.c ends the process (the -m model failed) */
     metrics *registry;
     metrics *vllm_registry;  /* the "vllm:" aliases (docs/prefix-cache.md) */
     api_metrics m;
     api_job *jobs;
     int n_jobs;
     uint64_t next_id;        /* for response ids */
-    struct gl_chat_template *chat_template; /* NULL when the model's cannot be used */
-    char chat_template_error[512];       /* why, for the chat endpoint's error */
-    bool chat_tools_native;  /* the template renders tools itself (tools.h) */
-    reasoning_markers reasoning; /* the model's thinking-block markers (reasoning.h) */
     struct responses_store *responses; /* kept /v1/responses (api_responses.h) */
 } api_server;
 
 void api_init(api_server *a, const config *cfg);
+/* The model_name label of every metric, on a server of one model (-m). */
+void api_set_model_label(api_server *a, const char *id);
 /* Frees jobs left after the worker stopped, and the metrics (the
  * endpoints' model state is theirs to free: chat_teardown). */
 void api_free(api_server *a);
@@ -97,18 +90,25 @@ void api_http_error(http_req *req, int status, const char *message, void *ctx);
 
 void api_reply_error(api_server *a, http_req *req, const params_error *e);
 void api_reply_json(http_req *req, int status, cJSON *body); /* frees body */
-/* 503 while the model loads; returns 1 when it replied. */
+/* 503 while the -m model loads at startup or the server shuts down;
+ * returns 1 when it replied. */
 int api_reply_if_loading(api_server *a, http_req *req);
 /* Parses the body as a JSON object, or replies 400 and returns NULL. */
 cJSON *api_parse_body(api_server *a, http_req *req);
 /* 400 naming param when a prompt of n tokens is over the max_prompt_tokens
  * setting (a prompt over the context is left to the caller's
  * context_length_exceeded check); returns 0 or -1. */
-int api_check_prompt_tokens(const api_server *a, int n, const char *param, params_error *e);
-/* A request's `model` field: absent, null, or naming the loaded model (id,
- * alias, general.name, file name with or without .gguf); else 400/404.
- * Returns 0 or -1. */
-int api_check_model(const api_server *a, const cJSON *body, params_error *e);
+int api_check_prompt_tokens(const models_entry *m, int n, const char *param, params_error *e);
+/* The model a request's `model` field names (models_find's names): absent
+ * or null is the default model; so is an unknown name on a server of one
+ * model without --strict-model. Else NULL with a 400/404 in e. */
+models_entry *api_model_for(api_server *a, const cJSON *body, params_error *e);
+/* Runs fn once the request's model is loaded (at once when it is; the
+ * request waits for a load), holding the model while fn runs and setting
+ * its keep-alive after (MODELS_KEEP_UNCHANGED: left as it is). Takes body;
+ * replies with the error when the model is unknown or cannot be loaded. */
+typedef void (*api_model_fn)(http_req *req, api_server *a, models_entry *m, const cJSON *body);
+void api_with_model(api_server *a, http_req *req, cJSON *body, double keep_alive, api_model_fn fn);
 
 void api_job_add(api_server *a, api_job *job);
 void api_job_remove(api_server *a, api_job *job);
@@ -116,7 +116,7 @@ void api_cancel_all(api_server *a);
 
 /* Writes the text one token adds (leading space kept) as a JSON string;
  * partial UTF-8 shows as U+FFFD. */
-void api_write_piece(const api_server *a, jbuf *out, int32_t token);
+void api_write_piece(const gl_model *model, jbuf *out, int32_t token);
 
 /* "WHAT: URL" on stdout for scripts that start the server; skipped when
  * stdout is the terminal stderr already writes the same news to. */

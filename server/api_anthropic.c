@@ -421,7 +421,7 @@ static cJSON *build_message(job *j, bool with_content) {
     cJSON_AddStringToObject(m, "id", j->id);
     cJSON_AddStringToObject(m, "type", "message");
     cJSON_AddStringToObject(m, "role", "assistant");
-    cJSON_AddStringToObject(m, "model", j->api->model_id);
+    cJSON_AddStringToObject(m, "model", j->model->id);
     cJSON *content = cJSON_AddArrayToObject(m, "content");
     if (with_content) {
         const tr_output *o = &state(j)->out;
@@ -575,6 +575,7 @@ static const job_ops *messages_ops(void) {
     static job_ops ops;
     if (!ops.parse) {
         ops = *chat_job_ops();
+        ops.ollama_options = false; /* its own sampler fields only */
         ops.id_prefix = "msg";
         ops.object = ops.chunk_object = "message";
         ops.parse = msg_parse;
@@ -591,18 +592,13 @@ void anthropic_handle(http_req *req, void *ctx) {
     job_handle(req, ctx, messages_ops());
 }
 
-void anthropic_handle_count(http_req *req, void *ctx) {
-    api_server *a = ctx;
-    if (api_reply_if_loading(a, req)) return;
-    cJSON *body = api_parse_body(a, req);
-    if (!body) return;
+static void count_tokens(http_req *req, api_server *a, models_entry *m, const cJSON *body) {
     static job_ops count_ops;
     count_ops = *messages_ops();
     count_ops.parse = count_parse;
     params_error e;
     int n = 0;
-    int rc = job_count_prompt(a, &count_ops, body, &n, &e);
-    cJSON_Delete(body);
+    int rc = job_count_prompt(a, m, &count_ops, body, &n, &e);
     if (rc) {
         api_reply_error(a, req, &e);
         return;
@@ -610,4 +606,11 @@ void anthropic_handle_count(http_req *req, void *ctx) {
     cJSON *r = cJSON_CreateObject();
     cJSON_AddNumberToObject(r, "input_tokens", n);
     api_reply_json(req, 200, r);
+}
+
+void anthropic_handle_count(http_req *req, void *ctx) {
+    api_server *a = ctx;
+    if (api_reply_if_loading(a, req)) return;
+    cJSON *body = api_parse_body(a, req);
+    if (body) api_with_model(a, req, body, MODELS_KEEP_UNCHANGED, count_tokens);
 }

@@ -52,9 +52,9 @@ typedef struct chat_job {
 
 /* ---- the template, built at model load ------------------------------------------ */
 
-void chat_setup(api_server *a) {
+void chat_setup(models_entry *a, const config *cfg) {
     const gl_model_info *info = gl_model_get_info(a->model);
-    const char *name = a->cfg->chat_template[0] ? a->cfg->chat_template : NULL;
+    const char *name = cfg->chat_template[0] ? cfg->chat_template : NULL;
     const char *bos = info->bos_id >= 0 ? gl_token_text(a->model, info->bos_id) : "";
     const char *eos = info->eos_id >= 0 ? gl_token_text(a->model, info->eos_id) : "";
     gl_error err = {{0}};
@@ -70,7 +70,7 @@ void chat_setup(api_server *a) {
     reasoning_find_markers(a->model, info->chat_template, t, &a->reasoning);
     if (a->reasoning.open[0])
         fprintf(stderr, "genloop: thinking block: %s ... %s (reasoning_format %s)\n", a->reasoning.open,
-                a->reasoning.close, a->cfg->reasoning_format);
+                a->reasoning.close, cfg->reasoning_format);
     /* Its own tool section is used only where it writes the calls as the grammar does. */
     a->chat_tools_native = gl_chat_template_has_tools(t) && gl_chat_template_is_model_source(t) &&
                            info->chat_template && strstr(info->chat_template, "<tool_call>");
@@ -81,7 +81,7 @@ void chat_setup(api_server *a) {
     fprintf(stderr, "genloop: chat template: %s (%s)\n", gl_chat_template_name(t), origin);
 }
 
-void chat_teardown(api_server *a) {
+void chat_teardown(models_entry *a) {
     gl_chat_template_free(a->chat_template);
     a->chat_template = NULL;
 }
@@ -101,12 +101,12 @@ static void chat_free(job *j) {
 /* ---- logprobs, in the chat shape ------------------------------------------------ */
 
 /* {"token": text, "logprob": x, "bytes": [...]} without the closing brace. */
-static void lp_token(jbuf *b, const api_server *a, int32_t token, float logprob) {
+static void lp_token(jbuf *b, const gl_model *model, int32_t token, float logprob) {
     size_t len = 0;
-    const char *piece = gl_token_piece(a->model, token, &len);
+    const char *piece = gl_token_piece(model, token, &len);
     if (!piece) len = 0;
     jbuf_puts(b, "{\"token\":");
-    api_write_piece(a, b, token);
+    api_write_piece(model, b, token);
     jbuf_puts(b, ",\"logprob\":");
     jbuf_num(b, logprob);
     jbuf_puts(b, ",\"bytes\":[");
@@ -118,15 +118,15 @@ static void chat_on_token(job_seq *js, const gl_event *ev) {
     chat_seq *s = (chat_seq *)js;
     const chat_job *cj = (const chat_job *)js->job;
     if (!cj->logprobs) return;
-    const api_server *a = cj->base.api;
+    const gl_model *model = cj->base.model->model;
     jbuf *b = &s->lp;
     if (s->n_lp++) jbuf_puts(b, ",");
-    lp_token(b, a, ev->token, ev->logprob);
+    lp_token(b, model, ev->token, ev->logprob);
     jbuf_puts(b, ",\"top_logprobs\":[");
     int n = ev->n_top < cj->top_logprobs ? ev->n_top : cj->top_logprobs;
     for (int i = 0; i < n; i++) {
         if (i) jbuf_puts(b, ",");
-        lp_token(b, a, ev->top[i].token, ev->top[i].logprob);
+        lp_token(b, model, ev->top[i].token, ev->top[i].logprob);
         jbuf_puts(b, "}");
     }
     jbuf_puts(b, "]}");
@@ -662,7 +662,7 @@ static char *render_continued(const gl_chat_template *t, gl_chat_message *msgs, 
 
 /* Renders the messages with the template and tokenizes the result. */
 static int build_prompt(chat_job *cj, const cJSON *messages, const render_opts *o, params_error *e) {
-    api_server *a = cj->base.api;
+    const models_entry *a = cj->base.model;
     if (!messages)
         return params_fail(e, 400, "messages", "missing_required_parameter", "'messages' is required");
     if (!cJSON_IsArray(messages))
@@ -756,8 +756,8 @@ int chat_parse(job *j, const cJSON *body, params_error *e) {
         "tools", "tool_choice", "functions", "function_call", "parallel_tool_calls", "audio",
         "modalities", NULL };
     api_server *a = j->api;
-    if (params_check_fields(body, keys, a->cfg->lenient_params, e) || check_unsupported(body, e) ||
-        api_check_model(a, body, e))
+    const models_entry *m = j->model;
+    if (params_check_fields(body, keys, a->cfg->lenient_params, e) || check_unsupported(body, e))
         return -1;
     const cJSON *user = given(body, "user");
     if (user && !cJSON_IsString(user))
@@ -768,7 +768,7 @@ int chat_parse(job *j, const cJSON *body, params_error *e) {
     int has_mct = given(body, "max_completion_tokens") != NULL;
     int has_mt = given(body, "max_tokens") != NULL;
     const char *max_key = has_mct ? "max_completion_tokens" : "max_tokens";
-    if (params_generation_parse_limits(body, a->model, &a->limits, max_key, &j->gen, e) ||
+    if (params_generation_parse_limits(body, m->model, &m->limits, max_key, &j->gen, e) ||
         structured_parse(body, &j->grammar_spec, e) || tools_parse(body, &cj->tools, e))
         return -1;
     if (cj->tools.active && j->grammar_spec && !cj->tools.free_text)
@@ -781,7 +781,7 @@ int chat_parse(job *j, const cJSON *body, params_error *e) {
         cj->tools_grammar = true;
     }
     int ignored;
-    if (has_mct && has_mt && params_get_int(body, "max_tokens", 1, a->limits.max_tokens, &ignored, e))
+    if (has_mct && has_mt && params_get_int(body, "max_tokens", 1, m->limits.max_tokens, &ignored, e))
         return -1;
     if ((has_mct || has_mt) && j->gen.max_tokens < 1)
         return params_fail(e, 400, max_key, "invalid_value", "'%s' must be at least 1", max_key);
@@ -805,28 +805,28 @@ int chat_parse(job *j, const cJSON *body, params_error *e) {
 
     reasoning_format rf = REASONING_AUTO;
     reasoning_format_parse(a->cfg->reasoning_format, &rf);
-    if (reasoning_parse(body, rf, a->cfg->reasoning_budget, &a->reasoning, &cj->reasoning, e)) return -1;
+    if (reasoning_parse(body, rf, a->cfg->reasoning_budget, &m->reasoning, &cj->reasoning, e)) return -1;
     /* a schema or the tools shape the answer; a raw grammar the whole output */
     cj->engine_reasoning.grammar_after = (j->gen.grammar || j->grammar_spec) && !given(body, "grammar");
-    cj->split = reasoning_split_markers(&a->reasoning, cj->reasoning.format);
+    cj->split = reasoning_split_markers(&m->reasoning, cj->reasoning.format);
     render_opts ro;
     if (parse_render_opts(body, &ro, e) || build_prompt(cj, given(body, "messages"), &ro, e)) return -1;
     int need = cj->n_prompt + (has_mct || has_mt ? j->gen.max_tokens : 1);
-    if (need > a->n_ctx)
+    if (need > m->n_ctx)
         return params_fail(e, 400, "messages", "context_length_exceeded",
                            "This model's maximum context length is %d tokens, however you "
                            "requested %d tokens (%d in the messages; %d for the completion). "
                            "Please reduce the length of the messages or completion.",
-                           a->n_ctx, need, cj->n_prompt, need - cj->n_prompt);
-    if (api_check_prompt_tokens(a, cj->n_prompt, "messages", e)) return -1;
+                           m->n_ctx, need, cj->n_prompt, need - cj->n_prompt);
+    if (api_check_prompt_tokens(m, cj->n_prompt, "messages", e)) return -1;
     if (!has_mct && !has_mt) { /* up to the end of the context, within the server's cap */
-        int room = a->n_ctx - cj->n_prompt;
-        j->gen.max_tokens = room < a->limits.max_tokens ? room : a->limits.max_tokens;
+        int room = m->n_ctx - cj->n_prompt;
+        j->gen.max_tokens = room < m->limits.max_tokens ? room : m->limits.max_tokens;
     }
 
     for (int i = 0; i < j->gen.n_stop; i++) add_stop(cj, j->gen.stop[i]);
     int n_tpl = 0;
-    const char *const *tpl_stops = gl_chat_template_stop_strings(a->chat_template, &n_tpl);
+    const char *const *tpl_stops = gl_chat_template_stop_strings(m->chat_template, &n_tpl);
     for (int i = 0; i < n_tpl; i++) add_stop(cj, tpl_stops[i]);
     j->n_seqs = j->gen.n;
     j->prompt_tokens = cj->n_prompt;
@@ -850,7 +850,7 @@ static void chat_prepare(job_seq *s, gl_request *r) {
 }
 
 static const job_ops chat_ops = {
-    .job_size = sizeof(chat_job), .seq_size = sizeof(chat_seq),
+    .job_size = sizeof(chat_job), .seq_size = sizeof(chat_seq), .ollama_options = true,
     .id_prefix = "chatcmpl", .prompt_param = "messages",
     .object = "chat.completion", .chunk_object = "chat.completion.chunk",
     .parse = chat_parse, .prepare = chat_prepare,

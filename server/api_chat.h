@@ -23,8 +23,8 @@ struct api_server;
 /* At model load: build the chat template from the model's metadata and the
  * chat_template setting, and log which one is used. A model whose template
  * cannot be used only gets a warning; chat requests then fail clearly. */
-void chat_setup(struct api_server *a);
-void chat_teardown(struct api_server *a);
+void chat_setup(models_entry *m, const config *cfg);
+void chat_teardown(models_entry *m);
 
 void chat_handle(http_req *req, void *ctx); /* ctx: api_server */
 

@@ -55,10 +55,10 @@ static void cmpl_free(job *j) {
 /* One entry; logprob NAN (the first prompt token) gives nulls. */
 static void lp_add(cmpl_seq *s, const gl_event *ev, size_t offset) {
     const cmpl_job *cj = (const cmpl_job *)s->base.job;
-    const api_server *a = cj->base.api;
+    const gl_model *model = cj->base.model->model;
     const char *sep = s->n_lp ? "," : "";
     jbuf_puts(&s->lp_tokens, sep);
-    api_write_piece(a, &s->lp_tokens, ev->token);
+    api_write_piece(model, &s->lp_tokens, ev->token);
     jbuf_puts(&s->lp_values, sep);
     jbuf_num(&s->lp_values, ev->logprob);
     jbuf_puts(&s->lp_tops, sep);
@@ -69,7 +69,7 @@ static void lp_add(cmpl_seq *s, const gl_event *ev, size_t offset) {
         int n = ev->n_top < cj->logprobs ? ev->n_top : cj->logprobs;
         for (int i = 0; i < n; i++) {
             if (i) jbuf_puts(&s->lp_tops, ",");
-            api_write_piece(a, &s->lp_tops, ev->top[i].token);
+            api_write_piece(model, &s->lp_tops, ev->top[i].token);
             jbuf_puts(&s->lp_tops, ":");
             jbuf_num(&s->lp_tops, ev->top[i].logprob);
         }
@@ -103,7 +103,7 @@ static void cmpl_on_prompt_token(job_seq *js, const gl_event *ev) {
     const cmpl_job *cj = (const cmpl_job *)js->job;
     if (!cj->echo || cj->logprobs < 0) return;
     size_t len = 0;
-    gl_token_piece(cj->base.api->model, ev->token, &len);
+    gl_token_piece(cj->base.model->model, ev->token, &len);
     lp_add(s, ev, s->prompt_offset);
     s->prompt_offset += len;
 }
@@ -174,7 +174,7 @@ static int tokenize_prompt(const gl_model *model, const char *text, cmpl_prompt 
 
 /* prompt: "s" | ["s", ...] | [id, ...] | [[id, ...], ...] */
 static int parse_prompts(cmpl_job *cj, const cJSON *prompt, params_error *e) {
-    const gl_model *model = cj->base.api->model;
+    const gl_model *model = cj->base.model->model;
     int n_vocab = gl_model_get_info(model)->n_vocab;
     if (!prompt) return params_fail(e, 400, "prompt", "missing_required_parameter", "'prompt' is required");
     int n = cJSON_IsString(prompt) ? 1 : cJSON_IsArray(prompt) ? cJSON_GetArraySize(prompt) : -1;
@@ -233,7 +233,8 @@ static int cmpl_parse(job *j, const cJSON *body, params_error *e) {
         "repeat_penalty", "repeat_last_n", "min_tokens", "cache_prompt", "speculative", "n_probs",
         "return_progress", PARAMS_SAMPLER_KEYS, NULL };
     api_server *a = j->api;
-    if (params_check_fields(body, keys, a->cfg->lenient_params, e) || api_check_model(a, body, e))
+    const models_entry *m = j->model;
+    if (params_check_fields(body, keys, a->cfg->lenient_params, e))
         return -1;
     const cJSON *suffix = cJSON_GetObjectItemCaseSensitive(body, "suffix");
     if (suffix && !cJSON_IsNull(suffix))
@@ -241,11 +242,11 @@ static int cmpl_parse(job *j, const cJSON *body, params_error *e) {
     const cJSON *user = cJSON_GetObjectItemCaseSensitive(body, "user");
     if (user && !cJSON_IsNull(user) && !cJSON_IsString(user))
         return params_fail(e, 400, "user", "invalid_type", "'user' must be a string");
-    if (params_generation_parse_limits(body, a->model, &a->limits, "max_tokens", &j->gen, e) ||
+    if (params_generation_parse_limits(body, m->model, &m->limits, "max_tokens", &j->gen, e) ||
         structured_parse(body, &j->grammar_spec, e))
         return -1;
     int best_of = j->gen.n;
-    if (params_get_int(body, "best_of", 1, a->limits.max_n, &best_of, e)) return -1;
+    if (params_get_int(body, "best_of", 1, m->limits.max_n, &best_of, e)) return -1;
     if (best_of != j->gen.n)
         return params_fail(e, 400, "best_of", "unsupported_parameter",
                            "'best_of' is only supported equal to 'n'");
@@ -266,14 +267,14 @@ static int cmpl_parse(job *j, const cJSON *body, params_error *e) {
     if ((long)cj->n_prompts * j->gen.n > 256)
         return params_fail(e, 400, "n", "invalid_value", "'n' times the number of prompts must be at most 256");
     for (int i = 0; i < cj->n_prompts; i++) {
-        if (api_check_prompt_tokens(a, cj->prompts[i].n, "prompt", e)) return -1;
+        if (api_check_prompt_tokens(m, cj->prompts[i].n, "prompt", e)) return -1;
         int need = cj->prompts[i].n + (j->gen.max_tokens > 0 ? j->gen.max_tokens : 1);
-        if (need > a->n_ctx)
+        if (need > m->n_ctx)
             return params_fail(e, 400, "prompt", "context_length_exceeded",
                                "This model's maximum context length is %d tokens, however you "
                                "requested %d tokens (%d in your prompt; %d for the completion). "
                                "Please reduce your prompt or completion length.",
-                               a->n_ctx, need, cj->prompts[i].n, j->gen.max_tokens);
+                               m->n_ctx, need, cj->prompts[i].n, j->gen.max_tokens);
     }
     j->n_seqs = cj->n_prompts * j->gen.n;
     j->prompt_tokens = 0;
@@ -296,7 +297,7 @@ static void cmpl_prepare(job_seq *js, gl_request *r) {
 }
 
 static const job_ops cmpl_ops = {
-    .job_size = sizeof(cmpl_job), .seq_size = sizeof(cmpl_seq),
+    .job_size = sizeof(cmpl_job), .seq_size = sizeof(cmpl_seq), .ollama_options = true,
     .id_prefix = "cmpl", .prompt_param = "prompt",
     .object = "text_completion", .chunk_object = "text_completion",
     .parse = cmpl_parse, .prepare = cmpl_prepare,
@@ -305,6 +306,10 @@ static const job_ops cmpl_ops = {
     .write_choice = cmpl_write_choice,
     .free = cmpl_free,
 };
+
+const job_ops *completions_job_ops(void) {
+    return &cmpl_ops;
+}
 
 void completions_handle(http_req *req, void *ctx) {
     job_handle(req, ctx, &cmpl_ops);

@@ -12,5 +12,8 @@
 #include "http.h"
 
 void completions_handle(http_req *req, void *ctx); /* ctx: api_server */
+/* For APIs translated onto completions (ollama.h: a raw /api/generate). */
+struct job_ops;
+const struct job_ops *completions_job_ops(void);
 
 #endif

@@ -542,7 +542,7 @@ static cJSON *build_response(job *j, const char *status, const job_totals *t) {
         cJSON_AddStringToObject(cJSON_AddObjectToObject(r, "incomplete_details"), "reason", "max_output_tokens");
     else
         cJSON_AddNullToObject(r, "incomplete_details");
-    cJSON_AddStringToObject(r, "model", j->api->model_id);
+    cJSON_AddStringToObject(r, "model", j->model->id);
     cJSON *output = cJSON_AddArrayToObject(r, "output");
     if (strcmp(status, "in_progress")) {
         const char *item_status = !strcmp(status, "completed") ? "completed" : "incomplete";
@@ -804,6 +804,7 @@ static const job_ops *responses_ops(void) {
     static job_ops ops;
     if (!ops.parse) {
         ops = *chat_job_ops();
+        ops.ollama_options = false; /* its own sampler fields only */
         ops.id_prefix = "resp";
         ops.object = ops.chunk_object = "response";
         ops.prompt_param = "input";

@@ -103,6 +103,12 @@ static const setting settings[] = {
     BOOL(metrics_vllm_names, "/metrics also exports queue length and KV use under vLLM's names "
                              "(vllm:num_requests_waiting, ...) for endpoint pickers"),
     LIST(cors_origin, "allow browser calls from this Origin (repeatable, comma list, *)"),
+    STR(models_dir, 0, "serve every .gguf in this folder, each loaded when a request names it"),
+    INT(models_max_loaded, 0, 0, 1024, "models loaded at once; the least recently used idle one is unloaded "
+                                       "for another; 0 = no bound"),
+    INT(models_memory, 0, 0, 1 << 30, "MiB of weights and KV pools loaded at once (LRU unload past it); 0 = no bound"),
+    INT(keep_alive, 0, 0, 1 << 30, "seconds an idle model loaded on demand stays loaded; 0 = forever "
+                                   "(a request's keep_alive overrides it)"),
 };
 #define N_SETTINGS (int)(sizeof(settings) / sizeof(settings[0]))
 
@@ -147,6 +153,7 @@ void config_default(config *c) {
     c->max_logit_bias = 1024;
     c->metrics_public = false;
     c->shutdown_timeout = 30;
+    c->keep_alive = 300;
 }
 
 static int fail(char *err, size_t err_len, const char *fmt, const char *a, const char *b) {
@@ -236,6 +243,71 @@ static int load_item(config *c, const setting *s, const cJSON *item, const char 
     return -1;
 }
 
+static int model_str(char *dst, size_t size, const cJSON *m, const char *key, const char *path,
+                     char *err, size_t err_len) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, key);
+    if (!v) return 0;
+    if (!cJSON_IsString(v) || strlen(v->valuestring) >= size)
+        return fail(err, err_len, "%s: models: \"%s\" must be a string (not too long)", path, key);
+    strcpy(dst, v->valuestring);
+    return 0;
+}
+
+static int model_int(int *dst, const cJSON *m, const char *key, long lo, long hi, const char *path,
+                     char *err, size_t err_len) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, key);
+    if (!v) return 0;
+    double d = cJSON_GetNumberValue(v);
+    if (!cJSON_IsNumber(v) || d != (double)(long)d || d < lo || d > hi)
+        return fail(err, err_len, "%s: models: \"%s\" must be an integer in range", path, key);
+    *dst = (int)d;
+    return 0;
+}
+
+/* The `models` list: [{name, path, alias, n_ctx, kv_type, activation_bits,
+ * kv_cache_mib, model_draft}, ...]; name and path are required. */
+static int load_models(config *c, const cJSON *list, const char *path, char *err, size_t err_len) {
+    static const char *const keys[] = { "name", "path", "alias", "n_ctx", "kv_type", "activation_bits",
+                                        "kv_cache_mib", "model_draft", NULL };
+    if (!cJSON_IsArray(list)) return fail(err, err_len, "%s: %s", path, "\"models\" must be an array of objects");
+    c->n_models = 0;
+    for (const cJSON *m = list->child; m; m = m->next) {
+        if (!cJSON_IsObject(m)) return fail(err, err_len, "%s: %s", path, "\"models\" must be an array of objects");
+        for (const cJSON *k = m->child; k; k = k->next) {
+            int known = 0;
+            for (int i = 0; keys[i]; i++) known |= !strcmp(k->string, keys[i]);
+            if (!known) return fail(err, err_len, "%s: models: unknown setting \"%s\"", path, k->string);
+        }
+        if (c->n_models == CONFIG_MAX_MODELS) return fail(err, err_len, "%s: %s", path, "models: too many (32 at most)");
+        config_model *cm = &c->models[c->n_models];
+        memset(cm, 0, sizeof *cm);
+        const cJSON *alias = cJSON_GetObjectItemCaseSensitive(m, "alias");
+        if (cJSON_IsArray(alias)) {
+            for (const cJSON *a = alias->child; a; a = a->next) {
+                size_t used = strlen(cm->alias);
+                if (!cJSON_IsString(a) || used + strlen(a->valuestring) + 2 > sizeof cm->alias)
+                    return fail(err, err_len, "%s: %s", path, "models: \"alias\" must be strings");
+                if (used) cm->alias[used++] = ',';
+                memcpy(cm->alias + used, a->valuestring, strlen(a->valuestring) + 1);
+            }
+        } else if (model_str(cm->alias, sizeof cm->alias, m, "alias", path, err, err_len)) {
+            return -1;
+        }
+        if (model_str(cm->name, sizeof cm->name, m, "name", path, err, err_len) ||
+            model_str(cm->path, sizeof cm->path, m, "path", path, err, err_len) ||
+            model_str(cm->kv_type, sizeof cm->kv_type, m, "kv_type", path, err, err_len) ||
+            model_str(cm->model_draft, sizeof cm->model_draft, m, "model_draft", path, err, err_len) ||
+            model_int(&cm->n_ctx, m, "n_ctx", 0, 1 << 24, path, err, err_len) ||
+            model_int(&cm->activation_bits, m, "activation_bits", 0, 16, path, err, err_len) ||
+            model_int(&cm->kv_cache_mib, m, "kv_cache_mib", 0, 1 << 30, path, err, err_len))
+            return -1;
+        if (!cm->name[0] || !cm->path[0])
+            return fail(err, err_len, "%s: %s", path, "models: each needs \"name\" and \"path\"");
+        c->n_models++;
+    }
+    return 0;
+}
+
 int config_load_file(config *c, const char *path, char *err, size_t err_len) {
     FILE *f = fopen(path, "rb");
     if (!f) return fail(err, err_len, "%s: %s", path, strerror(errno));
@@ -255,6 +327,10 @@ int config_load_file(config *c, const char *path, char *err, size_t err_len) {
     }
     int rc = 0;
     for (cJSON *item = root->child; item && rc == 0; item = item->next) {
+        if (!strcmp(item->string, "models")) {
+            rc = load_models(c, item, path, err, err_len);
+            continue;
+        }
         const setting *s = find_setting(item->string);
         rc = s ? load_item(c, s, item, path, err, err_len)
                : fail(err, err_len, "%s: unknown setting \"%s\"", path, item->string);
@@ -348,14 +424,22 @@ static int origin_valid(const char *o, size_t n) {
 }
 
 int config_validate(const config *c, char *err, size_t err_len) {
-    if (!c->model[0]) return fail(err, err_len, "no model given (-m FILE)%s%s", "", "");
+    gl_kv_type kt;
+    if (!c->model[0] && !c->models_dir[0] && c->n_models == 0)
+        return fail(err, err_len, "no model given (-m FILE, --models-dir DIR or a models list in --config)%s%s", "", "");
+    for (int i = 0; i < c->n_models; i++) {
+        const config_model *m = &c->models[i];
+        if (m->kv_type[0] && !gl_kv_type_parse(m->kv_type, &kt))
+            return fail(err, err_len, "models: %s: kv_type must be f16, q8_0 or f32%s", m->name, "");
+        if (m->activation_bits && !gl_activation_bits_valid(m->activation_bits))
+            return fail(err, err_len, "models: %s: activation_bits must be 8 or 16%s", m->name, "");
+    }
     if (!c->host[0]) return fail(err, err_len, "empty host%s%s", "", "");
     if (!gl_activation_bits_valid(c->activation_bits)) {
         char got[32];
         snprintf(got, sizeof(got), "%d", c->activation_bits);
         return fail(err, err_len, "activation_bits: must be 8 or 16, got %s", got, NULL);
     }
-    gl_kv_type kt;
     if (!gl_kv_type_parse(c->kv_type, &kt))
         return fail(err, err_len, "kv_type: must be f16, q8_0 or f32, got \"%s\"%s", c->kv_type, "");
     if (strcmp(c->spec, "ngram") && strcmp(c->spec, "draft") && strcmp(c->spec, "off"))
@@ -419,7 +503,7 @@ int config_read_api_key(config *c, char *err, size_t err_len) {
 }
 
 void config_print_help(FILE *out, const config *d) {
-    fprintf(out, "usage: genloop serve -m MODEL [options]\n\n"
+    fprintf(out, "usage: genloop serve -m MODEL | --models-dir DIR [options]\n\n"
                  "Serves an OpenAI-compatible HTTP API. Settings come from built-in\n"
                  "defaults, then --config FILE (JSON, same keys as below with '_'),\n"
                  "then flags.\n\noptions:\n");
@@ -468,6 +552,20 @@ void config_print_json(FILE *out, const config *c) {
         } else {
             cJSON_AddNumberToObject(root, s->name, *(const int *)p);
         }
+    }
+    cJSON *models = cJSON_AddArrayToObject(root, "models");
+    for (int i = 0; i < c->n_models; i++) {
+        const config_model *m = &c->models[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "name", m->name);
+        cJSON_AddStringToObject(o, "path", m->path);
+        cJSON_AddStringToObject(o, "alias", m->alias);
+        cJSON_AddNumberToObject(o, "n_ctx", m->n_ctx);
+        cJSON_AddStringToObject(o, "kv_type", m->kv_type);
+        cJSON_AddNumberToObject(o, "activation_bits", m->activation_bits);
+        cJSON_AddNumberToObject(o, "kv_cache_mib", m->kv_cache_mib);
+        cJSON_AddStringToObject(o, "model_draft", m->model_draft);
+        cJSON_AddItemToArray(models, o);
     }
     char *text = cJSON_Print(root);
     fprintf(out, "%s\n", text);

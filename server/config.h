@@ -11,6 +11,20 @@
 #include <stdbool.h>
 #include <stdio.h>
 
+/* One entry of the config file's `models` list (docs/models-multi.md);
+ * 0 or "" in a per-model setting means the server's own. */
+#define CONFIG_MAX_MODELS 32
+typedef struct config_model {
+    char name[256];          /* the model's id in the API */
+    char path[1024];         /* GGUF file */
+    char alias[1024];        /* comma list of more names */
+    int n_ctx;               /* context per sequence */
+    char kv_type[16];
+    int activation_bits;
+    int kv_cache_mib;
+    char model_draft[1024];  /* draft model for speculative decoding (spec "draft" for this model) */
+} config_model;
+
 typedef struct config {
     char host[256];          /* bind address; loopback unless told otherwise */
     int port;                /* 0 = any free port (printed at startup) */
@@ -62,6 +76,13 @@ typedef struct config {
     bool metrics_vllm_names; /* /metrics also under vLLM's names (endpoint pickers; docs/prefix-cache.md) */
     bool metrics_public;     /* /metrics answers without the key */
     char cors_origin[1024];  /* comma list of allowed Origins ("*" = any); "" = no CORS */
+    /* many models (docs/models-multi.md) */
+    char models_dir[1024];   /* every .gguf in it can be served, loaded on demand */
+    int models_max_loaded;   /* models in memory at once; 0 = no bound */
+    int models_memory;       /* MiB of weights and KV pools loaded at once; 0 = no bound */
+    int keep_alive;          /* seconds an idle on-demand model stays loaded; 0 = forever */
+    config_model models[CONFIG_MAX_MODELS]; /* the config file's `models` list */
+    int n_models;
 } config;
 
 /* Built-in defaults (the same values as config/genloop.json). */

@@ -2,7 +2,10 @@
  * request per choice, collect events, stream or reply, free. */
 #include "job.h"
 
+#include "ollama.h"
+
 #include <math.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +25,11 @@ void job_seq_append(job_seq *s, const char *text, size_t len) {
 
 static void job_destroy(api_job *base) {
     job *j = (job *)base;
+    if (j->holds_model) {
+        models_cancel_wait(&j->wait);
+        models_release(j->model, j->keep_alive);
+    }
+    cJSON_Delete(j->body);
     if (j->compiling) compile_abandon(j->compiling);
     compile_spec_free(j->grammar_spec);
     if (j->ops->free) j->ops->free(j);
@@ -35,10 +43,20 @@ static void job_destroy(api_job *base) {
     free(j);
 }
 
+static void job_complete(job *j);
+
 static void job_cancel(api_job *base) {
     job *j = (job *)base;
+    if (j->holds_model && j->wait.entry) { /* still waiting for its model's load */
+        models_cancel_wait(&j->wait);
+        j->failed = true;
+        params_fail(&j->err, 503, NULL, "server_shutdown", "The server shut down before the model '%s' was loaded",
+                    j->model->id);
+        job_complete(j);
+        return;
+    }
     if (j->compiling) compile_cancel(j->compiling);
-    gl_engine *engine = worker_engine(j->api->worker);
+    gl_engine *engine = j->model ? worker_engine(j->model->worker) : NULL;
     for (int i = 0; engine && i < j->n_seqs; i++) {
         job_seq *s = job_seq_at(j, i);
         if (s->state == JOB_SEQ_RUNNING) gl_engine_cancel(engine, s->request_id);
@@ -65,7 +83,7 @@ static void write_head(jbuf *b, const job *j, const char *object) {
     jbuf_puts(b, "{\"id\":");
     jbuf_str(b, j->id, strlen(j->id));
     jbuf_printf(b, ",\"object\":\"%s\",\"created\":%ld,\"model\":", object, j->created);
-    jbuf_str(b, j->api->model_id, strlen(j->api->model_id));
+    jbuf_str(b, j->model->id, strlen(j->model->id));
 }
 
 void job_write_finish(jbuf *b, const job_seq *s, bool final) {
@@ -207,7 +225,7 @@ static void stream_flush(job_seq *s, bool with_timings) {
 
 static void stream_start(job *j) {
     j->stream_started = true;
-    if (j->req) http_stream_start(j->req, 200, "text/event-stream");
+    if (j->req) http_stream_start(j->req, 200, j->ops->stream_type ? j->ops->stream_type : "text/event-stream");
     for (int i = 0; i < j->n_seqs; i++) {
         job_seq *s = job_seq_at(j, i);
         if (j->ops->stream_open(s)) stream_flush(s, 0);
@@ -256,7 +274,8 @@ static void reply_whole(job *j, const job_totals *t) {
 static void job_complete(job *j) {
     job_totals t = job_get_totals(j);
     if (j->failed) {
-        if (j->req) api_reply_error(j->api, j->req, &j->err);
+        if (j->req && j->ops->reply_error) j->ops->reply_error(j, &j->err);
+        else if (j->req) api_reply_error(j->api, j->req, &j->err);
     } else if (j->gen.stream) {
         for (int i = 0; i < j->n_seqs; i++) stream_flush(job_seq_at(j, i), 0);
         jbuf *b = &j->chunk;
@@ -281,6 +300,8 @@ static void job_complete(job *j) {
         job_send(j);
         if (j->req) http_stream_end(j->req);
         log_line(j, &t);
+    } else if (j->req && j->unfinished_err.status && j->ops->reply_error) {
+        j->ops->reply_error(j, &j->unfinished_err);
     } else if (j->req && j->unfinished_err.status) {
         api_reply_error(j->api, j->req, &j->unfinished_err);
     } else if (j->req) {
@@ -373,12 +394,13 @@ static void seq_rejected(job_seq *s, bool queue_full, const char *error) {
     job_cancel(&j->base);
 }
 
-int job_count_prompt(api_server *a, const job_ops *ops, const cJSON *body, int *n_tokens,
+int job_count_prompt(api_server *a, models_entry *m, const job_ops *ops, const cJSON *body, int *n_tokens,
                      params_error *e) {
     job *j = calloc(1, ops->job_size);
     if (!j) return params_fail(e, 500, NULL, NULL, "out of memory");
     j->ops = ops;
     j->api = a;
+    j->model = m;
     int rc = ops->parse(j, body, e);
     *n_tokens = j->prompt_tokens;
     job_destroy(&j->base);
@@ -401,15 +423,26 @@ static uint64_t choice_seed(uint64_t seed, int i) {
 static void job_submit(job *j);
 static void on_compiled(void *ctx, gl_grammar *g, const params_error *e);
 
+static void on_model_ready(models_waiter *w, const params_error *load_error);
+
 void job_handle(http_req *req, api_server *a, const job_ops *ops) {
     if (api_reply_if_loading(a, req)) return;
     cJSON *body = api_parse_body(a, req);
-    if (!body) return;
-    job *j = calloc(1, ops->job_size);
+    if (body) job_handle_body(req, a, ops, body);
+}
+
+void job_handle_body(http_req *req, api_server *a, const job_ops *ops, cJSON *body) {
     params_error e;
+    double keep_alive = MODELS_KEEP_DEFAULT; /* as Ollama: a request without it restores the server's */
+    cJSON *ka = cJSON_DetachItemFromObjectCaseSensitive(body, "keep_alive");
+    models_entry *m = NULL;
+    if (!ka || cJSON_IsNull(ka) || models_parse_keep_alive(ka, "keep_alive", &keep_alive, &e) == 0)
+        m = api_model_for(a, body, &e);
+    cJSON_Delete(ka);
+    job *j = m ? calloc(1, ops->job_size) : NULL;
     if (!j) {
+        if (m) params_fail(&e, 500, NULL, NULL, "out of memory");
         cJSON_Delete(body);
-        params_fail(&e, 500, NULL, NULL, "out of memory");
         api_reply_error(a, req, &e);
         return;
     }
@@ -417,30 +450,52 @@ void job_handle(http_req *req, api_server *a, const job_ops *ops) {
     j->api = a;
     j->base.cancel = job_cancel;
     j->base.destroy = job_destroy;
-    int rc = ops->parse(j, body, &e);
-    cJSON_Delete(body);
+    j->model = m;
+    j->body = body;
+    j->keep_alive = keep_alive;
+    j->t_start = worker_now();
+    j->req = req;
+    j->http_seq = http_req_seq(req);
+    j->created = (long)time(NULL);
+    snprintf(j->id, sizeof(j->id), "%s-%llx%06llx", ops->id_prefix, (unsigned long long)j->created,
+             (unsigned long long)++a->next_id);
+    api_job_add(a, &j->base);
+    http_req_on_close(req, on_http_close, j);
+    j->holds_model = true;
+    j->wait.ready = on_model_ready;
+    models_acquire(m, &j->wait);
+}
+
+/* The model is up (or failed to load): parse, then compile or submit. */
+static void on_model_ready(models_waiter *w, const params_error *load_error) {
+    job *j = (job *)((char *)w - offsetof(job, wait));
+    api_server *a = j->api;
+    params_error e;
+    int rc = -1;
+    j->t_model = worker_now();
+    if (load_error) e = *load_error;
+    else if (!j->ops->ollama_options || ollama_apply_options(j->body, j->model, &e) == 0)
+        rc = j->ops->parse(j, j->body, &e);
+    cJSON_Delete(j->body);
+    j->body = NULL;
     /* More sequences than the waiting queue holds would get 503 forever. */
     if (rc == 0 && j->n_seqs > a->cfg->max_waiting)
         rc = params_fail(&e, 400, "n", "invalid_value",
                          "This request has %d sequences (prompts x n), but this server queues at "
                          "most %d (--max-waiting); send fewer", j->n_seqs, a->cfg->max_waiting);
     if (rc == 0) {
-        j->seqs = calloc((size_t)j->n_seqs, ops->seq_size);
+        j->seqs = calloc((size_t)j->n_seqs, j->ops->seq_size);
         if (!j->seqs) rc = params_fail(&e, 500, NULL, NULL, "out of memory");
     }
     if (rc) {
-        api_reply_error(a, req, &e);
-        job_destroy(&j->base);
+        j->failed = true;
+        j->err = e;
+        j->n_seqs = 0;
+        j->n_unfinished = 0;
+        job_complete(j);
         return;
     }
-    j->req = req;
-    j->http_seq = http_req_seq(req);
-    j->created = (long)time(NULL);
-    snprintf(j->id, sizeof(j->id), "%s-%llx%06llx", ops->id_prefix, (unsigned long long)j->created,
-             (unsigned long long)++a->next_id);
     j->n_unfinished = j->n_seqs;
-    api_job_add(a, &j->base);
-    http_req_on_close(req, on_http_close, j);
     if (!j->grammar_spec) {
         job_submit(j);
         return;
@@ -472,7 +527,6 @@ static void on_compiled(void *ctx, gl_grammar *g, const params_error *e) {
 }
 
 static void job_submit(job *j) {
-    api_server *a = j->api;
     for (int i = 0; i < j->n_seqs; i++) {
         job_seq *s = job_seq_at(j, i);
         s->sink.on_event = seq_on_event;
@@ -496,7 +550,7 @@ static void job_submit(job *j) {
         j->ops->prepare(s, &r);
         bool queue_full = false;
         gl_error err = {{0}};
-        s->request_id = gl_engine_submit(worker_engine(a->worker), &r, &queue_full, &err);
+        s->request_id = gl_engine_submit(worker_engine(j->model->worker), &r, &queue_full, &err);
         if (s->request_id == 0) {
             seq_rejected(s, queue_full, err.message);
             break;

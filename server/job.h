@@ -47,6 +47,13 @@ typedef struct job {
     api_job base;            /* first: listed in api_server */
     const struct job_ops *ops;
     api_server *api;
+    models_entry *model;     /* the model it runs on, held from the handler to its free */
+    models_waiter wait;      /* while the model loads */
+    bool holds_model;        /* acquired, not yet released */
+    cJSON *body;             /* the request until the model is up and ops->parse has run */
+    double keep_alive;       /* the request's keep_alive (seconds), or MODELS_KEEP_DEFAULT */
+    double t_start;          /* worker_now() when the request came in */
+    double t_model;          /* ... and when its model was ready (the wait is its load time) */
     http_req *req;           /* NULL once the connection has closed */
     char id[48];
     long created;
@@ -82,6 +89,10 @@ typedef struct job_totals {
 
 typedef struct job_ops {
     size_t job_size, seq_size; /* the endpoint's structs */
+    bool ollama_options;     /* Ollama's `options` is mapped onto the body's own fields (ollama.h) */
+    const char *stream_type; /* the stream's Content-Type; NULL = text/event-stream */
+    /* Optional: an error reply in the API's own shape (else api_reply_error). */
+    void (*reply_error)(struct job *j, const params_error *e);
     const char *id_prefix;   /* of response ids: "cmpl" */
     const char *object;      /* "object" of the whole response */
     const char *chunk_object;/* "object" of streamed chunks */
@@ -116,12 +127,16 @@ typedef struct job_ops {
     void (*stream_close)(job *j, const job_totals *t);
 } job_ops;
 
-/* The route handler of an endpoint: ctx is the api_server. */
+/* The route handler of an endpoint: ctx is the api_server. The request
+ * waits for its model when that is not loaded; `keep_alive` (Ollama's,
+ * any endpoint) is taken from the body before ops->parse sees it. */
 void job_handle(http_req *req, api_server *a, const job_ops *ops);
+/* The same with a body the caller parsed (and may have rewritten); takes body. */
+void job_handle_body(http_req *req, api_server *a, const job_ops *ops, cJSON *body);
 
 /* What ops->parse makes of body, without running it: the prompt's length
  * in tokens (an API's count_tokens). Returns 0 or -1 with e filled. */
-int job_count_prompt(api_server *a, const job_ops *ops, const cJSON *body, int *n_tokens,
+int job_count_prompt(api_server *a, models_entry *m, const job_ops *ops, const cJSON *body, int *n_tokens,
                      params_error *e);
 
 job_seq *job_seq_at(job *j, int i);

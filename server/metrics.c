@@ -99,6 +99,13 @@ metrics_family *metrics_gauge(metrics *m, const char *name, const char *help) {
     return add_family(m, KIND_GAUGE, name, help);
 }
 
+metrics_family *metrics_gauge_labelled(metrics *m, const char *name, const char *help,
+                                       const char *label_name) {
+    metrics_family *f = add_family(m, KIND_GAUGE, name, help);
+    f->label_name = strdup(label_name);
+    return f;
+}
+
 metrics_family *metrics_histogram(metrics *m, const char *name, const char *help,
                                   const double *bounds, int n_bounds) {
     metrics_family *f = add_family(m, KIND_HISTOGRAM, name, help);

@@ -20,6 +20,9 @@ void metrics_free(metrics *m);
 metrics_family *metrics_counter(metrics *m, const char *name, const char *help,
                                 const char *label_name);
 metrics_family *metrics_gauge(metrics *m, const char *name, const char *help);
+/* A gauge with one label (model="..."): one series per label value. */
+metrics_family *metrics_gauge_labelled(metrics *m, const char *name, const char *help,
+                                       const char *label_name);
 /* bounds: ascending upper bounds, without +Inf (added implicitly); copied. */
 metrics_family *metrics_histogram(metrics *m, const char *name, const char *help,
                                   const double *bounds, int n_bounds);

@@ -7,6 +7,7 @@
 #include "api_chat.h"
 #include "api_completions.h"
 #include "api_responses.h"
+#include "ollama.h"
 #include "static.h"
 
 static const http_route routes[] = {
@@ -40,6 +41,21 @@ static const http_route routes[] = {
     { "POST", "/tokenize", api_handle_tokenize, false },
     { "POST", "/detokenize", api_handle_detokenize, false },
     { "GET", "/metrics", api_handle_metrics, false },
+    /* the Ollama API (ollama.h) */
+    { "POST", "/api/chat", ollama_handle_chat, false },
+    { "POST", "/api/generate", ollama_handle_generate, false },
+    { "GET", "/api/tags", ollama_handle_tags, false },
+    { "POST", "/api/show", ollama_handle_show, false },
+    { "GET", "/api/ps", ollama_handle_ps, false },
+    { "GET", "/api/version", ollama_handle_version, false },
+    { "HEAD", "/api/version", ollama_handle_version, false },
+    { "POST", "/api/embed", ollama_handle_unsupported, false },
+    { "POST", "/api/embeddings", ollama_handle_unsupported, false },
+    { "POST", "/api/pull", ollama_handle_unsupported, false },
+    { "POST", "/api/push", ollama_handle_unsupported, false },
+    { "POST", "/api/create", ollama_handle_unsupported, false },
+    { "POST", "/api/copy", ollama_handle_unsupported, false },
+    { "DELETE", "/api/delete", ollama_handle_unsupported, false },
     /* not supported: a 404 that says so; a trailing star matches any rest of the path */
     { "POST", "/v1/embeddings", api_handle_unsupported, true },
     { "POST", "/v1/responses/*", api_handle_unsupported, true },

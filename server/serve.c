@@ -24,6 +24,7 @@
 #include "config.h"
 #include "http.h"
 #include "routes.h"
+#include "models.h"
 #include "worker.h"
 
 #define CANCEL_GRACE_MS 5000   /* for cancelled requests to send their last bytes */
@@ -33,7 +34,6 @@ typedef struct serve_state {
     config cfg;
     api_server api;
     http_server *http;
-    worker *worker;
     uv_signal_t sigint, sigterm;
     uv_timer_t shutdown_timer;
     uint64_t drain_deadline;     /* loop ms: cancel what still runs */
@@ -47,10 +47,9 @@ static void finish_shutdown(serve_state *s) {
     uv_timer_stop(&s->shutdown_timer);
     http_free(s->http);          /* closes what is left; jobs cancel themselves */
     s->http = NULL;
-    worker_stop(s->worker);      /* joins the engine thread */
-    s->worker = NULL;
-    chat_teardown(&s->api);
     api_free(&s->api);           /* jobs whose engine events will never come */
+    models_free(s->api.models);  /* joins the engine threads */
+    s->api.models = NULL;
     compile_pool_free(s->api.compiler); /* after the jobs: they abandoned their compiles */
     s->api.compiler = NULL;
     uv_close((uv_handle_t *)&s->sigint, NULL);
@@ -180,7 +179,7 @@ int serve_main(int argc, char **argv) {
     }
     if (config_validate(&s->cfg, err, sizeof(err)) || config_read_api_key(&s->cfg, err, sizeof(err)))
         goto bad_args;
-    if (check_model_file(s->cfg.model, err, sizeof(err))) {
+    if (s->cfg.model[0] && check_model_file(s->cfg.model, err, sizeof(err))) {
         fprintf(stderr, "genloop serve: %s\n", err);
         return 1;
     }
@@ -194,7 +193,14 @@ int serve_main(int argc, char **argv) {
     uv_loop_init(&s->loop);
     api_init(&s->api, &s->cfg);
     s->api.on_load_failed = on_load_failed;
-    s->api.on_model_ready = chat_setup;
+    s->api.models = models_create(&s->api, &s->loop, &s->cfg, err, sizeof(err));
+    if (!s->api.models) {
+        fprintf(stderr, "genloop serve: %s\n", err);
+        api_free(&s->api);
+        uv_loop_close(&s->loop);
+        return 1;
+    }
+    if (s->cfg.model[0]) api_set_model_label(&s->api, models_default(s->api.models)->id);
 
     http_options opt = {
         .host = s->cfg.host,
@@ -214,7 +220,9 @@ int serve_main(int argc, char **argv) {
     s->http = http_start(&s->loop, &opt, err, sizeof(err));
     if (!s->http) {
         fprintf(stderr, "genloop serve: %s\n", err);
+        models_free(s->api.models);
         api_free(&s->api);
+        uv_run(&s->loop, UV_RUN_DEFAULT);
         uv_loop_close(&s->loop);
         return 1;
     }
@@ -224,35 +232,24 @@ int serve_main(int argc, char **argv) {
     char per_address[48] = "";
     if (s->cfg.max_connections_per_address > 0)
         snprintf(per_address, sizeof per_address, ", %d per address", s->cfg.max_connections_per_address);
-    fprintf(stderr, "genloop: listening on %s (up to %d connections%s); loading %s\n", s->api.url,
-            max_connections, per_address, s->cfg.model);
+    int n_models = models_count(s->api.models);
+    if (s->cfg.model[0])
+        fprintf(stderr, "genloop: listening on %s (up to %d connections%s); loading %s\n", s->api.url,
+                max_connections, per_address, s->cfg.model);
+    else
+        fprintf(stderr, "genloop: listening on %s (up to %d connections%s)\n", s->api.url, max_connections,
+                per_address);
+    if (n_models > 1 || !s->cfg.model[0])
+        fprintf(stderr, "genloop: %d models, loaded on demand (at most %d at once, %d MiB; keep_alive %d s)\n",
+                n_models, s->cfg.models_max_loaded, s->cfg.models_memory, s->cfg.keep_alive);
     api_print_status("listening", s->api.url);
 
-    gl_engine_params ep;
-    gl_engine_params_default(&ep);
-    ep.n_threads = s->cfg.threads;
-    ep.activation_bits = s->cfg.activation_bits;
-    ep.kv_cache_tokens = 0;
-    ep.kv_cache_mib = s->cfg.kv_cache_mib;
-    ep.kv_cache_dir = s->cfg.kv_cache_dir;
-    ep.kv_cache_dir_mib = s->cfg.kv_cache_dir_size;
-    gl_kv_type_parse(s->cfg.kv_type, &ep.kv_type); /* config_validate checked it */
-    ep.block_size = s->cfg.block_size;
-    ep.max_batch_tokens = s->cfg.max_batch_tokens;
-    ep.max_seqs = s->cfg.max_seqs;
-    ep.max_waiting = s->cfg.max_waiting;
-    ep.n_ctx = s->cfg.n_ctx;
-    ep.spec_mode = !strcmp(s->cfg.spec, "ngram") ? GL_SPEC_NGRAM : !strcmp(s->cfg.spec, "draft") ? GL_SPEC_DRAFT : GL_SPEC_OFF;
-    ep.spec_draft_model = s->cfg.model_draft;
-    ep.spec_max_tokens = s->cfg.spec_max_tokens;
-    ep.spec_ngram_min = s->cfg.spec_ngram_min;
-    ep.spec_ngram_max = s->cfg.spec_ngram_max;
-    ep.spec_fixed = s->cfg.spec_fixed;
     s->api.compiler = compile_pool_create(&s->loop);
-    s->worker = s->api.worker = worker_start(&s->loop, s->cfg.model, &ep, api_on_worker_msg, &s->api);
-    if (!s->worker) {
-        fprintf(stderr, "genloop serve: cannot start the engine thread\n");
-        return 1;
+    if (s->cfg.model[0]) {
+        models_load_pinned(s->api.models);
+    } else {
+        fprintf(stderr, "genloop: ready at %s\n", s->api.url);
+        api_print_status("ready", s->api.url);
     }
 
     uv_signal_init(&s->loop, &s->sigint);

@@ -93,7 +93,10 @@ struct worker {
     gl_model *model;
     gl_engine *engine;
     pthread_t thread;
-    atomic_bool stop;
+    atomic_bool stop;        /* the thread leaves its loop */
+    atomic_bool release;     /* ... and frees the engine and model itself (worker_release) */
+    atomic_bool closing;     /* worker_stop: no more deliveries */
+    _Atomic float load_fraction; /* of the weights prepared, while loading */
     atomic_bool ready;       /* engine created; set before WORKER_READY */
 
     pthread_mutex_t mu;      /* guards pending and stats */
@@ -137,10 +140,12 @@ static void on_engine_event(const gl_event *e, void *ctx) {
  * before the first line is due and prints none. */
 typedef struct load_log {
     double t_start, t_last;
+    _Atomic float *fraction; /* the worker's, for worker_load_progress */
 } load_log;
 
 static void on_load_progress(float fraction, void *ctx) {
     load_log *l = ctx;
+    atomic_store(l->fraction, fraction);
     double now = worker_now();
     if (now - l->t_last < 1.0) return;
     l->t_last = now;
@@ -150,7 +155,7 @@ static void on_load_progress(float fraction, void *ctx) {
 static void *worker_main(void *arg) {
     worker *w = arg;
     gl_error err = {{0}};
-    load_log log = { worker_now(), worker_now() };
+    load_log log = { worker_now(), worker_now(), &w->load_fraction };
     w->model = gl_model_load_progress(w->model_path, on_load_progress, &log, &err);
     if (w->model) w->engine = gl_engine_create(w->model, &w->params, &err);
     if (!w->engine) {
@@ -180,6 +185,14 @@ static void *worker_main(void *arg) {
         /* Idle: sleep until a submit, cancel or stop wakes the engine. */
         if (ran == 0 && !atomic_load(&w->stop)) gl_engine_wait(w->engine);
     }
+    if (atomic_load(&w->release)) {
+        atomic_store(&w->ready, false);
+        gl_engine_free(w->engine);
+        gl_model_free(w->model);
+        w->engine = NULL;
+        w->model = NULL;
+        post(w, &(worker_msg){.type = WORKER_RELEASED, .t_event = worker_now()});
+    }
     return NULL;
 }
 
@@ -201,7 +214,7 @@ static void on_async(uv_async_t *handle) {
         msg.ev.error = r->has_error ? b->bytes + r->error_off : NULL;
         msg.ev.top = msg.ev.n_top > 0 ? b->tops + r->top_off : NULL;
         w->fn(&msg, w->ctx);
-        if (atomic_load(&w->stop)) break;
+        if (atomic_load(&w->closing)) break;
     }
     event_buf_clear(b);
 }
@@ -231,6 +244,10 @@ gl_engine *worker_engine(const worker *w) {
     return w && atomic_load(&((worker *)w)->ready) ? w->engine : NULL;
 }
 
+float worker_load_progress(worker *w) {
+    return atomic_load(&w->load_fraction);
+}
+
 void worker_stats(worker *w, gl_engine_stats *out) {
     pthread_mutex_lock(&w->mu);
     *out = w->stats;
@@ -246,9 +263,16 @@ static void on_async_closed(uv_handle_t *h) {
     free(w);
 }
 
+void worker_release(worker *w) {
+    atomic_store(&w->release, true);
+    atomic_store(&w->stop, true);
+    if (atomic_load(&w->ready)) gl_engine_wake(w->engine);
+}
+
 void worker_stop(worker *w) {
     if (!w) return;
     atomic_store(&w->stop, true);
+    atomic_store(&w->closing, true);
     if (atomic_load(&w->ready)) gl_engine_wake(w->engine);
     pthread_join(w->thread, NULL);
     atomic_store(&w->ready, false);

@@ -22,6 +22,7 @@ typedef enum worker_msg_type {
     WORKER_LOAD_FAILED,      /* ev.error holds the message; the thread has ended */
     WORKER_EVENT,            /* ev: an engine event */
     WORKER_STEP,             /* an engine step ran a forward pass: batch_* */
+    WORKER_RELEASED,         /* after worker_release: engine and model are freed; worker_stop next */
 } worker_msg_type;
 
 typedef struct worker_msg {
@@ -43,10 +44,17 @@ const gl_model *worker_model(const worker *w);
 /* The engine, for gl_engine_submit/gl_engine_cancel (thread-safe), once
  * WORKER_READY was delivered and until worker_stop; else NULL. */
 gl_engine *worker_engine(const worker *w);
+/* While loading: the fraction of the weights prepared so far (0..1). */
+float worker_load_progress(worker *w);
 /* Engine counters as of the last step. */
 void worker_stats(worker *w, gl_engine_stats *out);
 /* Monotonic clock in seconds, the one t_event uses. */
 double worker_now(void);
+/* Unload without blocking the loop thread: the thread stops stepping,
+ * frees the engine and model itself and posts WORKER_RELEASED, on which
+ * the owner calls worker_stop (the join is then immediate). Only for an
+ * engine without requests. */
+void worker_release(worker *w);
 /* Stop the thread (pending messages are dropped), free the engine and
  * model, and close the async handle; free happens in its close callback. */
 void worker_stop(worker *w);

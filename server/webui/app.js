@@ -206,7 +206,8 @@ $("change-key").addEventListener("click", () => askForKey("Enter the server's AP
 const state = {
   convs: new Map(),        // id -> conversation
   activeId: null,
-  modelId: null,
+  modelId: null,           // the model requests name: the conversation's, else the one picked last
+  models: [],              // /v1/models: {id, state, context_length, ...}
   contextLength: null,     // tokens per sequence, from /v1/models
   progressSupported: true, // cleared when the server rejects return_progress
   run: null,               // the reply in flight: {conv, node, controller}
@@ -214,6 +215,9 @@ const state = {
   search: "",
 };
 
+// The server's models (/v1/models, one entry per model, aliases left out);
+// with more than one, a select picks the model and each conversation keeps
+// its own (conv.model).
 async function refreshModel() {
   try {
     const res = await fetch("/v1/models", { headers: authHeaders() });
@@ -223,20 +227,55 @@ async function refreshModel() {
       return;
     }
     const body = await res.json();
-    const model = body.data && body.data[0];
-    state.modelId = model ? model.id : null;
-    state.contextLength = model && model.context_length ? model.context_length : null;
-    const base = model && model.instruction_tuned === false;
-    $("model").textContent = model ? model.id + (base ? " · base model" : "") : "no model";
-    $("model").title = base ? "A base (pretrained) model: it continues text and is not tuned for chat; " +
-      "replies may ramble or repeat. Use /v1/completions for it." : "Model served";
-    $("model").classList.toggle("base", base);
-    limitMaxTokens();
-    updateContext();
+    const seen = new Set();
+    state.models = (body.data || []).filter((m) => {
+      const key = m.path || m.id;
+      if (seen.has(key)) return false;
+      seen.add(key);
+      return true;
+    });
+    const conv = activeConv();
+    const wanted = (conv && conv.model) || state.modelId;
+    showModel(state.models.find((m) => m.id === wanted) || state.models[0]);
   } catch (e) {
     $("model").textContent = "model unknown";
   }
 }
+
+function showModel(model) {
+  state.modelId = model ? model.id : null;
+  state.contextLength = model && model.context_length ? model.context_length : null;
+  const base = model && model.instruction_tuned === false;
+  const several = state.models.length > 1;
+  const where = !model || !several ? "" : model.state === "loaded" ? "loaded"
+    : model.state === "loading" ? "loading " + Math.round(100 * (model.load_progress || 0)) + "%…"
+    : "loads with the first message";
+  $("model").textContent = !model ? "no model" : several ? where + (base ? " · base model" : "")
+    : model.id + (base ? " · base model" : "");
+  $("model").title = base ? "A base (pretrained) model: it continues text and is not tuned for chat; " +
+    "replies may ramble or repeat. Use /v1/completions for it." : "Model served";
+  $("model").classList.toggle("base", base);
+  const select = $("model-select");
+  select.hidden = !several;
+  select.replaceChildren(...state.models.map((m) => {
+    const opt = make("option", "", m.id + (m.state && m.state !== "loaded" ? " (" + m.state + ")" : ""));
+    opt.value = m.id;
+    return opt;
+  }));
+  if (model) select.value = model.id;
+  limitMaxTokens();
+  updateContext();
+}
+
+$("model-select").addEventListener("change", () => {
+  const model = state.models.find((m) => m.id === $("model-select").value);
+  const conv = activeConv();
+  if (conv && model) {
+    conv.model = model.id;
+    store.put(conv);
+  }
+  showModel(model);
+});
 
 async function refreshHealth() {
   const el = $("health");
@@ -249,7 +288,7 @@ async function refreshHealth() {
   el.classList.toggle("ok", ok);
   el.classList.toggle("bad", !ok);
   $("health-text").textContent = text;
-  if (ok && !state.modelId && !keyDialogOpen) refreshModel();
+  if (ok && (!state.modelId || state.models.length > 1) && !keyDialogOpen) refreshModel();
 }
 
 // ---- conversations: a tree of messages under a root node ------------------------------
@@ -309,6 +348,9 @@ function openConversation(id) {
   state.activeId = id;
   if (id) localStorage.setItem("genloop.active", id);
   else localStorage.removeItem("genloop.active");
+  const conv = activeConv();
+  const model = conv && conv.model && state.models.find((m) => m.id === conv.model);
+  if (model) showModel(model);
   renderSidebar();
   renderChat();
   closeDrawer();
@@ -658,7 +700,9 @@ function buildRequest(conv, parentId) {
   const messages = ancestry(conv, parentId).map((n) => ({ role: n.role, content: n.content }));
   if (system) messages.unshift({ role: "system", content: system });
   const request = Object.assign({ messages, stream: true, stream_options: { include_usage: true } }, requestSettings());
-  if (state.modelId) request.model = state.modelId;
+  if (!conv.model && state.models.length > 1) conv.model = state.modelId; /* the conversation keeps it */
+  const model = conv.model || state.modelId;
+  if (model) request.model = model;
   return request;
 }
 
@@ -696,6 +740,12 @@ async function generate(conv, parentId) {
   announce("Assistant is replying");
 
   const request = buildRequest(conv, parentId);
+  const picked = state.models.find((m) => m.id === request.model);
+  let loadPoll = null;     // the model's load progress while the request waits for it
+  if (picked && state.models.length > 1 && picked.state !== "loaded") {
+    $("model").textContent = "loading " + picked.id + "…";
+    loadPoll = setInterval(refreshModel, 500);
+  }
   let chunks = 0, usage = null, timings = null, finish = null, failed = null;
   const start = performance.now();
   let firstAt = null, pending = false;
@@ -756,6 +806,8 @@ async function generate(conv, parentId) {
   const end = performance.now();
   state.run = null;
   setBusy(false);
+  if (loadPoll) clearInterval(loadPoll);
+  if (state.models.length > 1) refreshModel();
   const deleted = !state.convs.has(conv.id);
 
   if (failed && !node.content) {

@@ -50,8 +50,9 @@ class Server:
     """A running `genloop serve`; .url is its base URL."""
 
     def __init__(self, model, *args, wait_ready=True, timeout=60):
+        """model None: no -m (the models come from --models-dir or a config's list in args)."""
         self.proc = subprocess.Popen(
-            [binary(), "serve", "-m", model, "--host", "127.0.0.1", "--port", "0", *args],
+            [binary(), "serve", *(["-m", model] if model else []), "--host", "127.0.0.1", "--port", "0", *args],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, errors="backslashreplace")
         # Drain stderr as it comes: the access log of a few thousand requests
         # fills a pipe, and a server blocked writing its log answers nothing.

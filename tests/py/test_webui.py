@@ -702,3 +702,42 @@ def test_thinking_block_streams_collapses_and_stays(server_url, browser):
     sent = d.execute_script("return window.__requests.at(-1).messages")
     assert sent[1]["role"] == "assistant" and sent[1]["content"].strip() == "Hello there!"
     assert set(sent[1]) == {"role", "content"}, "the thinking is not sent back"
+
+
+def test_model_selector(browser, tmp_path):
+    """A server of several models: a select lists them with their state,
+    requests name the one picked, and each conversation keeps its model."""
+    from selenium.webdriver.support.ui import Select
+    d = browser
+    (tmp_path / "m").mkdir()
+    os.symlink(chat_model(), tmp_path / "m" / "smol.gguf")
+    os.symlink(tiny_model(), tmp_path / "m" / "stories.gguf")
+    with Server(None, "--models-dir", str(tmp_path / "m"), "--chat-template", "chatml") as srv:
+        open_page(d, srv.url, FAST)
+        select = wait_for(lambda: [e for e in css(d, "#model-select") if e.is_displayed()], 15, "the model select")[0]
+        options = [o.text for o in Select(select).options]
+        assert options == ["smol (unloaded)", "stories (unloaded)"], options
+        assert css(d, "#model")[0].text == "loads with the first message"
+        Select(select).select_by_value("stories")
+        d.execute_script(SPY_FETCH)
+        send(d, "Once upon a time")
+        wait_replies(d, 1, 60)
+        assert d.execute_script("return window.__requests")[-1]["model"] == "stories"
+        wait_for(lambda: "stories" in [o.text for o in Select(css(d, "#model-select")[0]).options], 15,
+                 "the state refreshed")
+        assert css(d, "#model")[0].text.startswith("loaded")
+        first = d.execute_script("return localStorage.getItem('genloop.active')")
+        css(d, "#new-chat")[0].click()
+        Select(css(d, "#model-select")[0]).select_by_value("smol")
+        send(d, "Hi")
+        wait_replies(d, 1, 60)
+        assert d.execute_script("return window.__requests")[-1]["model"] == "smol"
+        # back in the first conversation: its model again, for the select and the next request
+        item = wait_for(lambda: [e for e in css(d, "#conv-list li") if "Once upon" in e.text], 10, "the first chat")
+        item[0].click()
+        wait_for(lambda: d.execute_script("return localStorage.getItem('genloop.active')") == first, 10,
+                 "the first conversation open")
+        assert Select(css(d, "#model-select")[0]).first_selected_option.get_attribute("value") == "stories"
+        send(d, "And then")
+        wait_replies(d, 2, 60)
+        assert d.execute_script("return window.__requests")[-1]["model"] == "stories"
