@@ -974,6 +974,7 @@ static void gen_pattern(compiler *c, const char *pattern, sbuf *b);
 #define RX_MAX_DFA 4000       /* deterministic states */
 #define RX_MAX_CELLS 4000000  /* states x lengths the counter walks */
 #define RX_MAX_PRODUCT 60000  /* grammar rules the counter may write */
+#define RX_MAX_INLINE 200000  /* grammar elements its inline repetitions may expand to */
 
 typedef struct nfa_state {
     int eps[2];               /* empty moves (-1: none) */
@@ -1386,6 +1387,7 @@ typedef struct product {
     int *rule, *free_rule;    /* [n * (K + 1)] and [n]: rule numbers, -1 none yet */
     int *todo, n_todo, cap_todo;
     int n_made;
+    long inline_cost;         /* elements of the repetitions written inline so far */
 } product;
 
 static void product_free(product *P) {
@@ -1484,6 +1486,24 @@ static int edge_rule(product *P, int e) {
  * a repetition per count costing as much as its bound. */
 static void product_ref(product *P, int t, long k, sbuf *b) {
     if (P->loop[t] == -2) return;
+    if (P->loop[t] >= 0 && k <= P->K) {
+        /* reached at a few counts (after a fixed prefix), the loop is cheapest
+         * as one repetition; reached at many, those would cost their bounds
+         * each, and rules per count are cheaper: repetitions are written
+         * while they expand to fewer elements than twice the counter's rules */
+        long a = P->min > k ? P->min - k : 0, z = P->max < 0 ? -1 : P->max - k;
+        long cost = z < 0 ? a + 1 : z;
+        if (cost > 3000) cost = 3000;
+        if (P->inline_cost + cost <= RX_MAX_INLINE && P->inline_cost + cost <= 2 * (P->K + 1)) {
+            P->inline_cost += cost;
+            int rule = edge_rule(P, P->loop[t]);
+            if (rule < 0 || z == 0) return;
+            char item[24];
+            snprintf(item, sizeof item, "r%d", rule);
+            sb_repeat(b, item, a, z);
+            return;
+        }
+    }
     if (P->max < 0 && k >= P->K) {
         if (P->loop[t] >= 0) {
             int rule = edge_rule(P, P->loop[t]);

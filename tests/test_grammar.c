@@ -465,8 +465,19 @@ START_TEST(test_schema_pattern_lengths) {
         gr_release(g);
         gr_release(free_g);
     }
+    /* a loop reached after a fixed prefix is one repetition, however long */
+    gr_grammar *g = schema("{\"type\":\"string\",\"pattern\":\"^x[a-z]*$\",\"minLength\":99999,\"maxLength\":100000}");
+    char *huge = malloc(100010);
+    huge[0] = '"', huge[1] = 'x';
+    memset(huge + 2, 'q', 99998); /* 99999 code points */
+    strcpy(huge + 100000, "\"");
+    ck_assert(accepts(g, huge));
+    strcpy(huge + 100000, "qq\"");
+    ck_assert(!accepts(g, huge));
+    free(huge);
+    gr_release(g);
     /* long strings share one rule per bound pair */
-    gr_grammar *g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":1500,\"maxLength\":2500},"
+    g = schema("{\"type\":\"object\",\"properties\":{\"a\":{\"type\":\"string\",\"minLength\":1500,\"maxLength\":2500},"
                "\"b\":{\"type\":\"string\",\"minLength\":1500,\"maxLength\":2500}},\"required\":[\"a\",\"b\"]}");
     char *two = malloc(6000);
     for (int a_len = 1499; a_len <= 1500; a_len++) {
