@@ -636,7 +636,7 @@ void ollama_handle_generate(http_req *req, void *ctx) {
         return;
     }
     /* raw, or a model without a chat template (and no --chat-template): the prompt as it is (completions) */
-    bool as_text = cJSON_IsTrue(raw) || (!m->summary.has_chat_template && !a->cfg->chat_template[0]);
+    bool as_text = rc == 0 && (cJSON_IsTrue(raw) || (!m->summary.has_chat_template && !a->cfg->chat_template[0]));
     if (rc == 0) rc = put_common(body, out, &e);
     if (rc == 0) rc = put_format(given(body, "format"), out, &e);
     if (rc == 0 && as_text) {
