@@ -806,8 +806,9 @@ int chat_parse(job *j, const cJSON *body, params_error *e) {
     reasoning_format rf = REASONING_AUTO;
     reasoning_format_parse(a->cfg->reasoning_format, &rf);
     if (reasoning_parse(body, rf, a->cfg->reasoning_budget, &m->reasoning, &cj->reasoning, e)) return -1;
-    /* a schema or the tools shape the answer; a raw grammar the whole output */
-    cj->engine_reasoning.grammar_after = (j->gen.grammar || j->grammar_spec) && !given(body, "grammar");
+    /* a schema or the tools shape the answer; a raw grammar the whole output
+     * (either is compiled after parsing: grammar_spec says one will be) */
+    cj->engine_reasoning.grammar_after = j->grammar_spec && !given(body, "grammar");
     cj->split = reasoning_split_markers(&m->reasoning, cj->reasoning.format);
     render_opts ro;
     if (parse_render_opts(body, &ro, e) || build_prompt(cj, given(body, "messages"), &ro, e)) return -1;

@@ -290,7 +290,8 @@ void models_free(models_registry *r) {
 
 static void on_worker_msg(const worker_msg *msg, void *ctx);
 
-static void fail_waiters(models_entry *m, const params_error *e) {
+/* Hands each waiting request its model, or e (NULL: the load succeeded). */
+static void wake_waiters(models_entry *m, const params_error *e) {
     models_waiter *w = m->waiters;
     m->waiters = NULL;
     while (w) {
@@ -311,7 +312,7 @@ static void start_load(models_entry *m) {
         m->state = MODELS_UNLOADED;
         params_error e;
         params_fail(&e, 500, "model", "model_load_failed", "cannot start the engine thread for model '%s'", m->id);
-        fail_waiters(m, &e);
+        wake_waiters(m, &e);
     }
 }
 
@@ -354,7 +355,7 @@ static void fail_if_stuck(models_entry *m) {
     params_fail(&e, 503, "model", "model_no_room", "model '%s' does not fit beside the models that cannot be "
                 "unloaded (--models-max-loaded %d, --models-memory %d MiB)", m->id, r->cfg->models_max_loaded,
                 r->cfg->models_memory);
-    fail_waiters(m, &e);
+    wake_waiters(m, &e);
 }
 
 /* Unloads idle models, least recently used first, until m fits; then
@@ -431,14 +432,7 @@ static void on_loaded(models_entry *m) {
         fprintf(stderr, "genloop: ready at %s\n", r->api->url);
         api_print_status("ready", r->api->url);
     }
-    models_waiter *w = m->waiters;
-    m->waiters = NULL;
-    while (w) {
-        models_waiter *next = w->next;
-        w->entry = NULL;
-        w->ready(w, NULL);
-        w = next;
-    }
+    wake_waiters(m, NULL);
 }
 
 static void on_load_failed(models_entry *m, const char *error) {
@@ -453,7 +447,7 @@ static void on_load_failed(models_entry *m, const char *error) {
     }
     params_error e;
     params_fail(&e, 500, "model", "model_load_failed", "cannot load model '%s': %s", m->id, error);
-    fail_waiters(m, &e);
+    wake_waiters(m, &e);
     load_queued(r);
 }
 
