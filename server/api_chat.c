@@ -199,18 +199,25 @@ static void write_call_head(jbuf *b, const job_seq *s, int k, const char *name, 
     jbuf_puts(b, "}}");
 }
 
+/* A finished tool reply's complete calls, kept on the seq: recognised in
+ * a held reply, read from the text of one the tools' grammar shaped. */
+static const tool_call *reply_calls(job_seq *s, int *n) {
+    chat_seq *cs = (chat_seq *)s;
+    if (!cs->found) cs->found = tools_extract(s->text.data, s->text.len, &cs->n_found);
+    *n = cs->n_found;
+    return cs->found;
+}
+
 /* The tool_calls array of a tool reply: its complete calls. */
-static void write_tool_calls(jbuf *b, const job_seq *s) {
-    const chat_seq *cs = (const chat_seq *)s;
-    int n = cs->n_found;
-    tool_call *calls = cs->found ? cs->found : tools_extract(s->text.data, s->text.len, &n);
+static void write_tool_calls(jbuf *b, job_seq *s) {
+    int n;
+    const tool_call *calls = reply_calls(s, &n);
     jbuf_puts(b, "[");
     for (int k = 0; k < n; k++) {
         if (k) jbuf_puts(b, ",");
         write_call_head(b, s, k, calls[k].name, calls[k].arguments);
     }
     jbuf_puts(b, "]");
-    if (!cs->found) tools_calls_free(calls, n);
 }
 
 /* One chat.completion.chunk with one choice: delta (a JSON object text),
@@ -346,18 +353,11 @@ void chat_result_get(job_seq *s, chat_result *r) {
         r->reasoning_len = s->reasoning.len;
     }
     if (is_tool_reply(s)) {
-        const chat_seq *cs = (const chat_seq *)s;
-        r->calls = cs->found ? tools_recognize(s->text.data, s->text.len, &((const chat_job *)s->job)->tools, &r->n_calls)
-                             : tools_extract(s->text.data, s->text.len, &r->n_calls);
+        r->calls = reply_calls(s, &r->n_calls);
         return;
     }
     r->content = s->text.data ? s->text.data : "";
     r->content_len = s->text.len;
-}
-
-void chat_result_free(chat_result *r) {
-    tools_calls_free(r->calls, r->n_calls);
-    memset(r, 0, sizeof *r);
 }
 
 static int chat_stream_open(job_seq *s) {

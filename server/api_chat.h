@@ -61,13 +61,12 @@ typedef struct chat_result {
     size_t content_len;
     const char *reasoning;   /* the thinking when separated (reasoning_content), else NULL */
     size_t reasoning_len;
-    tool_call *calls;        /* the complete tool calls (owned) */
+    const tool_call *calls;  /* the complete tool calls (the seq's: valid while it lives) */
     int n_calls;
     const char *finish_reason; /* as chat_stream_ops.finish gets it */
 } chat_result;
 
 void chat_result_get(job_seq *s, chat_result *r);
-void chat_result_free(chat_result *r);
 /* Tool call k's id, as chat completions name it. */
 void chat_call_id(char *out, size_t size, const job_seq *s, int k);
 

@@ -291,7 +291,6 @@ static void chat_reply(job *j, const job_totals *t, jbuf *b) {
         }
     }
     put_json(b, final_object(j, r.content, r.content_len, r.reasoning, r.reasoning_len, calls, t), false);
-    chat_result_free(&r);
 }
 
 /* The model must show a thinking block for `think` (marked by the translation as reasoning_format "auto"). */

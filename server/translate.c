@@ -122,7 +122,6 @@ int tr_output_from_seq(tr_output *o, job_seq *s) {
         rc = tr_output_call(o, id, r.calls[k].name);
         if (rc == 0) jbuf_puts(&o->calls[k].args, r.calls[k].arguments);
     }
-    chat_result_free(&r);
     return rc || o->reasoning.oom || o->content.oom ? -1 : 0;
 }
 
