@@ -234,11 +234,13 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
  * of 16 tokens: bench_matmul q5_0 finds AMX ahead of VNNI there at every
  * shape tried (the commit that set it has the table). */
 #define KERN_AMX_Q5_0_MIN_TOKENS 16
-/* 16-bit Q4_0 since its rows unpack by gather and broadcast
- * (amx_unpack_q4_0_16): bench_matmul q4_0 finds AMX ahead of VNNI from 14
- * tokens on and behind it at 12 (a group of 16 costs the same at any
- * count, so fewer tokens leave it less to save). */
-#define KERN_AMX_Q4_0_MIN_TOKENS 14
+/* Q4_0, Q4_1 and Q8_0, whose rows unpack by gather and broadcast
+ * (amx_unpack_16): bench_matmul finds AMX ahead of VNNI from 14 tokens on
+ * at 16 bits (Q4_0 behind at 12, Q8_0 even there) and from 16 on at 8 bits
+ * (a group of 16 costs the same at any count, so fewer tokens leave it less
+ * to save). Batched decode of 16 sequences is such a call. */
+#define KERN_AMX_UNPACK16_MIN_TOKENS 14
+#define KERN_AMX_UNPACK16_X8_MIN_TOKENS 16
 /* Q4_K at 16 and 8 bits: its VNNI tiles sum each super-block's scaled dots across lanes (the scales
  * folded in, simd_avx512.h), its AMX rows in the tiles, so AMX is ahead already at 16 tokens, at
  * both widths (bench_matmul q4_k). */

@@ -20,7 +20,8 @@
  * so AMX saves the integer dots only (Q8_0's, Q4_0's and Q5_0's offsets are
  * in their signed weight bytes, which tdpbssd takes as they are); the weights' unpacking, once per 16
  * rows and call, is why short calls (under KERN_AMX_MIN_TOKENS; 16-bit Q5_0:
- * KERN_AMX_Q5_0_MIN_TOKENS, Q4_0: KERN_AMX_Q4_0_MIN_TOKENS) stay on VNNI. */
+ * KERN_AMX_Q5_0_MIN_TOKENS; Q4_0, Q4_1, Q8_0: KERN_AMX_UNPACK16_MIN_TOKENS) stay
+ * on VNNI. */
 #ifndef GL_SIMD_AMX_H
 #define GL_SIMD_AMX_H
 
@@ -74,27 +75,38 @@ INLINE void amx_unpack_block(const int type, const uint8_t *blk, int8_t *dst, fl
     *mw = has_min ? f16_at(blk + 2) : 0;
 }
 
-/* amx_unpack_rows of 16 whole Q4_0 rows, block by block: one gather takes
- * the 16 rows' scales (one F16 conversion for all), and each pair of rows'
- * quants (16 bytes a row) is broadcast to [r, r, r + 1, r + 1], shifted by
- * 0 or 4 bits per lane and masked: two A tile rows in one 64-byte store.
- * The same bytes and scales as amx_unpack_block (no offsets: they are in
- * the signed bytes, and no tile reads them), in a fraction of the work:
- * at 16 tokens the unpacking was most of the call (bench_matmul q4_0). */
-INLINE void amx_unpack_q4_0_16(const uint8_t *data, size_t row_bytes, long rt, int64_t nb, int8_t *a, float *dw) {
+/* amx_unpack_rows of 16 whole Q4_0, Q4_1 or Q8_0 rows, block by block: one
+ * gather takes the 16 rows' scales (and Q4_1's minimums: the same 32 bits),
+ * one F16 conversion for all; each pair of rows' Q4 quants (16 bytes a row)
+ * is broadcast to [r, r, r + 1, r + 1], shifted by 0 or 4 bits per lane and
+ * masked, and a pair of Q8_0 rows is two 32-byte loads: two A tile rows in
+ * one 64-byte store. The same bytes, scales and minimums as
+ * amx_unpack_block (Q4_0's and Q8_0's offsets are in the signed bytes), in
+ * a fraction of the work: at 16 tokens the block-by-block unpacking was
+ * most of the call (bench_matmul q4_0, q4_1, q8_0). */
+INLINE void amx_unpack_16(const int type, const uint8_t *data, size_t row_bytes, long rt, int64_t nb, int8_t *a,
+                          float *dw, float *mw) {
     const uint8_t *base = data + (size_t)rt * row_bytes;
+    const int bb = block32_bytes(type), qs = type == GL_TYPE_Q4_1 ? 4 : 2;
     const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                             _mm512_set1_epi32((int)row_bytes));
     const long long k4 = 0x0004000400040004LL; /* every word of 128-bit lanes 1 and 3: the high nibbles */
     const __m512i shift = _mm512_set_epi64(k4, k4, 0, 0, k4, k4, 0, 0), m4 = _mm512_set1_epi8(0x0f);
-    const __m512i off = _mm512_set1_epi8(8);
+    const __m512i off = _mm512_set1_epi8(type == GL_TYPE_Q4_0 ? 8 : 0);
     for (int64_t b = 0; b < nb; b++) {
-        const uint8_t *blk = base + (size_t)b * 18; /* a Q4_0 block: F16 scale, 16 bytes of nibbles */
+        const uint8_t *blk = base + (size_t)b * (size_t)bb;
         const __m512i h = _mm512_i32gather_epi32(rows, blk, 1);
-        const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h));
-        _mm512_store_ps(dw + 16 * b, d);
-        const uint8_t *q = blk + 2;
+        _mm512_store_ps(dw + 16 * b, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(h)));
+        _mm512_store_ps(mw + 16 * b, type == GL_TYPE_Q4_1 ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)))
+                                                          : _mm512_setzero_ps());
+        const uint8_t *q = blk + qs;
         int8_t *dst = a + 512 * b;
+        if (type == GL_TYPE_Q8_0) {
+#pragma GCC unroll 2
+            for (int r = 0; r < 16; r += 2, q += 2 * row_bytes, dst += 64)
+                _mm512_store_si512(dst, _mm512_inserti64x4(_mm512_castsi256_si512(load256(q)), load256(q + row_bytes), 1));
+            continue;
+        }
 #pragma GCC unroll 2
         for (int r = 0; r < 16; r += 2, q += 2 * row_bytes, dst += 64) {
             __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)q));
@@ -110,8 +122,9 @@ INLINE void amx_unpack_q4_0_16(const uint8_t *data, size_t row_bytes, long rt, i
 INLINE void amx_unpack_rows(const int type, const uint8_t *data, size_t row_bytes, long rt, int nr, int64_t nb,
                             int8_t *a, float *dw, float *mw) {
     const int bb = block32_bytes(type);
-    if (type == GL_TYPE_Q4_0 && nr == 16 && (size_t)15 * row_bytes <= INT32_MAX) {
-        amx_unpack_q4_0_16(data, row_bytes, rt, nb, a, dw);
+    if ((type == GL_TYPE_Q4_0 || type == GL_TYPE_Q4_1 || type == GL_TYPE_Q8_0) && nr == 16 &&
+        (size_t)15 * row_bytes <= INT32_MAX) {
+        amx_unpack_16(type, data, row_bytes, rt, nb, a, dw, mw);
         return;
     }
     for (int r = 0; r < 16; r++) {

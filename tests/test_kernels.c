@@ -776,8 +776,9 @@ END_TEST
  * block-32 type at both activation widths: rows of whole chunks, of a last
  * chunk of m < 16 blocks, of a half tail (x16: 5-8 blocks) and of a short
  * tail (<= 4: SmolLM2's 576, Gemma's 640), token counts around the
- * thresholds (16-bit Q4_0: 14, Q5_0: 16, else 32) and past whole groups,
- * row counts no multiple of 16 (whole 16-row tiles take amx_unpack_q4_0_16). */
+ * thresholds (16-bit Q4_0, Q4_1, Q8_0: 14, Q5_0: 16; 8-bit Q4_0, Q4_1, Q8_0:
+ * 16; else 32) and past whole groups,
+ * row counts no multiple of 16 (whole 16-row tiles of Q4_0, Q4_1, Q8_0 take amx_unpack_16). */
 START_TEST(amx_matches_avx512_bit_for_bit) {
     bool ok = kern_set_backend("amx") == 0;
     kern_set_backend("auto");
