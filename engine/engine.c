@@ -86,6 +86,7 @@ void gl_engine_params_default(gl_engine_params *p) {
     p->kv_cache_mib = 256;
     p->block_size = 16;
     p->max_batch_tokens = 512;
+    p->prefill_first_tokens = 64;
     p->max_seqs = 32;
     p->max_waiting = 256;
     p->prefix_caching = true;
@@ -164,7 +165,7 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
     const gl_config *c = &model->config;
     if (p.n_threads <= 0) p.n_threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (p.n_threads <= 0) p.n_threads = 1;
-    if (p.block_size <= 0 || p.block_size > 1024 || p.max_batch_tokens <= 0 || p.max_seqs <= 0 ||
+    if (p.block_size <= 0 || p.block_size > 1024 || p.max_batch_tokens <= 0 || p.prefill_first_tokens < 0 || p.max_seqs <= 0 ||
         p.max_waiting < 0 || p.n_ctx < 0 || p.kv_cache_tokens < 0 || p.kv_cache_mib < 0) {
         gl_error_set(err, "invalid engine parameters");
         return NULL;
@@ -229,7 +230,8 @@ gl_engine *gl_engine_create(gl_model *model, const gl_engine_params *params, gl_
         goto fail;
     int draft_rows = spec_draft_rows(&p);
     sched_limits limits = {.max_batch_tokens = p.max_batch_tokens, .max_seqs = p.max_seqs,
-                           .max_logits = p.max_seqs + PROMPT_LOGPROB_ROWS + draft_rows};
+                           .max_logits = p.max_seqs + PROMPT_LOGPROB_ROWS + draft_rows,
+                           .prefill_first_tokens = p.prefill_first_tokens};
     e->rs = model_run_state_create(model, p.max_batch_tokens, limits.max_logits, err);
     if (!e->rs) goto fail;
     int T = p.max_batch_tokens;

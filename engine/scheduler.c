@@ -206,8 +206,10 @@ static int plan_prefills(scheduler *sc, int budget) {
 }
 
 /* 3. admit waiting sequences, first come first served; one whose prefix
- * another sequence is computing waits a step for the cache instead */
-static void plan_admissions(scheduler *sc, int budget) {
+ * another sequence is computing waits a step for the cache instead. With
+ * short_only, admission stops at the first prompt with more than
+ * prefill_first_tokens left to compute. */
+static void plan_admissions(scheduler *sc, int budget, bool short_only) {
     gl_seq **link = &sc->waiting.head, *prev = NULL;
     while (*link && budget > 0 && sc->n_running < sc->limits.max_seqs) {
         gl_seq *w = *link;
@@ -223,6 +225,8 @@ static void plan_admissions(scheduler *sc, int budget) {
             w->num_computed_tokens = cached;
         }
         int n = chunk_size(sc, w, budget, logits_left(sc) - 1);
+        const int left = w->n_tokens - w->num_computed_tokens;
+        if (short_only && (left > sc->limits.prefill_first_tokens || n < left)) n = 0; /* whole short prompts */
         if (n == 0) {
             kv_free_blocks(sc->kv, &w->kv);
             w->num_computed_tokens = 0;
@@ -245,8 +249,17 @@ static void plan_admissions(scheduler *sc, int budget) {
 const sched_plan *sched_schedule(scheduler *sc) {
     sched_plan *p = &sc->plan;
     p->n_entries = p->n_tokens = p->n_logits = p->n_admitted = p->n_preempted = 0;
+    /* 0. short waiting prompts alone, ahead of a running batch (scheduler.h) */
+    if (!sc->plan_was_short && sc->n_running > 0 && sc->limits.prefill_first_tokens > 0) {
+        plan_admissions(sc, sc->limits.max_batch_tokens, true);
+        if (p->n_entries > 0) {
+            sc->plan_was_short = true;
+            return p;
+        }
+    }
+    sc->plan_was_short = false;
     int budget = plan_decodes(sc, sc->limits.max_batch_tokens);
     budget = plan_prefills(sc, budget);
-    plan_admissions(sc, budget);
+    plan_admissions(sc, budget, false);
     return p;
 }

@@ -10,7 +10,14 @@
  * come first served). A decoding sequence's drafted tokens (speculative
  * decoding) ride along with its token from what the budget has left once
  * every decoding sequence has its one; a draft that does not fit is cut,
- * never another sequence's token. The plan is made from request state and the KV
+ * never another sequence's token. One exception puts newcomers first:
+ * when the oldest waiting prompt has at most prefill_first_tokens left to
+ * compute and a slot is free, it (and the short prompts behind it) runs in
+ * a step of its own before the decodes, so its first token costs that short
+ * step instead of a whole step of the running batch (vLLM v0 ran every
+ * prefill first; here only short ones, and never two such steps in a row,
+ * so the running streams lose at most every other step to newcomers).
+ * The plan is made from request state and the KV
  * manager alone, so it can be tested without a model. */
 #ifndef GL_SCHEDULER_H
 #define GL_SCHEDULER_H
@@ -34,6 +41,8 @@ typedef struct sched_limits {
     int max_batch_tokens;     /* token budget of one step */
     int max_seqs;             /* sequences running at once */
     int max_logits;           /* logits rows of one step (sampling + prompt logprobs) */
+    int prefill_first_tokens; /* a waiting prompt of at most this many tokens to compute runs
+                                 before the decodes, in a step of its own (0: never) */
 } sched_limits;
 
 /* One sequence's share of a step. */
@@ -64,6 +73,7 @@ typedef struct scheduler {
     gl_seq **running;         /* [max_seqs], admission order */
     int n_running;
     sched_plan plan;          /* the latest plan; its entries live here */
+    bool plan_was_short;      /* the latest plan was short prompts alone (the next one is not) */
     uint64_t n_preemptions;
     uint64_t prefix_queries;  /* prompt tokens looked up in the prefix cache */
     uint64_t prefix_hits;     /* of which found */

@@ -197,6 +197,8 @@ typedef struct gl_engine_params {
     int block_size;           /* tokens per KV block */
     gl_kv_type kv_type;       /* K/V element type */
     int max_batch_tokens;     /* token budget of one step */
+    int prefill_first_tokens; /* waiting prompts of at most this many tokens run in a step of their
+                                 own before the running batch's decodes; 0 = never (docs/scheduling.md) */
     int max_seqs;             /* sequences running at once */
     int max_waiting;          /* waiting-queue bound; submit fails beyond it */
     int n_ctx;                /* per-sequence context limit; 0 = model's */

@@ -68,6 +68,8 @@ static const setting settings[] = {
                     "slightly less precise) or f32"),
     INT(block_size, 0, 1, 4096, "tokens per KV cache block"),
     INT(max_batch_tokens, 0, 1, 1 << 20, "token budget of one engine step"),
+    INT(prefill_first_tokens, 0, 0, 1 << 20, "a waiting prompt of at most this many tokens runs in a step of its own "
+                                             "before the running streams' next token (short TTFT under load); 0 = never"),
     INT(max_seqs, 0, 1, 4096, "sequences decoded together"),
     INT(max_waiting, 0, 0, 1 << 20, "waiting-queue bound; beyond it requests get 503"),
     INT(grammar_compile_ms, 0, 1, 600000, "time one request's grammar (schema, GBNF, tools) may take to compile; "
@@ -129,6 +131,7 @@ void config_default(config *c) {
     snprintf(c->kv_type, sizeof c->kv_type, "%s", gl_kv_type_name(ep.kv_type));
     c->block_size = ep.block_size;
     c->max_batch_tokens = ep.max_batch_tokens;
+    c->prefill_first_tokens = ep.prefill_first_tokens;
     c->n_ctx = ep.n_ctx;
     strcpy(c->spec, ep.spec_mode == GL_SPEC_NGRAM ? "ngram" : ep.spec_mode == GL_SPEC_DRAFT ? "draft" : "off");
     c->spec_max_tokens = ep.spec_max_tokens;

@@ -45,6 +45,7 @@ typedef struct config {
     char kv_type[16];        /* KV element type: f16, q8_0 (about half the memory a token) or f32 */
     int block_size;          /* tokens per KV block */
     int max_batch_tokens;    /* token budget of one engine step */
+    int prefill_first_tokens; /* short waiting prompts run alone before the decodes (0: never) */
     int max_seqs;            /* sequences decoded together */
     int max_waiting;         /* engine queue bound; beyond it -> 503 */
     int grammar_compile_ms;  /* one request's grammar compile at most (then 400) */

@@ -113,6 +113,7 @@ static models_entry *add_entry(models_registry *r, const char *id, const char *p
     snprintf(m->kv_type, sizeof m->kv_type, "%s", c->kv_type);
     ep->block_size = c->block_size;
     ep->max_batch_tokens = c->max_batch_tokens;
+    ep->prefill_first_tokens = c->prefill_first_tokens;
     ep->max_seqs = c->max_seqs;
     ep->max_waiting = c->max_waiting;
     ep->n_ctx = c->n_ctx;

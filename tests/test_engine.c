@@ -101,6 +101,7 @@ static void teardown(void) {
 }
 
 static gl_kv_type kv_type = GL_KV_F16; /* of the engines make_engine creates */
+static int prefill_first_tokens = 64;  /* theirs (the engine's default) */
 
 static gl_engine *make_engine(int kv_tokens, int max_batch_tokens, int max_seqs) {
     gl_engine_params p;
@@ -110,6 +111,7 @@ static gl_engine *make_engine(int kv_tokens, int max_batch_tokens, int max_seqs)
     p.kv_cache_tokens = kv_tokens;
     p.max_batch_tokens = max_batch_tokens;
     p.max_seqs = max_seqs;
+    p.prefill_first_tokens = prefill_first_tokens;
     p.spec_mode = spec_mode;
     p.spec_ngram_min = 1; /* draft as often as possible: every path gets exercised */
     p.spec_fixed = true;
@@ -517,9 +519,12 @@ static void expect_step(gl_engine *e, int seqs, int tokens) {
 }
 
 /* Step plans for scripted arrivals: decode tokens first, the rest of the
- * budget to prompt chunks, first come first served, under max_seqs. */
+ * budget to prompt chunks, first come first served, under max_seqs (with
+ * short prompts first off). */
 START_TEST(scheduler_step_plans) {
+    prefill_first_tokens = 0; /* the plain rule; test_scheduler.c has short prompts first */
     gl_engine *e = make_engine(0, 8, 2);
+    prefill_first_tokens = 64;
     int32_t a[5] = {1, 403, 407, 261, 378}, b[20], c[3] = {1, 291, 376};
     for (int i = 0; i < 20; i++) b[i] = 300 + i;
     gl_error err;

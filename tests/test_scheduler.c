@@ -120,6 +120,49 @@ START_TEST(test_decodes_before_prefills_before_admissions) {
 }
 END_TEST
 
+/* prefill_first_tokens: a short waiting prompt runs alone ahead of the
+ * running decodes (and the short ones queued behind it with it), never in
+ * two steps in a row; a longer one takes the ordinary plan; 0 turns it off. */
+START_TEST(test_short_prompts_first) {
+    fixture f = setup(64, 10, 4, false);
+    f.sc->limits.prefill_first_tokens = 4;
+    gl_seq *a = submit(&f, 1, 3, 10, 0);
+    expect_entry(step(&f), 0, a, 3); /* nothing running: the ordinary plan */
+    gl_seq *b = submit(&f, 2, 4, 10, 100), *c = submit(&f, 3, 2, 10, 200);
+    const sched_plan *p = step(&f);
+    ck_assert_int_eq(p->n_entries, 2); /* b and c alone, whole; a waits a step */
+    expect_entry(p, 0, b, 4);
+    expect_entry(p, 1, c, 2);
+    ck_assert_int_ge(p->entries[0].sample_row, 0);
+    gl_seq *d = submit(&f, 4, 2, 10, 300);
+    p = step(&f); /* never twice in a row: the decodes, then d behind them */
+    ck_assert_int_eq(p->n_entries, 4);
+    expect_entry(p, 0, a, 1);
+    expect_entry(p, 3, d, 2);
+    teardown(&f);
+
+    f = setup(64, 10, 4, false);
+    f.sc->limits.prefill_first_tokens = 4;
+    a = submit(&f, 1, 3, 10, 0);
+    step(&f);
+    b = submit(&f, 2, 5, 10, 100); /* longer than 4: behind the decode */
+    p = step(&f);
+    ck_assert_int_eq(p->n_entries, 2);
+    expect_entry(p, 0, a, 1);
+    expect_entry(p, 1, b, 5);
+    teardown(&f);
+
+    f = setup(64, 10, 4, false); /* off */
+    a = submit(&f, 1, 3, 10, 0);
+    step(&f);
+    b = submit(&f, 2, 2, 10, 100);
+    p = step(&f);
+    ck_assert_int_eq(p->n_entries, 2);
+    expect_entry(p, 0, a, 1);
+    teardown(&f);
+}
+END_TEST
+
 START_TEST(test_waiting_queue_and_max_seqs) {
     fixture f = setup(64, 64, 2, false);
     gl_seq *second = (submit(&f, 1, 4, 1, 0), submit(&f, 2, 4, 2, 10));
@@ -204,6 +247,6 @@ END_TEST
 int main(void) {
     const TTest *tests[] = {test_budget_and_chunked_prefill, test_decodes_before_prefills_before_admissions,
                             test_waiting_queue_and_max_seqs, test_preemption_takes_the_latest_admitted,
-                            test_prefix_hits, test_waits_for_a_prefix_in_flight};
+                            test_prefix_hits, test_waits_for_a_prefix_in_flight, test_short_prompts_first};
     return test_run_tests("scheduler", tests, (int)(sizeof tests / sizeof tests[0])) ? 1 : 0;
 }
