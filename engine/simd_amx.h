@@ -31,6 +31,16 @@ typedef struct amx_tilecfg {
     uint8_t rows[16];
 } amx_tilecfg;
 
+/* ldtilecfg of cfg. GCC 12 does not see _tile_loadconfig read its operand
+ * and may drop the stores that fill it (llama.cpp's AMX path dies of that:
+ * a config with only the palette set, then a fault at the first tile
+ * load); the empty asm that takes cfg's address keeps them. */
+#define AMX_LOAD_CONFIG(cfg)                                                                                    \
+    do {                                                                                                        \
+        __asm__ volatile("" : : "r"(cfg) : "memory");                                                          \
+        _tile_loadconfig(cfg);                                                                                  \
+    } while (0)
+
 /* Two slots of tiles, so one block's tile work runs while the float work
  * of the one before goes on: slot s has C tiles 2s, 2s + 1 (16 bits: the
  * coarse and residual dots; 8 bits: each of the four C tiles takes an
@@ -45,7 +55,7 @@ static void amx_config(void) {
     for (int i = 0; i < 4; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
     for (int i = 4; i < 6; i++) cfg.rows[i] = 16, cfg.colsb[i] = 32;
     for (int i = 6; i < 8; i++) cfg.rows[i] = 8, cfg.colsb[i] = 64;
-    _tile_loadconfig(&cfg);
+    AMX_LOAD_CONFIG(&cfg);
 }
 #endif
 

@@ -33,7 +33,7 @@ static void amx_k_config(int k) {
     c.rows[0] = c.rows[7] = 16, c.colsb[0] = c.colsb[7] = (uint16_t)k;
     c.rows[1] = c.rows[2] = (uint8_t)(k / 4), c.colsb[1] = c.colsb[2] = 64;
     for (int i = 3; i < 7; i++) c.rows[i] = 16, c.colsb[i] = 64;
-    _tile_loadconfig(&c);
+    AMX_LOAD_CONFIG(&c);
 }
 
 /* Row r's super-block blk (kern_pack's layout, simd.h) into signed bytes
@@ -497,7 +497,7 @@ INLINE void amx_q4k_rows(const bool x8, const uint8_t *w, size_t row_bytes, int 
     memset(&c, 0, sizeof c);
     c.palette = 1;
     for (int i = 0; i < 8; i++) c.rows[i] = 16, c.colsb[i] = 64;
-    _tile_loadconfig(&c);
+    AMX_LOAD_CONFIG(&c);
     for (int g0 = 0; g0 < n_groups; g0 += cap) {
         const int g1 = n_groups - g0 < cap ? n_groups : g0 + cap;
         for (int g = g0; g < g1; g++)
