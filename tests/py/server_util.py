@@ -130,6 +130,19 @@ def post_json(url, body, **kw):
     return status, headers, json.loads(data) if data else None
 
 
+def post_chat(server, **body):
+    """POST /v1/chat/completions with body, a one-message conversation by default."""
+    body.setdefault("messages", [{"role": "user", "content": "hi"}])
+    return post_json(server.url + "/v1/chat/completions", body)
+
+
+def ok(reply):
+    """The JSON of a post_json reply, asserting it is a 200."""
+    status, _, r = reply
+    assert status == 200, r
+    return r
+
+
 def sse_events(raw):
     """The JSON payloads of an SSE body (bytes), and whether [DONE] ended it."""
     events, done = [], False

@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from server_util import (SOURCE, Server, post_json, request, sse_events, tiny_model, wait_for)
+from server_util import (SOURCE, Server, ok, post_chat, post_json, request, sse_events, tiny_model, wait_for)
 
 openai = pytest.importorskip("openai")
 
@@ -35,17 +35,6 @@ def client(server):
 def complete(server, **body):
     body.setdefault("prompt", PROMPT)
     return post_json(server.url + "/v1/completions", body)
-
-
-def chat(server, **body):
-    body.setdefault("messages", [{"role": "user", "content": "hi"}])
-    return post_json(server.url + "/v1/chat/completions", body)
-
-
-def ok(reply):
-    status, _, r = reply
-    assert status == 200, r
-    return r
 
 
 # ---- the request-field table of docs/api-reference.md -------------------------------------
@@ -93,7 +82,7 @@ def test_readme_table_matches_server(tiny):
     for field, endpoints, status in rows:
         if status == "implemented" or "." in field:
             continue
-        for path, send in (("completions", complete), ("chat", chat)):
+        for path, send in (("completions", complete), ("chat", post_chat)):
             if path not in endpoints and endpoints != "both":
                 continue
             value = (REFUSED if status == "refused" else IGNORED)[field]
@@ -114,7 +103,7 @@ def test_refused_fields_accept_their_neutral_value(tiny):
     for field, value in (("typical_p", 1), ("mirostat", 0), ("use_beam_search", False),
                          ("skip_special_tokens", True), ("verbosity", "medium"), ("echo", False),
                          ("stop_token_ids", []), ("web_search_options", None)):
-        ok(chat(tiny, max_tokens=1, **{field: value}))
+        ok(post_chat(tiny, max_tokens=1, **{field: value}))
 
 
 def test_unknown_field_is_400_unless_lenient(tiny):
@@ -122,7 +111,7 @@ def test_unknown_field_is_400_unless_lenient(tiny):
     assert code == 400 and r["error"]["param"] == "frobnicate", r
     with Server(tiny_model(), "--lenient-params", "--chat-template", "chatml") as s:
         ok(complete(s, max_tokens=1, frobnicate=1))
-        ok(chat(s, max_tokens=1, frobnicate={"x": 1}))
+        ok(post_chat(s, max_tokens=1, frobnicate={"x": 1}))
     assert "ignoring unknown request field 'frobnicate'" in s.log, s.log
 
 
@@ -185,19 +174,19 @@ def n_prompt(server, text):
 def test_add_generation_prompt_and_continue_final_message(tiny):
     user = {"role": "user", "content": "Tell me a story"}
     closed = "<|im_start|>user\nTell me a story<|im_end|>\n"
-    r = ok(chat(tiny, messages=[user], max_tokens=1, add_generation_prompt=False))
+    r = ok(post_chat(tiny, messages=[user], max_tokens=1, add_generation_prompt=False))
     assert r["usage"]["prompt_tokens"] == n_prompt(tiny, closed)
     msgs = [user, {"role": "assistant", "content": "Once upon a time"}]
-    r = ok(chat(tiny, messages=msgs, max_tokens=1, continue_final_message=True))
+    r = ok(post_chat(tiny, messages=msgs, max_tokens=1, continue_final_message=True))
     assert r["usage"]["prompt_tokens"] == n_prompt(tiny, closed + "<|im_start|>assistant\nOnce upon a time")
     # greedy: continuing is the same as completing the rendered text
-    cont = ok(chat(tiny, messages=msgs, max_tokens=8, temperature=0, continue_final_message=True))
+    cont = ok(post_chat(tiny, messages=msgs, max_tokens=8, temperature=0, continue_final_message=True))
     raw = ok(complete(tiny, prompt=closed + "<|im_start|>assistant\nOnce upon a time", max_tokens=8,
                       temperature=0))
     assert cont["choices"][0]["message"]["content"] == raw["choices"][0]["text"].split("<|im_end|>")[0]
-    code, _, r = chat(tiny, messages=[user], max_tokens=1, continue_final_message=True)
+    code, _, r = post_chat(tiny, messages=[user], max_tokens=1, continue_final_message=True)
     assert code == 400 and "assistant" in r["error"]["message"], r
-    code, _, r = chat(tiny, messages=msgs, max_tokens=1, continue_final_message=True,
+    code, _, r = post_chat(tiny, messages=msgs, max_tokens=1, continue_final_message=True,
                       add_generation_prompt=True)
     assert code == 400 and r["error"]["param"] == "continue_final_message", r
 
@@ -208,15 +197,15 @@ def test_chat_template_kwargs(tmp_path):
            "{% if enable_thinking is defined and not enable_thinking %}NOTHINK {% endif %}"
            "{% if reasoning_effort is defined %}EFFORT={{ reasoning_effort }} {% endif %}")
     with Server(with_template(tmp_path, "kw.gguf", tpl)) as s:
-        base = ok(chat(s, max_tokens=1))["usage"]["prompt_tokens"]
+        base = ok(post_chat(s, max_tokens=1))["usage"]["prompt_tokens"]
         assert base == n_prompt(s, "hi\n")
-        r = ok(chat(s, max_tokens=1, chat_template_kwargs={"enable_thinking": False}))
+        r = ok(post_chat(s, max_tokens=1, chat_template_kwargs={"enable_thinking": False}))
         assert r["usage"]["prompt_tokens"] == n_prompt(s, "hi\nNOTHINK ")
-        r = ok(chat(s, max_tokens=1, reasoning_effort="high"))
+        r = ok(post_chat(s, max_tokens=1, reasoning_effort="high"))
         assert r["usage"]["prompt_tokens"] == n_prompt(s, "hi\nEFFORT=high ")
-        code, _, r = chat(s, max_tokens=1, chat_template_kwargs={"x": [1]})
+        code, _, r = post_chat(s, max_tokens=1, chat_template_kwargs={"x": [1]})
         assert code == 400 and r["error"]["param"] == "chat_template_kwargs.x", r
-        code, _, r = chat(s, max_tokens=1, chat_template_kwargs="no")
+        code, _, r = post_chat(s, max_tokens=1, chat_template_kwargs="no")
         assert code == 400 and r["error"]["param"] == "chat_template_kwargs", r
 
 

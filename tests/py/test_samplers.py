@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from server_util import Server, metrics, post_json, tiny_model
+from server_util import Server, metrics, ok, post_chat, post_json, tiny_model
 
 PROMPT = "Once upon a time there was a little girl who liked to play in the park with"
 
@@ -23,17 +23,6 @@ def tiny():
 def complete(server, **body):
     body.setdefault("prompt", PROMPT)
     return post_json(server.url + "/v1/completions", body)
-
-
-def chat(server, **body):
-    body.setdefault("messages", [{"role": "user", "content": "hi"}])
-    return post_json(server.url + "/v1/chat/completions", body)
-
-
-def ok(reply):
-    status, _, r = reply
-    assert status == 200, r
-    return r
 
 
 def text(server, **body):
@@ -71,9 +60,9 @@ def test_field_accepted_and_bounded(tiny, field):
         # with DRY on, so the DRY settings are used, not just parsed
         extra = {"dry_multiplier": 0.5} if field.startswith("dry_") and field != "dry_multiplier" else {}
         ok(complete(tiny, max_tokens=3, seed=1, **{field: value}, **extra))
-        ok(chat(tiny, max_tokens=3, seed=1, **{field: value}, **extra))
+        ok(post_chat(tiny, max_tokens=3, seed=1, **{field: value}, **extra))
     for value in bad:
-        for send in (complete, chat):
+        for send in (complete, post_chat):
             code, _, r = send(tiny, max_tokens=3, **{field: value})
             assert code == 400, (field, value, r)
             assert r["error"]["param"] == field and field in r["error"]["message"], r
@@ -204,8 +193,8 @@ def test_seeded_and_batch_invariant(tiny, mirostat):
         t.join(120)
     assert [out[11], out[12]] == alone
     # chat too: n choices, each reproducible
-    r1 = ok(chat(tiny, n=2, seed=3, **body))
-    r2 = ok(chat(tiny, n=2, seed=3, **body))
+    r1 = ok(post_chat(tiny, n=2, seed=3, **body))
+    r2 = ok(post_chat(tiny, n=2, seed=3, **body))
     assert [c["message"]["content"] for c in r1["choices"]] == [c["message"]["content"] for c in r2["choices"]]
 
 
