@@ -248,7 +248,9 @@ void spec_after_step(gl_spec *sp, scheduler *sc, const sched_plan *plan, bool ra
     if (!sp) return;
     if (plan->n_preempted > 0) /* a preempted sequence gives its draft state back too */
         for (gl_seq *w = sc->waiting.head; w; w = w->next) spec_seq_release(sp, &w->spec);
-    if (!ran) return;
+    /* a step of short prompts alone (scheduler.h) left the decoding sequences as they were: their
+     * drafts stand, and proposing them again would only repeat the drafter's work */
+    if (!ran || sc->plan_was_short) return;
     bool decode_only = true; /* prompt chunks would fit prefill's cost, not decoding's */
     for (int si = 0; si < plan->n_entries; si++)
         decode_only &= plan->entries[si].sample_row >= 0 && plan->entries[si].n_tokens == 1 + plan->entries[si].n_draft;
