@@ -1169,9 +1169,8 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
     part->weights = w->data;
     part->amx = NULL;
     /* Prompts on AMX: the same bits as the packed VNNI rows below, faster. */
-    const bool fast_unpack = w->type == GL_TYPE_Q4_0 || w->type == GL_TYPE_Q4_1 || w->type == GL_TYPE_Q8_0;
     const int amx_min = w->type == GL_TYPE_Q4_K ? KERN_AMX_Q4_K_MIN_TOKENS
-                        : fast_unpack ? (act_bits == 16 ? KERN_AMX_UNPACK16_MIN_TOKENS : KERN_AMX_UNPACK16_X8_MIN_TOKENS)
+                        : kern_amx_unpacks_16(w->type) ? (act_bits == 16 ? KERN_AMX_UNPACK16_MIN_TOKENS : KERN_AMX_UNPACK16_X8_MIN_TOKENS)
                         : act_bits != 16 ? KERN_AMX_MIN_TOKENS
                         : w->type == GL_TYPE_Q5_0 ? KERN_AMX_Q5_0_MIN_TOKENS : KERN_AMX_MIN_TOKENS;
     if (part->rows && w->packed && n_tokens >= amx_min &&

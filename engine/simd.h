@@ -241,6 +241,9 @@ typedef void (*kern_rows_fn)(const uint8_t *w, size_t row_bytes, int n_rows, int
  * to save). Batched decode of 16 sequences is such a call. */
 #define KERN_AMX_UNPACK16_MIN_TOKENS 14
 #define KERN_AMX_UNPACK16_X8_MIN_TOKENS 16
+static inline bool kern_amx_unpacks_16(uint32_t type) {
+    return type == GL_TYPE_Q4_0 || type == GL_TYPE_Q4_1 || type == GL_TYPE_Q8_0;
+}
 /* Q4_K at 16 and 8 bits: its VNNI tiles sum each super-block's scaled dots across lanes (the scales
  * folded in, simd_avx512.h), its AMX rows in the tiles, so AMX is ahead already at 16 tokens, at
  * both widths (bench_matmul q4_k). */

@@ -132,8 +132,7 @@ INLINE void amx_unpack_16(const int type, const uint8_t *data, size_t row_bytes,
 INLINE void amx_unpack_rows(const int type, const uint8_t *data, size_t row_bytes, long rt, int nr, int64_t nb,
                             int8_t *a, float *dw, float *mw) {
     const int bb = block32_bytes(type);
-    if ((type == GL_TYPE_Q4_0 || type == GL_TYPE_Q4_1 || type == GL_TYPE_Q8_0) && nr == 16 &&
-        (size_t)15 * row_bytes <= INT32_MAX) {
+    if (kern_amx_unpacks_16((uint32_t)type) && nr == 16 && (size_t)15 * row_bytes <= INT32_MAX) {
         amx_unpack_16(type, data, row_bytes, rt, nb, a, dw, mw);
         return;
     }
