@@ -320,6 +320,7 @@ static void start_load(models_entry *m) {
 static void unload(models_entry *m, const char *why) {
     log_line("unloading model %s (%s)", m->id, why);
     m->state = MODELS_UNLOADING;
+    m->model = NULL;   /* the worker thread frees it now: a listing must not read it */
     metrics_inc(m->registry->unloads, m->id, 1);
     worker_release(m->worker);
 }

@@ -127,6 +127,24 @@ def test_keep_alive_expiry(models_dir):
     assert re.search(r"unloading model stories \(idle for \d+ s, keep_alive 1 s\)", s.log)
 
 
+def test_listing_through_an_unload(models_dir):
+    """/v1/models and Ollama's /api/show, asked without pause while a model
+    is freed on its thread, answer every time (they once read the model
+    being freed: a use-after-free under ASan)."""
+    with Server(None, "--models-dir", str(models_dir)) as s:
+        for _ in range(3):
+            body = {"model": "smol", "prompt": PROMPT, "max_tokens": 2, "keep_alive": 0}
+            assert post_json(s.url + "/v1/completions", body)[0] == 200
+            seen = set()
+            for _ in range(200):
+                state = states(s)["smol"]
+                assert post_json(s.url + "/api/show", {"model": "smol"})[0] == 200
+                seen.add(state)
+                if state == "unloaded":
+                    break
+            assert "unloaded" in seen, seen
+
+
 def test_request_keep_alive(models_dir):
     with Server(None, "--models-dir", str(models_dir)) as s:
         body = {"model": "stories", "prompt": PROMPT, "max_tokens": 4, "keep_alive": 0}
