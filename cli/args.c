@@ -55,7 +55,7 @@ bool cli_parse_float(const char *flag, const char *s, double lo, double hi, doub
 bool cli_parse_act_bits(const char *flag, const char *s, int *out) {
     long v;
     if (!parse_whole_long(s, &v) || v != (int)v || !gl_activation_bits_valid((int)v)) {
-        fprintf(stderr, "genloop: invalid value '%s' for %s: activation_bits must be 8 or 16\n", s, flag);
+        fprintf(stderr, "genloop: invalid value '%s' for %s: activation_bits must be 8, 12 or 16\n", s, flag);
         return false;
     }
     *out = (int)v;

@@ -12,7 +12,7 @@
 bool cli_parse_int(const char *flag, const char *s, long lo, long hi, long *out);
 bool cli_parse_u64(const char *flag, const char *s, uint64_t *out);
 bool cli_parse_float(const char *flag, const char *s, double lo, double hi, double *out);
-/* --activation-bits: 8 or 16; otherwise print the error and return false. */
+/* --activation-bits: 8, 12 or 16; otherwise print the error and return false. */
 bool cli_parse_act_bits(const char *flag, const char *s, int *out);
 /* --kv-type: f16, q8_0 or f32; otherwise print the error and return false. */
 bool cli_parse_kv_type(const char *flag, const char *s, gl_kv_type *out);

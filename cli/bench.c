@@ -286,7 +286,7 @@ static void usage(FILE *out) {
             "  -t, --threads N     compute threads (default: all cores)\n"
             "  -b LIST             batch sizes for aggregate generation, e.g. 1,4,16 (default 1,2,4,8,16)\n"
             "  -r N                repetitions, the median is reported (default 3)\n"
-            "  --activation-bits N matmul activation precision: 16 (default) or 8 (faster, less precise)\n"
+            "  --activation-bits N matmul activation precision: 12 (default; Q4_0/Q4_1, others 16), 16 or 8\n"
             "  --kv-type T         KV cache element type: f16 (default), q8_0 or f32\n"
             "  --json              print one JSON object instead of a table\n"
             "speculative decoding (off here unless --spec; the input-grounded workload is\n"
@@ -444,7 +444,7 @@ int cmd_bench(int argc, char **argv) {
         /* At 16 bits each activation block is two int8 parts, so a weight's
          * multiply-add costs two int8 ones. */
         const char *kernels = gl_kernels_name();
-        double ghz = measure_ghz(), macs = layer_macs_per_token(info) * (act_bits == 16 ? 2 : 1);
+        double ghz = measure_ghz(), macs = layer_macs_per_token(info) * (act_bits == 8 ? 1 : 2);
         long cores = sysconf(_SC_NPROCESSORS_ONLN) > 0 && sysconf(_SC_NPROCESSORS_ONLN) < n_threads
                          ? sysconf(_SC_NPROCESSORS_ONLN) : n_threads;
         double ceiling = (double)int8_macs_per_cycle(kernels) * (double)cores * ghz * 1e9 / macs;

@@ -30,7 +30,7 @@ static void usage(FILE *out) {
             "      --ignore-eos        keep generating past end-of-sequence tokens\n"
             "  -t, --threads N         compute threads (default: all cores)\n"
             "  -c, --ctx N             context length (default: the model's)\n"
-            "      --activation-bits N matmul activation precision: 16 (default) or 8 (faster, less precise)\n"
+            "      --activation-bits N matmul activation precision: 12 (default; Q4_0/Q4_1, others 16), 16 or 8\n"
             "      --kv-type T         KV cache element type: f16 (default), q8_0 (half the memory) or f32\n"
             CLI_SAMPLER_USAGE
             CLI_SPEC_USAGE

@@ -56,7 +56,7 @@ struct kern_pool {
     void *arg;
     uint8_t *act;              /* quantized activations of the current matmul */
     size_t act_cap;            /* bytes */
-    int act_bits;              /* 16 or 8, kern_pool_set_act_bits */
+    int act_bits;              /* 16, 12 or 8, kern_pool_set_act_bits */
     float *attn_parts;         /* segment parts of a split attention call */
     size_t attn_parts_cap;     /* floats */
 };
@@ -150,7 +150,7 @@ void kern_pool_free(kern_pool *p) {
 int kern_pool_size(const kern_pool *p) { return p->n_threads; }
 
 int kern_pool_set_act_bits(kern_pool *p, int bits) {
-    if (bits != 8 && bits != 16) return -1;
+    if (bits != 8 && bits != 12 && bits != 16) return -1;
     p->act_bits = bits;
     return 0;
 }
@@ -370,22 +370,25 @@ const char *kern_backend(void) {
 /* ---- activation quantization (the reference the SIMD versions match) ---------- */
 
 /* n floats -> coarse q and residual q2 (see simd.h); returns the unit. */
-static float quantize_block_ref(const float *x, int n, int8_t *q, int8_t *q2) {
+/* res steps of the residual per coarse one (KQ_RES16, KQ_RES12): q2 holds
+ * 256 / res times the residual's code, so x ~ unit * (256 q + q2) either way. */
+static float quantize_block_ref(const float *x, int n, int8_t *q, int8_t *q2, int res) {
     float amax = 0;
     for (int i = 0; i < n; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
-    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f, id2 = id * 256.0f;
+    float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f, id2 = id * (float)res;
+    const float rmax = res == KQ_RES16 ? 127.0f : 7.0f;
     for (int i = 0; i < n; i++) {
         float qf = nearbyintf(x[i] * id);
         float r2 = nearbyintf(fmaf(-qf, d, x[i]) * id2);
         q[i] = (int8_t)qf;
-        q2[i] = (int8_t)(r2 > 127 ? 127 : r2 < -127 ? -127 : r2);
+        q2[i] = (int8_t)((r2 > rmax ? rmax : r2 < -rmax ? -rmax : r2) * (float)(KQ_RES16 / res));
     }
     return d * (1.0f / 256.0f);
 }
 
-void kern_quantize_32_ref(const float *x, kq8_32 *y, int64_t n) {
+void kern_quantize_32_ref(const float *x, kq8_32 *y, int64_t n, int res) {
     for (int64_t b = 0; b < n / 32; b++, x += 32) {
-        y[b].d = quantize_block_ref(x, 32, y[b].q, y[b].q2);
+        y[b].d = quantize_block_ref(x, 32, y[b].q, y[b].q2, res);
         int sum = 0;
         for (int i = 0; i < 32; i++) sum += 256 * y[b].q[i] + y[b].q2[i];
         y[b].s = y[b].d * (float)sum;
@@ -394,7 +397,7 @@ void kern_quantize_32_ref(const float *x, kq8_32 *y, int64_t n) {
 
 void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n) {
     for (int64_t b = 0; b < n / 256; b++, x += 256) {
-        y[b].d = quantize_block_ref(x, 256, y[b].q, y[b].q2);
+        y[b].d = quantize_block_ref(x, 256, y[b].q, y[b].q2, KQ_RES16);
         for (int j = 0; j < 16; j++) {
             int sum = 0;
             for (int i = 0; i < 16; i++) sum += 256 * y[b].q[16 * j + i] + y[b].q2[16 * j + i];
@@ -404,7 +407,7 @@ void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n) {
 }
 
 void kern_quantize_32_coarse(const kern_impl *impl, const float *x, kq8_32 *y, int64_t n) {
-    impl->quantize_32(x, y, n);
+    impl->quantize_32(x, y, n, KQ_RES16);
     for (int64_t b = 0; b < n / 32; b++) {
         int sum = 0;
         for (int i = 0; i < 32; i++) sum += y[b].q[i];
@@ -442,16 +445,16 @@ static void fill_short_tail(const kq8_32 *tmp, int m, int8_t q[2][64], int8_t q2
         }
 }
 
-void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int64_t n) {
+void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int64_t n, int res) {
     int64_t nb = n / 32;
     for (int64_t c = 0; c * 16 < nb; c++) {
         int m = nb - 16 * c < 16 ? (int)(nb - 16 * c) : 16;
         if (m == 16 && impl->quantize_x16) {
-            impl->quantize_x16(x + 512 * c, &y[c]);
+            impl->quantize_x16(x + 512 * c, &y[c], res);
             continue;
         }
         kq8_32 tmp[16];
-        impl->quantize_32(x + 512 * c, tmp, 32 * (int64_t)m);
+        impl->quantize_32(x + 512 * c, tmp, 32 * (int64_t)m, res);
         kq16_chunk *ch = &y[c];
         memset(ch, 0, sizeof *ch);
         if (m <= KQ_SHORT_TAIL) {
@@ -588,7 +591,7 @@ void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t
             continue;
         }
         if (mc < 16) memset(&ch[c], 0, sizeof ch[c]);
-        impl->quantize_32(x, tmp, 32 * (int64_t)mc);
+        impl->quantize_32(x, tmp, 32 * (int64_t)mc, KQ_RES16);
         for (int j = 0; j < mc; j++) {
             for (int v = 0; v < 8; v++) memcpy(&ch[c].q[v][4 * j], &tmp[j].q[4 * v], 4);
             ch[c].d[j] = coarse_unit(&tmp[j], &ch[c].s[j], &ch[c].off[j]);
@@ -597,7 +600,7 @@ void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t
     if (m > 0 && m <= KQ_SHORT_TAIL) {
         kq8_tail *tail = (kq8_tail *)(ch + n_full);
         memset(tail, 0, sizeof *tail);
-        impl->quantize_32(x, tmp, 32 * (int64_t)m);
+        impl->quantize_32(x, tmp, 32 * (int64_t)m, KQ_RES16);
         for (int j = 0; j < m; j++) (void)coarse_unit(&tmp[j], &tail->s[j], NULL);
         fill_short_tail(tmp, m, tail->q, NULL, tail->off, tail->d, coarse_step);
     }
@@ -806,12 +809,13 @@ kern_act_kind kern_act_kind_of(uint32_t type) {
 }
 
 static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
-    if (kind == KERN_ACT_Q8_32 || kind == KERN_ACT_Q8_32_COARSE) return (size_t)(n_cols / 32) * sizeof(kq8_32);
-    if (kind == KERN_ACT_Q16_X16) return (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk);
+    if (kind == KERN_ACT_Q8_32 || kind == KERN_ACT_Q8_32_COARSE || kind == KERN_ACT_Q12_32)
+        return (size_t)(n_cols / 32) * sizeof(kq8_32);
+    if (kind == KERN_ACT_Q16_X16 || kind == KERN_ACT_Q12_X16) return (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk);
     if (kind == KERN_ACT_Q16_K) return (size_t)(n_cols / 256) * sizeof(kq16_k);
     if (kind == KERN_ACT_Q8_256 || kind == KERN_ACT_Q8_256_COARSE) return (size_t)(n_cols / 256) * sizeof(kq8_256);
     if (kind == KERN_ACT_Q8_X8 || kind == KERN_ACT_AMX_X8) return kq8_x8_row_bytes(n_cols);
-    if (kind == KERN_ACT_AMX_X16) return (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk);
+    if (kind == KERN_ACT_AMX_X16 || kind == KERN_ACT_AMX_X12) return (size_t)kq16_chunks(n_cols) * sizeof(kq16_chunk);
     if (kind == KERN_ACT_Q8_K) return (size_t)(n_cols / 256) * sizeof(kq8_k);
     if (kind == KERN_ACT_QA_K16) return (size_t)(n_cols / 256) * sizeof(kqa16_k) / KQA_GROUP;
     if (kind == KERN_ACT_QA_K8) return (size_t)(n_cols / 256) * sizeof(kqa8_k) / KQA_GROUP;
@@ -820,15 +824,15 @@ static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
 
 /* The AMX form (simd.h) of n_tokens activation rows, in groups of 16. */
 static size_t amx_region_bytes(kern_act_kind kind, int64_t n_cols, int n_tokens) {
-    if (kind != KERN_ACT_AMX_X8 && kind != KERN_ACT_AMX_X16) return 0;
-    return (size_t)((n_tokens + 15) / 16) * kern_amx_group_bytes(n_cols, kind == KERN_ACT_AMX_X16);
+    if (kind != KERN_ACT_AMX_X8 && kind != KERN_ACT_AMX_X16 && kind != KERN_ACT_AMX_X12) return 0;
+    return (size_t)((n_tokens + 15) / 16) * kern_amx_group_bytes(n_cols, kind != KERN_ACT_AMX_X8);
 }
 
 static bool is_qa_kind(kern_act_kind kind) { return kind == KERN_ACT_QA_K16 || kind == KERN_ACT_QA_K8; }
 
 /* Forms that keep tokens in groups of 16 (AMX's B tiles), block-32 or K-quant. */
 static bool is_amx_kind(kern_act_kind kind) {
-    return kind == KERN_ACT_AMX_X8 || kind == KERN_ACT_AMX_X16 || is_qa_kind(kind);
+    return kind == KERN_ACT_AMX_X8 || kind == KERN_ACT_AMX_X16 || kind == KERN_ACT_AMX_X12 || is_qa_kind(kind);
 }
 
 /* The whole buffer of a call: the per-token rows, then any AMX form; the
@@ -839,10 +843,14 @@ static size_t act_bytes(kern_act_kind kind, int64_t n_cols, int n_tokens) {
     return rows + amx_region_bytes(kind, n_cols, n_tokens);
 }
 
+/* A residual byte as the AMX form at bits holds it: at 12 bits r, not 16 r. */
+static int8_t amx_residual(int8_t q2, int bits) { return bits == 12 ? (int8_t)(q2 / 16) : q2; }
+
 /* Token tt's short tail of m blocks (src: its kq8_tail or kq16_tail) into
  * their records (recs on): the tail's blocks are ordinary blocks in the AMX
  * form, so each lane's 4 bytes go back to their block's element slots. */
-static void amx_fill_tail(bool x16, const uint8_t *src, int m, uint8_t *recs, int tt) {
+static void amx_fill_tail(int bits, const uint8_t *src, int m, uint8_t *recs, int tt) {
+    const bool x16 = bits != 8;
     const kq8_tail *a8 = (const kq8_tail *)src;
     const kq16_tail *a16 = (const kq16_tail *)src;
     const size_t rec_bytes = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
@@ -852,7 +860,8 @@ static void amx_fill_tail(bool x16, const uint8_t *src, int m, uint8_t *recs, in
             if (!kq_tail_lane(m, v, L, &j, &e0)) continue;
             uint8_t *rec = recs + (size_t)j * rec_bytes;
             memcpy(&((kamx8_blk *)rec)->q[e0 / 4][4 * tt], x16 ? &a16->q[v][4 * L] : &a8->q[v][4 * L], 4);
-            if (x16) memcpy(&((kamx16_blk *)rec)->q2[e0 / 4][4 * tt], &a16->q2[v][4 * L], 4);
+            if (x16)
+                for (int e = 0; e < 4; e++) ((kamx16_blk *)rec)->q2[e0 / 4][4 * tt + e] = amx_residual(a16->q2[v][4 * L + e], bits);
         }
     for (int j = 0; j < m; j++) {
         uint8_t *rec = recs + (size_t)j * rec_bytes;
@@ -862,9 +871,9 @@ static void amx_fill_tail(bool x16, const uint8_t *src, int m, uint8_t *recs, in
 }
 
 /* Token tt's blocks 0..m-1 of one chunk (kq8_chunk or kq16_chunk) into their records (recs on). */
-static void amx_fill_chunk(bool x16, const uint8_t *chunk, int m, uint8_t *recs, int tt) {
+static void amx_fill_chunk(int bits, const uint8_t *chunk, int m, uint8_t *recs, int tt) {
     for (int j = 0; j < m; j++) {
-        if (!x16) {
+        if (bits == 8) {
             const kq8_chunk *ch = (const kq8_chunk *)chunk;
             kamx8_blk *rec = (kamx8_blk *)recs + j;
             for (int v = 0; v < 8; v++) memcpy(&rec->q[v][4 * tt], &ch->q[v][4 * j], 4);
@@ -877,7 +886,7 @@ static void amx_fill_chunk(bool x16, const uint8_t *chunk, int m, uint8_t *recs,
                 const int val = ch->q[k / 2][2 * j + k % 2];
                 const int8_t q2 = (int8_t)(uint8_t)(val & 0xff);
                 rec->q[k / 4][4 * tt + k % 4] = (int8_t)((val - q2) >> 8);
-                rec->q2[k / 4][4 * tt + k % 4] = q2;
+                rec->q2[k / 4][4 * tt + k % 4] = amx_residual(q2, bits);
             }
             rec->d[tt] = ch->d[j];
             rec->s[tt] = ch->s[j];
@@ -888,34 +897,33 @@ static void amx_fill_chunk(bool x16, const uint8_t *chunk, int m, uint8_t *recs,
 /* Token t's chunks (its row as kern_quantize_x8 / kern_quantize_x16 wrote
  * it) into its slots of the AMX form. The coarse and residual bytes of
  * 256 q + q2 come back exactly: q2 is the low byte taken signed. */
-static void amx_fill_token(kern_act_kind kind, const uint8_t *row, int64_t n_cols, uint8_t *region, int t) {
-    const bool x16 = kind == KERN_ACT_AMX_X16;
+static void amx_fill_token(int bits, const uint8_t *row, int64_t n_cols, uint8_t *region, int t) {
+    const bool x16 = bits != 8;
     const int64_t nb = n_cols / 32;
     const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk), chunk = x16 ? sizeof(kq16_chunk) : sizeof(kq8_chunk);
     uint8_t *group = region + (size_t)(t / 16) * kern_amx_group_bytes(n_cols, x16);
     for (int64_t c = 0; c * 16 < nb; c++) {
         const int m = nb - 16 * c < 16 ? (int)(nb - 16 * c) : 16;
-        if (m <= KQ_SHORT_TAIL) amx_fill_tail(x16, row + (size_t)c * chunk, m, group + (size_t)(16 * c) * rec, t % 16);
-        else amx_fill_chunk(x16, row + (size_t)c * chunk, m, group + (size_t)(16 * c) * rec, t % 16);
+        if (m <= KQ_SHORT_TAIL) amx_fill_tail(bits, row + (size_t)c * chunk, m, group + (size_t)(16 * c) * rec, t % 16);
+        else amx_fill_chunk(bits, row + (size_t)c * chunk, m, group + (size_t)(16 * c) * rec, t % 16);
     }
 }
 
 void kern_quantize_amx(const kern_impl *impl, const float *x, int64_t n, int nt, uint8_t *group, uint8_t *rows,
-                       size_t row_stride, bool x16) {
-    const kern_act_kind kind = x16 ? KERN_ACT_AMX_X16 : KERN_ACT_AMX_X8;
+                       size_t row_stride, int bits) {
     const int64_t nb = n / 32;
     if (!impl->quantize_amx) {
         for (int t = 0; t < nt; t++) {
             uint8_t *row = rows + (size_t)t * row_stride;
-            if (x16) kern_quantize_x16(impl, x + (size_t)t * (size_t)n, (kq16_chunk *)row, n);
+            if (bits != 8) kern_quantize_x16(impl, x + (size_t)t * (size_t)n, (kq16_chunk *)row, n, bits == 12 ? KQ_RES12 : KQ_RES16);
             else kern_quantize_x8(impl, x + (size_t)t * (size_t)n, row, n);
-            amx_fill_token(kind, row, n, group, t);
+            amx_fill_token(bits, row, n, group, t);
         }
         return;
     }
     /* every block straight: a block's codes, unit and sum are quantize_32's whichever chunk or tail
      * of the per-token rows holds it, and in the AMX form each block is a record of its own */
-    impl->quantize_amx(x, (size_t)n, nt, nb, group, x16);
+    impl->quantize_amx(x, (size_t)n, nt, nb, group, bits);
 }
 
 static int act_reserve(kern_pool *p, size_t bytes) {
@@ -985,16 +993,18 @@ static void quantize_rows(matmul_job *job) {
      * speed of one). */
     const int step = is_amx_kind(job->act_kind) ? 16 : 1;
     /* The AMX tiles read their form alone: each group straight from the floats. */
-    if ((job->act_kind == KERN_ACT_AMX_X8 || job->act_kind == KERN_ACT_AMX_X16) && job->parts[0].amx) {
+    if ((job->act_kind == KERN_ACT_AMX_X8 || job->act_kind == KERN_ACT_AMX_X16 || job->act_kind == KERN_ACT_AMX_X12) &&
+        job->parts[0].amx) {
         uint8_t *region = (uint8_t *)kern_amx_region(job->act, job->n_tokens, job->act_stride);
-        const bool x16 = job->act_kind == KERN_ACT_AMX_X16;
+        const bool x16 = job->act_kind != KERN_ACT_AMX_X8;
+        const int bits = job->act_kind == KERN_ACT_AMX_X8 ? 8 : job->act_kind == KERN_ACT_AMX_X12 ? 12 : 16;
         for (;;) {
             int t = atomic_fetch_add_explicit(&job->next_tok, 16, memory_order_relaxed);
             if (t >= job->n_tokens) return;
             int nt = job->n_tokens - t < 16 ? job->n_tokens - t : 16;
             kern_quantize_amx(job->impl, job->x + (size_t)t * (size_t)n, n, nt,
                               region + (size_t)(t / 16) * kern_amx_group_bytes(n, x16),
-                              (uint8_t *)job->act + (size_t)t * job->act_stride, job->act_stride, x16);
+                              (uint8_t *)job->act + (size_t)t * job->act_stride, job->act_stride, bits);
         }
     }
     if (is_qa_kind(job->act_kind)) { /* the K-quants' form is its groups alone */
@@ -1014,18 +1024,18 @@ static void quantize_rows(matmul_job *job) {
         if (t >= job->n_tokens) break;
         const float *x = job->x + (size_t)t * (size_t)n;
         uint8_t *dst = (uint8_t *)job->act + (size_t)t * job->act_stride;
-        if (job->act_kind == KERN_ACT_Q8_32) {
-            job->impl->quantize_32(x, (kq8_32 *)dst, n);
-        } else if (job->act_kind == KERN_ACT_Q16_X16) {
-            kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n);
+        if (job->act_kind == KERN_ACT_Q8_32 || job->act_kind == KERN_ACT_Q12_32) {
+            job->impl->quantize_32(x, (kq8_32 *)dst, n, job->act_kind == KERN_ACT_Q12_32 ? KQ_RES12 : KQ_RES16);
+        } else if (job->act_kind == KERN_ACT_Q16_X16 || job->act_kind == KERN_ACT_Q12_X16) {
+            kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n, job->act_kind == KERN_ACT_Q12_X16 ? KQ_RES12 : KQ_RES16);
         } else if (job->act_kind == KERN_ACT_Q16_K) {
             kern_quantize_k16(job->impl, x, (kq16_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_X8) {
             kern_quantize_x8(job->impl, x, dst, n);
         } else if (job->act_kind == KERN_ACT_AMX_X8) { /* no AMX scratch: VNNI reads the rows alone */
             kern_quantize_x8(job->impl, x, dst, n);
-        } else if (job->act_kind == KERN_ACT_AMX_X16) {
-            kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n);
+        } else if (job->act_kind == KERN_ACT_AMX_X16 || job->act_kind == KERN_ACT_AMX_X12) {
+            kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n, job->act_kind == KERN_ACT_AMX_X12 ? KQ_RES12 : KQ_RES16);
         } else if (job->act_kind == KERN_ACT_Q8_K) {
             kern_quantize_k8(job->impl, x, (kq8_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_32_COARSE) {
@@ -1066,7 +1076,7 @@ static void matmul_scalar_rows(matmul_job *job, const matmul_part *part, int ith
 static const uint8_t *amx_token_view(const matmul_job *job, int t0, int nt) {
     if (is_qa_kind(job->act_kind)) return job->act + (size_t)t0 * job->act_stride;
     const uint8_t *group = kern_amx_region(job->act, job->n_tokens, job->act_stride) +
-                           (size_t)(t0 / 16) * kern_amx_group_bytes(job->n_cols, job->act_kind == KERN_ACT_AMX_X16);
+                           (size_t)(t0 / 16) * kern_amx_group_bytes(job->n_cols, job->act_kind != KERN_ACT_AMX_X8);
     return group - (kern_amx_region(job->act, nt, job->act_stride) - job->act);
 }
 
@@ -1169,19 +1179,25 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
     part->weights = w->data;
     part->amx = NULL;
     /* Prompts on AMX: the same bits as the packed VNNI rows below, faster. */
+    /* 12 bits for Q4_0 and Q4_1 alone (simd.h); 16 for the others */
+    const bool k_quant = kern_packed_act_kind(w->type) == KERN_ACT_Q16_K;
+    const bool twelve = act_bits == 12 && (w->type == GL_TYPE_Q4_0 || w->type == GL_TYPE_Q4_1);
+    if (act_bits == 12 && !twelve) act_bits = 16;
     const int amx_min = w->type == GL_TYPE_Q4_K ? KERN_AMX_Q4_K_MIN_TOKENS
-                        : kern_amx_unpacks_16(w->type) ? (act_bits == 16 ? KERN_AMX_UNPACK16_MIN_TOKENS : KERN_AMX_UNPACK16_X8_MIN_TOKENS)
+                        : kern_amx_unpacks_16(w->type) ? (act_bits == 8 ? KERN_AMX_UNPACK16_X8_MIN_TOKENS
+                                                                       : KERN_AMX_UNPACK16_MIN_TOKENS)
                         : act_bits != 16 ? KERN_AMX_MIN_TOKENS
                         : w->type == GL_TYPE_Q5_0 ? KERN_AMX_Q5_0_MIN_TOKENS : KERN_AMX_MIN_TOKENS;
     if (part->rows && w->packed && n_tokens >= amx_min &&
         (w->type != GL_TYPE_Q6_K || act_bits != 8 || n_tokens >= KQA_Q6_K_X8_MIN_TOKENS)) {
-        kern_amx_rows_fn amx = act_bits == 8 ? impl->amx_rows_x8[w->type] : impl->amx_rows[w->type];
+        kern_amx_rows_fn amx = act_bits == 8 ? impl->amx_rows_x8[w->type]
+                               : act_bits == 12 ? impl->amx_rows_x12[w->type] : impl->amx_rows[w->type];
         if (amx) {
             part->amx = amx;
             part->rows = act_bits == 8 ? impl->packed_rows_x8[w->type] : impl->packed_rows[w->type];
             part->weights = w->packed;
-            if (kern_packed_act_kind(w->type) == KERN_ACT_Q16_K) return act_bits == 8 ? KERN_ACT_QA_K8 : KERN_ACT_QA_K16;
-            return act_bits == 8 ? KERN_ACT_AMX_X8 : KERN_ACT_AMX_X16;
+            if (k_quant) return act_bits == 8 ? KERN_ACT_QA_K8 : KERN_ACT_QA_K16;
+            return act_bits == 8 ? KERN_ACT_AMX_X8 : act_bits == 12 ? KERN_ACT_AMX_X12 : KERN_ACT_AMX_X16;
         }
     }
     if (part->rows && w->packed && act_bits == 8 && impl->packed_rows_x8[w->type]) {
@@ -1192,14 +1208,14 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
     if (part->rows && w->packed && impl->packed_rows[w->type]) {
         part->rows = impl->packed_rows[w->type];
         part->weights = w->packed;
-        return kern_packed_act_kind(w->type);
+        return twelve ? KERN_ACT_Q12_X16 : kern_packed_act_kind(w->type);
     }
     kern_rows_fn x8 = part->rows && act_bits == 8 ? rows_x8_of(impl, w->type) : NULL;
     if (x8) {
         part->rows = x8;
         return kern_act_kind_of(w->type) == KERN_ACT_Q8_32 ? KERN_ACT_Q8_32_COARSE : KERN_ACT_Q8_256_COARSE;
     }
-    return kern_act_kind_of(w->type);
+    return twelve && part->rows ? KERN_ACT_Q12_32 : kern_act_kind_of(w->type);
 }
 
 /* The tiles read whole groups of 16 tokens: the last group's slots past
@@ -1228,7 +1244,7 @@ static void zero_group_padding(const matmul_job *job) {
 #define AMX_BLOCK_MIN_TOKENS 64
 static int amx_token_block(const matmul_job *job) {
     size_t group = is_qa_kind(job->act_kind) ? (size_t)KQA_GROUP * job->act_stride
-                                             : kern_amx_group_bytes(job->n_cols, job->act_kind == KERN_ACT_AMX_X16);
+                                             : kern_amx_group_bytes(job->n_cols, job->act_kind != KERN_ACT_AMX_X8);
     int tb = 16 * (int)(AMX_BLOCK_BYTES / group);
     if (tb < AMX_BLOCK_MIN_TOKENS) tb = AMX_BLOCK_MIN_TOKENS;
     return tb < job->n_tokens ? tb : job->n_tokens;

@@ -52,6 +52,8 @@ static void amx_init(void) {
     impl_amx.amx_rows_x8[GL_TYPE_Q5_0] = FN(amx_rows_x8_q5_0);
     impl_amx.amx_rows_x8[GL_TYPE_Q5_1] = FN(amx_rows_x8_q5_1);
     impl_amx.amx_rows_x8[GL_TYPE_Q8_0] = FN(amx_rows_x8_q8_0);
+    impl_amx.amx_rows_x12[GL_TYPE_Q4_0] = FN(amx_rows_x12_q4_0);
+    impl_amx.amx_rows_x12[GL_TYPE_Q4_1] = FN(amx_rows_x12_q4_1);
     impl_amx.amx_rows[GL_TYPE_Q4_K] = FN(amx_rows_q4_k);
     impl_amx.amx_rows[GL_TYPE_Q5_K] = FN(amx_rows_q5_k);
     impl_amx.amx_rows[GL_TYPE_Q6_K] = FN(amx_rows_q6_k);

@@ -15,6 +15,7 @@
  *   kernels_avx512_packed_k.c      packed Q4_K, Q5_K, Q6_K at 16 and 8 bits
  *   kernels_avx512_amx.c           AMX prompt rows of the legacy types, 16 bits (simd_amx.h)
  *   kernels_avx512_amx_x8.c        the same at 8 bits
+ *   kernels_avx512_amx_x12.c       Q4_0, Q4_1 at 12 bits
  *   kernels_avx512_amx_k.c         AMX prompt rows of the K-quants (simd_amx_k.h)
  * A unit sets SIMD_PARTS before including this header and pops clang's
  * target attribute at its end. scripts/build-times lists the slowest units. */
@@ -72,6 +73,8 @@ SIMD_HIDDEN avx512_amx_rows_fn amx_rows_q4_0_avx512, amx_rows_q4_1_avx512, amx_r
     amx_rows_q8_0_avx512;
 SIMD_HIDDEN avx512_amx_rows_fn amx_rows_x8_q4_0_avx512, amx_rows_x8_q4_1_avx512, amx_rows_x8_q5_0_avx512,
     amx_rows_x8_q5_1_avx512, amx_rows_x8_q8_0_avx512;
+/* kernels_avx512_amx_x12.c */
+SIMD_HIDDEN avx512_amx_rows_fn amx_rows_x12_q4_0_avx512, amx_rows_x12_q4_1_avx512;
 /* kernels_avx512_amx_k.c */
 SIMD_HIDDEN avx512_amx_rows_fn amx_rows_q4_k_avx512, amx_rows_q5_k_avx512, amx_rows_q6_k_avx512,
     amx_rows_x8_q4_k_avx512, amx_rows_x8_q5_k_avx512, amx_rows_x8_q6_k_avx512;

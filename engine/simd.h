@@ -17,7 +17,16 @@
  * Q5_0, Q5_1 and Q8_0 then take the coarse part alone (kq8_chunk below),
  * packed K-quants likewise (kq8_k), and weights
  * with no packed tiles take kq8_32 / kq8_256 rows whose residuals are zero
- * (the *_COARSE kinds) through rows_x8, which skip the residual's dots. */
+ * (the *_COARSE kinds) through rows_x8, which skip the residual's dots.
+ *
+ * At 12 bits (kern_pool_set_act_bits 12) Q4_0 and Q4_1 weights take
+ * activations in the 16-bit forms whose residual is coarser, q2 = 16 r with
+ * r = round(16 (x - d q) / d) in [-7, 7] (KQ_RES12; the *_Q12_* kinds), so
+ * x ~ unit * 16 * (16 q + r) and every 16-bit dot takes them as they are.
+ * That lets their AMX tiles take a block in one K = 64 multiply, A =
+ * [16 w | w] against B = [q | r] (KERN_ACT_AMX_X12, simd_amx.h), 16 times
+ * the 16-bit dot exactly, where 16 bits take two; the other types, whose
+ * 16 w does not fit a byte or whose tiles are others, stay at 16 bits. */
 #ifndef GL_SIMD_H
 #define GL_SIMD_H
 
@@ -31,6 +40,10 @@
 
 /* kern_note_weights: the packed weights stream from memory (decode's prefetch) */
 extern _Atomic bool kern_weights_stream;
+
+/* Residual steps per coarse step: 16-bit activations, 12-bit ones. */
+#define KQ_RES16 256
+#define KQ_RES12 16
 
 typedef struct kq8_32 {
     float d;                  /* unit: x ~ d * (256 * q + q2) */
@@ -194,6 +207,9 @@ typedef enum kern_act_kind {
     KERN_ACT_QA_K8,           /* kqa8_k: the same at 8 bits */
     KERN_ACT_AMX_X8,          /* kq8_x8 rows, then the AMX form (kamx8_blk) of their chunks */
     KERN_ACT_AMX_X16,         /* kq16_chunk rows, then the AMX form (kamx16_blk) */
+    KERN_ACT_AMX_X12,         /* kq16_chunk rows at 12 bits, then kamx16_blk with r (not 16 r) for q2 */
+    KERN_ACT_Q12_32,          /* kq8_32 at 12 bits */
+    KERN_ACT_Q12_X16,         /* kq16_chunk at 12 bits */
     KERN_ACT_COUNT
 } kern_act_kind;
 
@@ -267,7 +283,9 @@ typedef struct kamx8_blk {
     float s[16];              /* as kq8_chunk's s[j] (the tiles' signed dots need no off: simd_amx.h) */
 } kamx8_blk;
 
-/* The same of kq16_chunk's 256 q + q2: its coarse and residual bytes apart. */
+/* The same of kq16_chunk's 256 q + q2: its coarse and residual bytes apart
+ * (KERN_ACT_AMX_X12: r = q2 / 16 in q2's place, so q and r together are
+ * one K = 64 B tile). */
 typedef struct kamx16_blk {
     int8_t q[8][64];
     int8_t q2[8][64];
@@ -311,14 +329,14 @@ void kern_attend_merge(float *out, float *mx, float *sum, const float *o2, float
 
 typedef struct kern_impl {
     const char *name;                                  /* "avx2", "avx512" */
-    void (*quantize_32)(const float *x, kq8_32 *y, int64_t n);   /* n % 32 == 0 */
+    void (*quantize_32)(const float *x, kq8_32 *y, int64_t n, int res); /* n % 32 == 0; res: KQ_RES16 or 12 */
     void (*quantize_256)(const float *x, kq8_256 *y, int64_t n); /* n % 256 == 0 */
     /* kern_quantize_x16 of one whole chunk (512 floats) in one pass, the same bits; NULL = through quantize_32 */
-    void (*quantize_x16)(const float *x, kq16_chunk *y);
+    void (*quantize_x16)(const float *x, kq16_chunk *y, int res);
     void (*quantize_x8)(const float *x, kq8_chunk *y);  /* the same for kern_quantize_x8 */
     /* kern_quantize_amx's blocks of a group straight from the floats, the same bits; NULL =
      * through the per-token rows */
-    void (*quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na, uint8_t *group, bool x16);
+    void (*quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na, uint8_t *group, int bits);
     /* kern_quantize_qa's group straight from the floats, the same bits; NULL = token by token */
     void (*quantize_qa)(const float *x, size_t x_stride, int nt, int64_t n_sb, uint8_t *group, bool x8);
     kern_rows_fn rows[GL_TYPE_COUNT];                  /* by gl_type; NULL = scalar path */
@@ -327,6 +345,7 @@ typedef struct kern_impl {
     kern_rows_fn packed_rows_x8[GL_TYPE_COUNT];        /* the same against 8-bit activations (kq8_chunk, kq8_k) */
     kern_amx_rows_fn amx_rows[GL_TYPE_COUNT];          /* packed weights' prompt tiles on AMX (KERN_ACT_AMX_X16); NULL = none */
     kern_amx_rows_fn amx_rows_x8[GL_TYPE_COUNT];       /* the same against KERN_ACT_AMX_X8 */
+    kern_amx_rows_fn amx_rows_x12[GL_TYPE_COUNT];      /* the same against KERN_ACT_AMX_X12 (Q4_0, Q4_1) */
     kern_attend_fn attend;
     void (*swiglu)(float *gate, const float *up, int n); /* gate = silu(gate) * up */
     void (*geglu)(float *gate, const float *up, int n);  /* gate = gelu_tanh(gate) * up */
@@ -387,7 +406,7 @@ const kern_impl *kern_impl_avx512(void);
 const kern_impl *kern_impl_amx(void);
 
 /* The scalar quantizers every implementation must match bit for bit. */
-void kern_quantize_32_ref(const float *x, kq8_32 *y, int64_t n);
+void kern_quantize_32_ref(const float *x, kq8_32 *y, int64_t n, int res);
 void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n);
 
 /* 8-bit activation rows (the *_COARSE kinds): quantize_32 / quantize_256,
@@ -395,19 +414,19 @@ void kern_quantize_256_ref(const float *x, kq8_256 *y, int64_t n);
 void kern_quantize_32_coarse(const kern_impl *impl, const float *x, kq8_32 *y, int64_t n);
 void kern_quantize_256_coarse(const kern_impl *impl, const float *x, kq8_256 *y, int64_t n);
 /* Activation rows for packed weights, from quantize_32 (kernels.c). */
-void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int64_t n);
+void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int64_t n, int res);
 void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t n); /* n % 256 == 0 */
 /* One row into kq8_x8_row_bytes(n) bytes: chunks as kq8_chunk (a last one of more than KQ_SHORT_TAIL
  * blocks zero past the row), then a short tail as a kq8_tail. */
 void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t n);
 void kern_quantize_k8(const kern_impl *impl, const float *x, kq8_k *y, int64_t n); /* n % 256 == 0 */
 /* Tokens 0..nt-1 (nt <= 16; rows n floats apart) into one group of the
- * AMX form (KERN_ACT_AMX_X16 with x16, else KERN_ACT_AMX_X8), the bits the
+ * AMX form at bits 16, 12 or 8 (KERN_ACT_AMX_X16, _X12, _X8), the bits the
  * per-token rows and their fill give; group's slots of tokens nt..15 hold
  * zeros before (their blocks are written zero). rows: nt per-token rows
  * row_stride apart, written only where impl has no quantize_amx. */
 void kern_quantize_amx(const kern_impl *impl, const float *x, int64_t n, int nt, uint8_t *group, uint8_t *rows,
-                       size_t row_stride, bool x16);
+                       size_t row_stride, int bits);
 /* The activation form packed weights of this type take, at 16 and at 8 bits. */
 kern_act_kind kern_packed_act_kind(uint32_t type);
 kern_act_kind kern_packed_x8_act_kind(uint32_t type);

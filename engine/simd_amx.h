@@ -25,6 +25,16 @@
 #ifndef GL_SIMD_AMX_H
 #define GL_SIMD_AMX_H
 
+/* At 12 bits (KERN_ACT_AMX_X12, Q4_0 and Q4_1 alone: simd.h) a block is
+ * one tile multiply: A = [16 w | w] (K = 64; 16 w fits a byte, Q4_0's
+ * signed, Q4_1's unsigned) against B = [q | r], the record's two halves,
+ * which is one 16-row tile; the dot is sum w (16 q + r), 16 times less than
+ * the 16-bit dot of 256 q + 16 r, so one shift gives the VNNI rows' exact
+ * integer. */
+INLINE bool amx_fuses_12(const int type, const int bits) {
+    return bits == 12 && (type == GL_TYPE_Q4_0 || type == GL_TYPE_Q4_1);
+}
+
 typedef struct amx_tilecfg {
     uint8_t palette, start_row, reserved[14];
     uint16_t colsb[16];
@@ -47,14 +57,15 @@ typedef struct amx_tilecfg {
  * item), A tile 4 + s (16 rows x one block), and B tiles 6 and 7 (a
  * block's 8 quads of 16 tokens: 16 bits, the coarse and the residual
  * bytes; 8 bits, slot s's). */
-#if SIMD_EMITS(AMX) || SIMD_EMITS(AMX_X8)
-static void amx_config(void) {
+#if SIMD_EMITS(AMX) || SIMD_EMITS(AMX_X8) || SIMD_EMITS(AMX_X12)
+/* fused (amx_fuses_12): A and B tiles of K = 64, four C tiles an item each as at 8 bits */
+static void amx_config(const bool fused) {
     amx_tilecfg cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
     for (int i = 0; i < 4; i++) cfg.rows[i] = 16, cfg.colsb[i] = 64;
-    for (int i = 4; i < 6; i++) cfg.rows[i] = 16, cfg.colsb[i] = 32;
-    for (int i = 6; i < 8; i++) cfg.rows[i] = 8, cfg.colsb[i] = 64;
+    for (int i = 4; i < 6; i++) cfg.rows[i] = 16, cfg.colsb[i] = fused ? 64 : 32;
+    for (int i = 6; i < 8; i++) cfg.rows[i] = fused ? 16 : 8, cfg.colsb[i] = 64;
     AMX_LOAD_CONFIG(&cfg);
 }
 #endif
@@ -94,8 +105,12 @@ INLINE void amx_unpack_block(const int type, const uint8_t *blk, int8_t *dst, fl
  * amx_unpack_block (Q4_0's and Q8_0's offsets are in the signed bytes), in
  * a fraction of the work: at 16 tokens the block-by-block unpacking was
  * most of the call (bench_matmul q4_0, q4_1, q8_0). */
-INLINE void amx_unpack_16(const int type, const uint8_t *data, size_t row_bytes, long rt, int64_t nb, int8_t *a,
-                          float *dw, float *mw) {
+/* Byte-wise 16 w of w (w in [-8, 15]): the bits shifted across a byte's edge are masked off. */
+INLINE __m512i amx_times16(__m512i w) { return _mm512_and_si512(_mm512_slli_epi16(w, 4), _mm512_set1_epi8((char)0xf0)); }
+
+/* fused: a block's tile rows are [16 w | w] (64 bytes, 1024 a block; amx_fuses_12). */
+INLINE void amx_unpack_16(const int type, const bool fused, const uint8_t *data, size_t row_bytes, long rt, int64_t nb,
+                          int8_t *a, float *dw, float *mw) {
     const uint8_t *base = data + (size_t)rt * row_bytes;
     const int bb = block32_bytes(type), qs = type == GL_TYPE_Q4_1 ? 4 : 2;
     const __m512i rows = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
@@ -110,7 +125,7 @@ INLINE void amx_unpack_16(const int type, const uint8_t *data, size_t row_bytes,
         _mm512_store_ps(mw + 16 * b, type == GL_TYPE_Q4_1 ? _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(h, 16)))
                                                           : _mm512_setzero_ps());
         const uint8_t *q = blk + qs;
-        int8_t *dst = a + 512 * b;
+        int8_t *dst = a + (fused ? 1024 : 512) * b;
         if (type == GL_TYPE_Q8_0) {
 #pragma GCC unroll 2
             for (int r = 0; r < 16; r += 2, q += 2 * row_bytes, dst += 64)
@@ -122,6 +137,13 @@ INLINE void amx_unpack_16(const int type, const uint8_t *data, size_t row_bytes,
             __m512i v = _mm512_broadcast_i32x4(_mm_loadu_si128((const __m128i *)q));
             v = _mm512_mask_broadcast_i32x4(v, 0xff00, _mm_loadu_si128((const __m128i *)(q + row_bytes)));
             v = _mm512_sub_epi8(_mm512_and_si512(_mm512_srlv_epi16(v, shift), m4), off);
+            if (fused) { /* rows r and r + 1: [16 w_r | w_r], [16 w_r+1 | w_r+1] */
+                const __m512i v16 = amx_times16(v);
+                _mm512_store_si512(dst, _mm512_shuffle_i64x2(v16, v, _MM_SHUFFLE(1, 0, 1, 0)));
+                _mm512_store_si512(dst + 64, _mm512_shuffle_i64x2(v16, v, _MM_SHUFFLE(3, 2, 3, 2)));
+                dst += 64;
+                continue;
+            }
             _mm512_store_si512(dst, v);
         }
     }
@@ -129,11 +151,27 @@ INLINE void amx_unpack_16(const int type, const uint8_t *data, size_t row_bytes,
 
 /* Rows rt..rt+nr-1 (nr <= 16; rows past them zero) into A tiles, block b's at
  * a + 512 b, and their scales and offsets [b][16]. */
-INLINE void amx_unpack_rows(const int type, const uint8_t *data, size_t row_bytes, long rt, int nr, int64_t nb,
-                            int8_t *a, float *dw, float *mw) {
+INLINE void amx_unpack_rows(const int type, const bool fused, const uint8_t *data, size_t row_bytes, long rt, int nr,
+                            int64_t nb, int8_t *a, float *dw, float *mw) {
     const int bb = block32_bytes(type);
     if (kern_amx_unpacks_16((uint32_t)type) && nr == 16 && (size_t)15 * row_bytes <= INT32_MAX) {
-        amx_unpack_16(type, data, row_bytes, rt, nb, a, dw, mw);
+        amx_unpack_16(type, fused, data, row_bytes, rt, nb, a, dw, mw);
+        return;
+    }
+    if (fused) { /* [16 w | w] a row, from the block's own unpacking */
+        for (int r = 0; r < 16; r++)
+            for (int64_t b = 0; b < nb; b++) {
+                int8_t *dst = a + 1024 * b + 64 * r;
+                if (r >= nr) {
+                    memset(dst, 0, 64);
+                    dw[16 * b + r] = mw[16 * b + r] = 0;
+                    continue;
+                }
+                amx_unpack_block(type, data + (size_t)(rt + r) * row_bytes + (size_t)b * bb, dst + 32, &dw[16 * b + r],
+                                 &mw[16 * b + r]);
+                const __m256i w = _mm256_loadu_si256((const __m256i *)(dst + 32));
+                _mm256_storeu_si256((__m256i *)dst, _mm512_castsi512_si256(amx_times16(_mm512_castsi256_si512(w))));
+            }
         return;
     }
     for (int r = 0; r < 16; r++) {
@@ -152,16 +190,18 @@ INLINE void amx_unpack_rows(const int type, const uint8_t *data, size_t row_byte
 
 /* Block b's float operations on lane j's accumulators of 16 rows, as the
  * VNNI tiles do them for block j of a chunk: Q8_0, Q4_0 and Q5_0 have
- * signed dots (sgn) and no offset term. */
-INLINE void amx_block_floats(const int type, const bool x16, const float *dwv, const float *mwv, const uint8_t *x,
+ * signed dots (sgn) and no offset term. The integer dot from the C tiles
+ * at bits: 16, c 256 + c2; 12 (fused), c 16; 8, c. */
+INLINE void amx_block_floats(const int type, const int bits, const float *dwv, const float *mwv, const uint8_t *x,
                              int64_t b, const int32_t *c, __m512 acc[16]) {
-    const bool sgn = signed_dots(type);
+    const bool sgn = signed_dots(type), x16 = bits != 8, fused = amx_fuses_12(type, bits);
     const __m512 da = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512)));
     const __m512 s = _mm512_loadu_ps((const float *)(x + (x16 ? 1024 : 512) + 64));
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++) {
         __m512i dot = _mm512_load_si512(c + 16 * r);
-        if (x16) dot = _mm512_add_epi32(_mm512_slli_epi32(dot, 8), _mm512_load_si512(c + 256 + 16 * r));
+        if (fused) dot = _mm512_slli_epi32(dot, 4);
+        else if (x16) dot = _mm512_add_epi32(_mm512_slli_epi32(dot, 8), _mm512_load_si512(c + 256 + 16 * r));
         const __m512 sc = _mm512_mul_ps(_mm512_set1_ps(dwv[16 * b + r]), da);
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), sc, acc[r]);
         if (!sgn) acc[r] = _mm512_fmadd_ps(_mm512_set1_ps(mwv[16 * b + r]), s, acc[r]);
@@ -191,18 +231,20 @@ INLINE void amx_prefetch(const uint8_t *grp, const uint8_t *next, size_t rec, co
  * to acct[r][j][t]: lane j's blocks j, j + 16, ... in chunk order, the
  * blocks of all lanes one after another (items), each one's tile work
  * issued an item ahead of its float work. */
-INLINE void amx_group(const int type, const bool x16, const int8_t *a, const float *dwv, const float *mwv,
+INLINE void amx_group(const int type, const int bits, const int8_t *a, const float *dwv, const float *mwv,
                       const uint8_t *grp, const uint8_t *next, const int16_t *items, int n_items, int32_t *c,
                       float *acct) {
     const bool sgn = signed_dots(type); /* signed weight bytes */
+    const bool x16 = bits != 8, fused = amx_fuses_12(type, bits);
     const size_t rec = x16 ? sizeof(kamx16_blk) : sizeof(kamx8_blk);
+    const size_t a_blk = fused ? 1024 : 512, a_stride = fused ? 64 : 32; /* an A tile: 16 rows of K = 64 or 32 */
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
-    if (!x16) { /* one C tile an item: four of them, items issued three ahead, A and B tiles by turns */
+    if (!x16 || fused) { /* one C tile an item: four of them, items issued three ahead, A and B tiles by turns */
 #define AMX_ISSUE8(CQ, TA, TB, k)                                                                                \
     do {                                                                                                        \
-        _tile_loadd(TA, a + 512 * (size_t)items[k], 32);                                                        \
+        _tile_loadd(TA, a + a_blk * (size_t)items[k], a_stride);                                                \
         _tile_loadd(TB, grp + (size_t)items[k] * rec, 64);                                                      \
         _tile_zero(CQ);                                                                                         \
         if (sgn) _tile_dpbssd(CQ, TA, TB);                                                                      \
@@ -219,7 +261,7 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
                 if (kk >= n_items) break;
                 const int b = items[kk];
                 amx_prefetch(grp, next, rec, items, n_items, kk);
-                amx_block_floats(type, false, dwv, mwv, grp + (size_t)b * rec, b, c + 256 * i, acc);
+                amx_block_floats(type, bits, dwv, mwv, grp + (size_t)b * rec, b, c + 256 * i, acc);
                 if (kk + 3 < n_items) {
                     if (i == 0) AMX_ISSUE8(3, 5, 7, kk + 3);
                     else if (i == 1) AMX_ISSUE8(0, 4, 6, kk + 3);
@@ -282,7 +324,7 @@ INLINE void amx_group(const int type, const bool x16, const int8_t *a, const flo
             if (kk < AMX_LAG) continue;
             const int b = items[kk - AMX_LAG];
             amx_prefetch(grp, next, rec, items, n_items, kk - AMX_LAG);
-            amx_block_floats(type, x16, dwv, mwv, grp + (size_t)b * rec, b, c + 512 * ((kk - AMX_LAG) % 4), acc);
+            amx_block_floats(type, bits, dwv, mwv, grp + (size_t)b * rec, b, c + 512 * ((kk - AMX_LAG) % 4), acc);
             /* a lane's last block: its accumulators out, the next lane's start */
             if (kk - AMX_LAG + 1 == n_items || items[kk - AMX_LAG + 1] % 16 != b % 16) {
 #pragma GCC unroll 16
@@ -333,35 +375,36 @@ INLINE void amx_transpose16(__m512 v[16]) {
     }
 }
 
-#if SIMD_EMITS(AMX) || SIMD_EMITS(AMX_X8)
-/* Rows r0..r1-1 (see kern_amx_rows_fn). Scratch: the transposed
+#if SIMD_EMITS(AMX) || SIMD_EMITS(AMX_X8) || SIMD_EMITS(AMX_X12)
+/* Rows r0..r1-1 (see kern_amx_rows_fn) at bits 16, 12 or 8. Scratch: the transposed
  * accumulators, C, the rows' scales and offsets, their A tiles, the items. */
-INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0, long r1, const uint8_t *act,
+INLINE void amx_rows(const int type, const int bits, const gl_tensor *w, long r0, long r1, const uint8_t *act,
                      size_t act_stride, int n_tok, float *out, size_t out_stride, uint8_t *scratch) {
     const int64_t n_cols = w->n_cols, nb = n_cols / 32;
     const int bb = block32_bytes(type);
-    const size_t row_bytes = (size_t)(nb * bb), group_bytes = kern_amx_group_bytes(n_cols, x16);
+    const bool fused = amx_fuses_12(type, bits);
+    const size_t row_bytes = (size_t)(nb * bb), group_bytes = kern_amx_group_bytes(n_cols, bits != 8);
     const uint8_t *region = kern_amx_region(act, n_tok, act_stride);
     uint8_t *base = (uint8_t *)(((uintptr_t)scratch + 63) & ~(uintptr_t)63);
     float *acct = (float *)base;            /* [16 rows][16 lanes][16 tokens] */
     int32_t *c = (int32_t *)(acct + 4096);  /* [4 items][2][16][16] */
     float *dwv = (float *)(c + 2048), *mwv = dwv + 16 * nb;
-    int8_t *a = (int8_t *)(mwv + 16 * nb);  /* [nb][16 rows][32] */
-    int16_t *items = (int16_t *)(a + 512 * nb);
+    int8_t *a = (int8_t *)(mwv + 16 * nb);  /* [nb][16 rows][32] (fused: [64]) */
+    int16_t *items = (int16_t *)(a + (fused ? 1024 : 512) * nb);
     int n_items = 0;
     for (int j = 0; j < 16; j++)
         for (int64_t b = j; b < nb; b += 16) items[n_items++] = (int16_t)b;
     const bool big = (size_t)((n_tok + 15) / 16) * group_bytes > AMX_PREFETCH_BYTES;
-    amx_config();
+    amx_config(fused);
     for (long rt = r0; rt < r1; rt += 16) {
         const int nr = r1 - rt < 16 ? (int)(r1 - rt) : 16;
-        amx_unpack_rows(type, w->data, row_bytes, rt, nr, nb, a, dwv, mwv);
+        amx_unpack_rows(type, fused, w->data, row_bytes, rt, nr, nb, a, dwv, mwv);
         for (int t0 = 0; t0 < n_tok; t0 += 16) {
             const int nt = n_tok - t0 < 16 ? n_tok - t0 : 16;
             const uint8_t *grp = region + (size_t)(t0 / 16) * group_bytes;
             if (nb < 16) memset(acct, 0, 4096 * sizeof *acct); /* lanes no block reaches */
             const uint8_t *next = !big ? NULL : t0 + 16 < n_tok ? grp + group_bytes : region;
-            amx_group(type, x16, a, dwv, mwv, grp, next, items, n_items, c, acct);
+            amx_group(type, bits, a, dwv, mwv, grp, next, items, n_items, c, acct);
             __m512 sums[16];
 #pragma GCC unroll 16
             for (int r = 0; r < 16; r++) {
@@ -378,24 +421,31 @@ INLINE void amx_rows(const int type, const bool x16, const gl_tensor *w, long r0
     _tile_release();
 }
 
-#define DEFINE_AMX_ROWS(name, TYPE, X16)                                                                          \
+#define DEFINE_AMX_ROWS(name, TYPE, BITS)                                                                         \
     SIMD_DEF void FN(name)(const gl_tensor *w, long r0, long r1, const uint8_t *act, size_t act_stride, int n_tok, \
                          float *out, size_t out_stride, uint8_t *scratch) {                                        \
-        amx_rows(TYPE, X16, w, r0, r1, act, act_stride, n_tok, out, out_stride, scratch);                          \
+        amx_rows(TYPE, BITS, w, r0, r1, act, act_stride, n_tok, out, out_stride, scratch);                         \
     }
 #if SIMD_EMITS(AMX)
-DEFINE_AMX_ROWS(amx_rows_q4_0, GL_TYPE_Q4_0, true) /* amx_rows_q4_0_avx512 */
-DEFINE_AMX_ROWS(amx_rows_q4_1, GL_TYPE_Q4_1, true) /* amx_rows_q4_1_avx512 */
-DEFINE_AMX_ROWS(amx_rows_q5_0, GL_TYPE_Q5_0, true) /* amx_rows_q5_0_avx512 */
-DEFINE_AMX_ROWS(amx_rows_q5_1, GL_TYPE_Q5_1, true) /* amx_rows_q5_1_avx512 */
-DEFINE_AMX_ROWS(amx_rows_q8_0, GL_TYPE_Q8_0, true) /* amx_rows_q8_0_avx512 */
+DEFINE_AMX_ROWS(amx_rows_q4_0, GL_TYPE_Q4_0, 16) /* amx_rows_q4_0_avx512 */
+DEFINE_AMX_ROWS(amx_rows_q4_1, GL_TYPE_Q4_1, 16) /* amx_rows_q4_1_avx512 */
+DEFINE_AMX_ROWS(amx_rows_q5_0, GL_TYPE_Q5_0, 16) /* amx_rows_q5_0_avx512 */
+DEFINE_AMX_ROWS(amx_rows_q5_1, GL_TYPE_Q5_1, 16) /* amx_rows_q5_1_avx512 */
+DEFINE_AMX_ROWS(amx_rows_q8_0, GL_TYPE_Q8_0, 16) /* amx_rows_q8_0_avx512 */
 #endif
 #if SIMD_EMITS(AMX_X8)
-DEFINE_AMX_ROWS(amx_rows_x8_q4_0, GL_TYPE_Q4_0, false) /* amx_rows_x8_q4_0_avx512 */
-DEFINE_AMX_ROWS(amx_rows_x8_q4_1, GL_TYPE_Q4_1, false) /* amx_rows_x8_q4_1_avx512 */
-DEFINE_AMX_ROWS(amx_rows_x8_q5_0, GL_TYPE_Q5_0, false) /* amx_rows_x8_q5_0_avx512 */
-DEFINE_AMX_ROWS(amx_rows_x8_q5_1, GL_TYPE_Q5_1, false) /* amx_rows_x8_q5_1_avx512 */
-DEFINE_AMX_ROWS(amx_rows_x8_q8_0, GL_TYPE_Q8_0, false) /* amx_rows_x8_q8_0_avx512 */
+DEFINE_AMX_ROWS(amx_rows_x8_q4_0, GL_TYPE_Q4_0, 8) /* amx_rows_x8_q4_0_avx512 */
+DEFINE_AMX_ROWS(amx_rows_x8_q4_1, GL_TYPE_Q4_1, 8) /* amx_rows_x8_q4_1_avx512 */
+DEFINE_AMX_ROWS(amx_rows_x8_q5_0, GL_TYPE_Q5_0, 8) /* amx_rows_x8_q5_0_avx512 */
+DEFINE_AMX_ROWS(amx_rows_x8_q5_1, GL_TYPE_Q5_1, 8) /* amx_rows_x8_q5_1_avx512 */
+DEFINE_AMX_ROWS(amx_rows_x8_q8_0, GL_TYPE_Q8_0, 8) /* amx_rows_x8_q8_0_avx512 */
+#endif
+#if SIMD_EMITS(AMX_X12)
+DEFINE_AMX_ROWS(amx_rows_x12_q4_0, GL_TYPE_Q4_0, 12) /* amx_rows_x12_q4_0_avx512 */
+DEFINE_AMX_ROWS(amx_rows_x12_q4_1, GL_TYPE_Q4_1, 12) /* amx_rows_x12_q4_1_avx512 */
+DEFINE_AMX_ROWS(amx_rows_x12_q5_0, GL_TYPE_Q5_0, 12) /* amx_rows_x12_q5_0_avx512 */
+DEFINE_AMX_ROWS(amx_rows_x12_q5_1, GL_TYPE_Q5_1, 12) /* amx_rows_x12_q5_1_avx512 */
+DEFINE_AMX_ROWS(amx_rows_x12_q8_0, GL_TYPE_Q8_0, 12) /* amx_rows_x12_q8_0_avx512 */
 #endif
 #endif
 

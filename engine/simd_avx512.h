@@ -1350,17 +1350,19 @@ DEFINE_PACKED_K_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_
 /* One 32-element block: its 16 pairs (elements 2p, 2p + 1 in dword p), its
  * unit, and the sums of 256 q + q2 over its two halves. */
 /* 32 floats against the step d (quant8's operations): their coarse codes, and the residual
- * ones where q2 is not NULL. */
-INLINE void quant_with(const float *x, float d, __m512i q[2], __m512i *q2) {
+ * ones (as q2 holds them, res: KQ_RES16 or KQ_RES12) where q2 is not NULL. */
+INLINE void quant_with(const float *x, float d, int res, __m512i q[2], __m512i *q2) {
     float idf = d != 0.0f ? 1.0f / d : 0.0f;
-    __m512 dv = _mm512_set1_ps(d), id = _mm512_set1_ps(idf), id2 = _mm512_set1_ps(idf * 256.0f);
+    __m512 dv = _mm512_set1_ps(d), id = _mm512_set1_ps(idf), id2 = _mm512_set1_ps(idf * (float)res);
+    const int rmax = res == KQ_RES16 ? 127 : 7;
     for (int h = 0; h < 2; h++) {
         __m512 xv = _mm512_loadu_ps(x + 16 * h);
         q[h] = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(xv, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         if (!q2) continue;
         __m512 r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(q[h]), dv, xv);
         q2[h] = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(r, id2), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
-        q2[h] = _mm512_max_epi32(_mm512_min_epi32(q2[h], _mm512_set1_epi32(127)), _mm512_set1_epi32(-127));
+        q2[h] = _mm512_max_epi32(_mm512_min_epi32(q2[h], _mm512_set1_epi32(rmax)), _mm512_set1_epi32(-rmax));
+        if (res != KQ_RES16) q2[h] = _mm512_slli_epi32(q2[h], 4);
     }
 }
 
@@ -1372,15 +1374,15 @@ INLINE float quant_step(const float *x, int n) {
 }
 
 /* Its coarse parts q[h] and residuals q2[h] by half, and its unit. */
-INLINE void quant_parts(const float *x, float *unit, __m512i q[2], __m512i q2[2]) {
+INLINE void quant_parts(const float *x, int res, float *unit, __m512i q[2], __m512i q2[2]) {
     const float d = quant_step(x, 32);
-    quant_with(x, d, q, q2);
+    quant_with(x, d, res, q, q2);
     *unit = d * (1.0f / 256.0f);
 }
 
-INLINE __m512i quant_pairs(const float *x, float *unit, int *sum_lo, int *sum_hi) {
+INLINE __m512i quant_pairs(const float *x, int res, float *unit, int *sum_lo, int *sum_hi) {
     __m512i q[2], q2[2], v[2];
-    quant_parts(x, unit, q, q2);
+    quant_parts(x, res, unit, q, q2);
     for (int h = 0; h < 2; h++) v[h] = _mm512_add_epi32(_mm512_slli_epi32(q[h], 8), q2[h]);
     *sum_lo = _mm512_reduce_add_epi32(v[0]);
     *sum_hi = _mm512_reduce_add_epi32(v[1]);
@@ -1389,11 +1391,11 @@ INLINE __m512i quant_pairs(const float *x, float *unit, int *sum_lo, int *sum_hi
 
 /* quantize_x16_avx512: one whole kq16_chunk (16 blocks): dword lane j of
  * vector v is block j's pair v, a 16 x 16 transpose by gathers. */
-static void FN(quantize_x16)(const float *x, kq16_chunk *ch) {
+static void FN(quantize_x16)(const float *x, kq16_chunk *ch, int res) {
     int32_t pairs[16][16];
     for (int j = 0; j < 16; j++) {
         int lo, hi;
-        _mm512_storeu_si512(pairs[j], quant_pairs(x + 32 * j, &ch->d[j], &lo, &hi));
+        _mm512_storeu_si512(pairs[j], quant_pairs(x + 32 * j, res, &ch->d[j], &lo, &hi));
         ch->s[j] = ch->d[j] * (float)(lo + hi);
         ch->off[j] = -8 * (lo + hi);
     }
@@ -1406,7 +1408,7 @@ static void FN(quantize_x16)(const float *x, kq16_chunk *ch) {
  * codes, its unit (that of kq8_32) and the sums of q over its two halves. */
 INLINE void quant_coarse_parts(const float *x, float *unit, __m512i q[2]) {
     const float d = quant_step(x, 32);
-    quant_with(x, d, q, NULL);
+    quant_with(x, d, KQ_RES16, q, NULL);
     *unit = d * (1.0f / 256.0f);
 }
 
@@ -1464,14 +1466,20 @@ INLINE void transpose_16x8(const int32_t *m, __m512i out[8]) {
 }
 
 /* One token's 32-element block against the step d: its codes as 8 dwords
- * (qc) and, at 16 bits, its residual codes (rc); the sum of its 256 q + q2
- * (8 bits: of its q), as quant_pairs' and quant_coarse's halves add up. */
-INLINE int quant_block_codes(const float *x, float d, const bool x16, int32_t qc[8], int32_t rc[8]) {
+ * (qc) and, at 16 and 12 bits, its residual codes (rc: q2, at 12 bits r =
+ * q2 / 16); the sum of its 256 q + q2 (8 bits: of its q), as quant_pairs'
+ * and quant_coarse's halves add up. */
+INLINE int quant_block_codes(const float *x, float d, const int bits, int32_t qc[8], int32_t rc[8]) {
     __m512i q[2], q2[2];
-    quant_with(x, d, q, x16 ? q2 : NULL);
+    quant_with(x, d, bits == 12 ? KQ_RES12 : KQ_RES16, q, bits != 8 ? q2 : NULL);
     _mm256_store_si256((__m256i *)qc, codes_epi8(q));
-    if (!x16) return _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
-    _mm256_store_si256((__m256i *)rc, codes_epi8(q2));
+    if (bits == 8) return _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
+    if (bits == 12) {
+        const __m512i r[2] = {_mm512_srai_epi32(q2[0], 4), _mm512_srai_epi32(q2[1], 4)};
+        _mm256_store_si256((__m256i *)rc, codes_epi8(r));
+    } else {
+        _mm256_store_si256((__m256i *)rc, codes_epi8(q2));
+    }
     return _mm512_reduce_add_epi32(_mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(q[0], 8), q2[0]),
                                                     _mm512_add_epi32(_mm512_slli_epi32(q[1], 8), q2[1])));
 }
@@ -1479,7 +1487,8 @@ INLINE int quant_block_codes(const float *x, float d, const bool x16, int32_t qc
 /* quantize_amx_avx512: tokens 0..nt-1 (x rows x_stride floats apart) into
  * blocks 0..na-1 of one group: kamx16_blk (x16) or kamx8_blk; tokens
  * nt..15 zero. */
-static void FN(quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na, uint8_t *group, bool x16) {
+static void FN(quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na, uint8_t *group, int bits) {
+    const bool x16 = bits != 8;
     _Alignas(64) int32_t qt[16][8], q2t[16][8];
     _Alignas(64) float dt[16], st[16];
     memset(qt, 0, sizeof qt), memset(q2t, 0, sizeof q2t), memset(dt, 0, sizeof dt), memset(st, 0, sizeof st);
@@ -1487,7 +1496,7 @@ static void FN(quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na
         for (int t = 0; t < nt; t++) {
             const float *xb = x + (size_t)t * x_stride + 32 * b;
             const float d = quant_step(xb, 32), unit = d * (1.0f / 256.0f);
-            const int sum = quant_block_codes(xb, d, x16, qt[t], q2t[t]);
+            const int sum = quant_block_codes(xb, d, bits, qt[t], q2t[t]);
             dt[t] = x16 ? unit : unit * 256.0f;
             st[t] = dt[t] * (float)sum;
         }
@@ -1526,7 +1535,7 @@ static void FN(quantize_qa)(const float *x, size_t x_stride, int nt, int64_t n_s
             const float d = quant_step(xs, 256), unit = d * (1.0f / 256.0f);
             dt[t] = x8 ? unit * 256.0f : unit;
             for (int i = 0; i < 8; i++)
-                st[i][t] = dt[t] * (float)quant_block_codes(xs + 32 * i, d, !x8, qt[i][t], q2t[i][t]);
+                st[i][t] = dt[t] * (float)quant_block_codes(xs + 32 * i, d, x8 ? 8 : 16, qt[i][t], q2t[i][t]);
         }
         kqa16_k *y16 = (kqa16_k *)group + b;
         kqa8_k *y8 = (kqa8_k *)group + b;

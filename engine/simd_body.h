@@ -50,8 +50,9 @@
 #define SIMD_PART_AMX 0x80        /* amx_rows_{q4_0,q4_1,q5_0,q5_1,q8_0} (simd_amx.h) */
 #define SIMD_PART_AMX_X8 0x100    /* amx_rows_x8_{q4_0,q4_1,q5_0,q5_1,q8_0} */
 #define SIMD_PART_AMX_K 0x200     /* amx_rows_{q4_k,q5_k,q6_k}, amx_rows_x8_{...} (simd_amx_k.h) */
+#define SIMD_PART_AMX_X12 0x1000  /* amx_rows_x12_{q4_0,q4_1} */
 #ifndef SIMD_PARTS
-#define SIMD_PARTS 0xfff
+#define SIMD_PARTS 0x1fff
 #endif
 #define SIMD_EMITS(part) ((SIMD_PARTS) & SIMD_PART_##part)
 #define SIMD_HIDDEN __attribute__((visibility("hidden")))
@@ -166,18 +167,21 @@ INLINE __m256i expand_bits_0x10(uint32_t bits) {
 
 /* ---- activation quantization ---------------------------------------------------
  * Must match kern_quantize_*_ref bit for bit: with d = amax / 127,
- * q = round(x / d) and q2 = round((x - d q) * 256 / d), both to nearest even. */
+ * q = round(x / d) and q2 = round((x - d q) * 256 / d), both to nearest even
+ * (12 bits: q2 = 16 round((x - d q) * 16 / d), simd.h). */
 
 INLINE __m256i round_to_i32(__m256 x, __m256 id) {
     return _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(x, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
-/* 8 floats -> coarse and residual quants (as int32) and their 16-bit sum. */
-INLINE __m256i quant8(const float *x, __m256 d, __m256 id, __m256 id2, __m256i *q, __m256i *q2) {
+/* 8 floats -> coarse and residual quants (as int32) and their 16-bit sum;
+ * id2 = id * res, rmax the residual code's bound (127 or 7), sh its shift into q2 (0 or 4). */
+INLINE __m256i quant8(const float *x, __m256 d, __m256 id, __m256 id2, int rmax, int sh, __m256i *q, __m256i *q2) {
     __m256 xv = _mm256_loadu_ps(x);
     *q = round_to_i32(xv, id);
     __m256 r = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(*q), d, xv);
-    *q2 = _mm256_max_epi32(_mm256_min_epi32(round_to_i32(r, id2), _mm256_set1_epi32(127)), _mm256_set1_epi32(-127));
+    *q2 = _mm256_max_epi32(_mm256_min_epi32(round_to_i32(r, id2), _mm256_set1_epi32(rmax)), _mm256_set1_epi32(-rmax));
+    *q2 = _mm256_slli_epi32(*q2, sh);
     return _mm256_add_epi32(_mm256_slli_epi32(*q, 8), *q2);
 }
 
@@ -187,12 +191,13 @@ INLINE void pack_store(int8_t *dst, __m256i i0, __m256i i1, __m256i i2, __m256i 
     _mm256_storeu_si256((__m256i *)dst, p);
 }
 
-/* Quantize 32 floats with coarse scale d; sums of 256 q + q2 per 16. */
-INLINE void quant32(const float *x, float d, int8_t *q, int8_t *q2, int *sum_lo, int *sum_hi) {
+/* Quantize 32 floats with coarse scale d and res (KQ_RES16, KQ_RES12); sums of 256 q + q2 per 16. */
+INLINE void quant32(const float *x, float d, int res, int8_t *q, int8_t *q2, int *sum_lo, int *sum_hi) {
     float idf = d != 0.0f ? 1.0f / d : 0.0f;
-    __m256 dv = _mm256_set1_ps(d), id = _mm256_set1_ps(idf), id2 = _mm256_set1_ps(idf * 256.0f);
+    __m256 dv = _mm256_set1_ps(d), id = _mm256_set1_ps(idf), id2 = _mm256_set1_ps(idf * (float)res);
+    const int rmax = res == KQ_RES16 ? 127 : 7, sh = res == KQ_RES16 ? 0 : 4;
     __m256i a[4], b[4], v[4];
-    for (int i = 0; i < 4; i++) v[i] = quant8(x + 8 * i, dv, id, id2, &a[i], &b[i]);
+    for (int i = 0; i < 4; i++) v[i] = quant8(x + 8 * i, dv, id, id2, rmax, sh, &a[i], &b[i]);
     *sum_lo = hsum_epi32(_mm256_add_epi32(v[0], v[1]));
     *sum_hi = hsum_epi32(_mm256_add_epi32(v[2], v[3]));
     pack_store(q, a[0], a[1], a[2], a[3]);
@@ -208,11 +213,11 @@ INLINE __m256 abs_max(const float *x, int n) {
 
 #if SIMD_EMITS(TABLE)
 /* quantize_32_avx2, quantize_32_avx512 */
-static void FN(quantize_32)(const float *x, kq8_32 *y, int64_t n) {
+static void FN(quantize_32)(const float *x, kq8_32 *y, int64_t n, int res) {
     for (int64_t b = 0; b < n / 32; b++, x += 32) {
         float d = hmax_ps(abs_max(x, 32)) / 127.0f, unit = d * (1.0f / 256.0f);
         int lo, hi;
-        quant32(x, d, y[b].q, y[b].q2, &lo, &hi);
+        quant32(x, d, res, y[b].q, y[b].q2, &lo, &hi);
         y[b].d = unit;
         y[b].s = unit * (float)(lo + hi);
     }
@@ -224,7 +229,7 @@ static void FN(quantize_256)(const float *x, kq8_256 *y, int64_t n) {
         float d = hmax_ps(abs_max(x, 256)) / 127.0f;
         for (int j = 0; j < 8; j++) {
             int lo, hi;
-            quant32(x + 32 * j, d, y[b].q + 32 * j, y[b].q2 + 32 * j, &lo, &hi);
+            quant32(x + 32 * j, d, KQ_RES16, y[b].q + 32 * j, y[b].q2 + 32 * j, &lo, &hi);
             y[b].bsums[2 * j] = lo;
             y[b].bsums[2 * j + 1] = hi;
         }

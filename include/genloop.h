@@ -206,7 +206,7 @@ typedef struct gl_engine_params {
     const char *kv_cache_dir; /* NULL or "": none; else the prefix cache's blocks also go to this
                                  folder and survive restarts (docs/prefix-cache.md) */
     int kv_cache_dir_mib;     /* size bound of kv_cache_dir: oldest entries are deleted past it */
-    int activation_bits;      /* 16 (default) or 8: see README "Activation precision" */
+    int activation_bits;      /* 12 (default), 16 or 8: docs/activation-precision.md */
     int spec_mode;            /* speculative decoding: GL_SPEC_NGRAM (default), GL_SPEC_OFF or
                                  GL_SPEC_DRAFT (README "Speculative decoding") */
     const char *spec_draft_model; /* GL_SPEC_DRAFT: GGUF of the draft model (the target's vocabulary);
@@ -222,7 +222,7 @@ enum { GL_SPEC_OFF = 0, GL_SPEC_NGRAM = 1, GL_SPEC_DRAFT = 2 };
 #define GL_SPEC_MAX 16        /* bound of spec_max_tokens */
 
 void gl_engine_params_default(gl_engine_params *p);
-/* The one rule for activation_bits (8 or 16), for clients that check a
+/* The one rule for activation_bits (8, 12 or 16), for clients that check a
  * setting before they create an engine. */
 bool gl_activation_bits_valid(int bits);
 /* The matrix kernels this process runs: "amx", "avx512", "avx2" or "scalar"

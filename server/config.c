@@ -59,7 +59,7 @@ static const setting settings[] = {
     INT(reasoning_budget, 0, -1, 1 << 24, "thinking tokens at most, then the engine closes the block; -1 = no bound"),
     INT(threads, 't', 0, 1024, "compute threads; 0 = all cores"),
     INT(activation_bits, 0, INT_MIN, INT_MAX,
-        "matmul activation precision: 16, or 8 (faster prefill and batches, less precise)"),
+        "matmul activation precision: 12 (Q4_0/Q4_1 weights; others 16), 16 (exact), or 8 (faster, less precise)"),
     INT(kv_cache_mib, 0, 1, 1 << 20, "KV cache size in MiB"),
     STR(kv_cache_dir, 0, "keep the prefix cache's KV blocks in this folder too, so a restart finds them "
                          "(docs/prefix-cache.md); empty = memory only"),
@@ -435,13 +435,13 @@ int config_validate(const config *c, char *err, size_t err_len) {
         if (m->kv_type[0] && !gl_kv_type_parse(m->kv_type, &kt))
             return fail(err, err_len, "models: %s: kv_type must be f16, q8_0 or f32%s", m->name, "");
         if (m->activation_bits && !gl_activation_bits_valid(m->activation_bits))
-            return fail(err, err_len, "models: %s: activation_bits must be 8 or 16%s", m->name, "");
+            return fail(err, err_len, "models: %s: activation_bits must be 8, 12 or 16%s", m->name, "");
     }
     if (!c->host[0]) return fail(err, err_len, "empty host%s%s", "", "");
     if (!gl_activation_bits_valid(c->activation_bits)) {
         char got[32];
         snprintf(got, sizeof(got), "%d", c->activation_bits);
-        return fail(err, err_len, "activation_bits: must be 8 or 16, got %s", got, NULL);
+        return fail(err, err_len, "activation_bits: must be 8, 12 or 16, got %s", got, NULL);
     }
     if (!gl_kv_type_parse(c->kv_type, &kt))
         return fail(err, err_len, "kv_type: must be f16, q8_0 or f32, got \"%s\"%s", c->kv_type, "");

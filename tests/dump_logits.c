@@ -53,7 +53,7 @@ int main(int argc, char **argv) {
     gl_run_state *rs = kv ? model_run_state_create(m, n, n, &err) : NULL;
     kern_pool *pool = kern_pool_create(n_threads);
     if (pool && kern_pool_set_act_bits(pool, act_bits)) {
-        fprintf(stderr, "dump_logits: --activation-bits must be 8 or 16\n");
+        fprintf(stderr, "dump_logits: --activation-bits must be 8, 12 or 16\n");
         return 2;
     }
     float *logits = malloc((size_t)n * (size_t)c->n_vocab * sizeof *logits);

@@ -379,10 +379,10 @@ START_TEST(queue_bound) {
 }
 END_TEST
 
-/* activation_bits is 16 or 8; anything else fails engine creation with a
+/* activation_bits is 16, 12 or 8; anything else fails engine creation with a
  * message naming the setting and the value. */
 START_TEST(activation_bits_validated) {
-    static const int bad[] = {12, 0, -1, 7, 32};
+    static const int bad[] = {10, 0, -1, 7, 32};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         gl_engine_params p;
         gl_engine_params_default(&p);
@@ -391,12 +391,12 @@ START_TEST(activation_bits_validated) {
         gl_error err = {{0}};
         ck_assert_ptr_null(gl_engine_create(model, &p, &err));
         char want[64];
-        snprintf(want, sizeof want, "activation_bits must be 8 or 16, got %d", bad[i]);
+        snprintf(want, sizeof want, "activation_bits must be 8, 12 or 16, got %d", bad[i]);
         ck_assert_str_eq(err.message, want);
     }
     gl_engine_params p;
     gl_engine_params_default(&p);
-    ck_assert_int_eq(p.activation_bits, 16);
+    ck_assert_int_eq(p.activation_bits, 12);
     p.n_threads = 1;
     p.activation_bits = 8;
     gl_error err;

@@ -90,7 +90,7 @@ static void act_as_seen(kern_act_kind kind, const float *x, int64_t n, float *se
         /* the 16-bit forms hold the same 32-element blocks, rearranged; the
          * 8-bit ones their coarse parts */
         kq8_32 *q = malloc((size_t)(n / 32) * sizeof *q);
-        kern_quantize_32_ref(x, q, n);
+        kern_quantize_32_ref(x, q, n, KQ_RES16);
         for (int64_t i = 0; i < n; i++) {
             bool coarse = kind == KERN_ACT_Q8_32_COARSE || kind == KERN_ACT_Q8_X8;
             seen[i] = q[i / 32].d * (256 * q[i / 32].q[i % 32] + (coarse ? 0 : q[i / 32].q2[i % 32]));
@@ -137,10 +137,10 @@ static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, con
     for (int t = 0; t < n_tok; t++) {
         const float *xt = x + (size_t)t * (size_t)n_cols;
         if (kind == KERN_ACT_Q8_32) {
-            impl->quantize_32(xt, (kq8_32 *)(act + t * stride), n_cols);
+            impl->quantize_32(xt, (kq8_32 *)(act + t * stride), n_cols, KQ_RES16);
         } else if (kind == KERN_ACT_Q8_32_COARSE) kern_quantize_32_coarse(impl, xt, (kq8_32 *)(act + t * stride), n_cols);
         else if (kind == KERN_ACT_Q8_256_COARSE) kern_quantize_256_coarse(impl, xt, (kq8_256 *)(act + t * stride), n_cols);
-        else if (kind == KERN_ACT_Q16_X16) kern_quantize_x16(impl, xt, (kq16_chunk *)(act + t * stride), n_cols);
+        else if (kind == KERN_ACT_Q16_X16) kern_quantize_x16(impl, xt, (kq16_chunk *)(act + t * stride), n_cols, KQ_RES16);
         else if (kind == KERN_ACT_Q16_K) kern_quantize_k16(impl, xt, (kq16_k *)(act + t * stride), n_cols);
         else if (kind == KERN_ACT_Q8_X8) kern_quantize_x8(impl, xt, act + t * stride, n_cols);
         else if (kind == KERN_ACT_Q8_K) kern_quantize_k8(impl, xt, (kq8_k *)(act + t * stride), n_cols);
@@ -176,14 +176,25 @@ START_TEST(quantizers_match_reference) {
         if (round == 1) memset(x, 0, sizeof x);
         if (round == 2)
             for (int i = 0; i < N; i++) x[i] = (float)(i % 255 - 127) * 0.5f; /* exact .5 ties */
-        kq8_32 r32[N / 32], s32[N / 32];
+        kq8_32 r32[N / 32], s32[N / 32], r12[N / 32], s12[N / 32];
         kq8_256 r256[N / 256], s256[N / 256];
-        kern_quantize_32_ref(x, r32, N);
+        kern_quantize_32_ref(x, r32, N, KQ_RES16);
+        kern_quantize_32_ref(x, r12, N, KQ_RES12);
         kern_quantize_256_ref(x, r256, N);
+        /* 12 bits: the coarse part is 16 bits' own, the residual r in [-7, 7] as 16 r, within a step
+         * and a half of its grid (the clamp at 7 costs up to half a step more) */
+        for (int i = 0; i < N; i++) {
+            const kq8_32 *b = &r12[i / 32];
+            ck_assert_int_eq(b->q[i % 32], r32[i / 32].q[i % 32]);
+            ck_assert_msg(b->q2[i % 32] % 16 == 0 && abs(b->q2[i % 32]) <= 112, "12-bit residual %d", b->q2[i % 32]);
+            ck_assert_float_le(fabsf(x[i] - b->d * (float)(256 * b->q[i % 32] + b->q2[i % 32])), b->d * 16.001f + 1e-30f);
+        }
         for (int k = 0; k < n_impls; k++) {
-            impls[k]->quantize_32(x, s32, N);
+            impls[k]->quantize_32(x, s32, N, KQ_RES16);
+            impls[k]->quantize_32(x, s12, N, KQ_RES12);
             impls[k]->quantize_256(x, s256, N);
             ck_assert_msg(!memcmp(r32, s32, sizeof r32), "%s quantize_32 differs (round %d)", impls[k]->name, round);
+            ck_assert_msg(!memcmp(r12, s12, sizeof r12), "%s quantize_32 at 12 bits differs (round %d)", impls[k]->name, round);
             ck_assert_msg(!memcmp(r256, s256, sizeof r256), "%s quantize_256 differs (round %d)", impls[k]->name, round);
             /* The one-pass packed activation rows give what quantize_32 and
              * the reshuffle give: whole chunks, then a row with a tail chunk. */
@@ -196,11 +207,13 @@ START_TEST(quantizers_match_reference) {
             static uint8_t b1[2 * sizeof(kq8_chunk)], b2[2 * sizeof(kq8_chunk)];
             static kq8_k e1[N / 256], e2[N / 256];
             for (int64_t n = N; n >= N - 128; n -= 128) {
-                memset(c1, 0xa5, sizeof c1), memset(c2, 0x5a, sizeof c2);
-                kern_quantize_x16(impls[k], x, c1, n);
-                kern_quantize_x16(&plain, x, c2, n);
-                ck_assert_msg(!memcmp(c1, c2, (size_t)kq16_chunks(n) * sizeof *c1), "%s quantize_x16 of %d differs (round %d)",
-                              impls[k]->name, (int)n, round);
+                for (int res = KQ_RES12; res <= KQ_RES16; res *= 16) {
+                    memset(c1, 0xa5, sizeof c1), memset(c2, 0x5a, sizeof c2);
+                    kern_quantize_x16(impls[k], x, c1, n, res);
+                    kern_quantize_x16(&plain, x, c2, n, res);
+                    ck_assert_msg(!memcmp(c1, c2, (size_t)kq16_chunks(n) * sizeof *c1),
+                                  "%s quantize_x16 of %d differs (res %d, round %d)", impls[k]->name, (int)n, res, round);
+                }
                 memset(b1, 0xa5, sizeof b1), memset(b2, 0x5a, sizeof b2);
                 kern_quantize_x8(impls[k], x, b1, n);
                 kern_quantize_x8(&plain, x, b2, n);
@@ -247,15 +260,16 @@ START_TEST(amx_form_matches_per_token_rows) {
             }
             for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++)
                 for (size_t ni = 0; ni < sizeof nts / sizeof nts[0]; ni++)
-                    for (int x16 = 0; x16 < 2; x16++) {
+                    for (int bits = 8; bits <= 16; bits += 4) {
                         const int64_t n = cols[ci];
+                        const bool x16 = bits != 8;
                         const size_t bytes = kern_amx_group_bytes(n, x16), stride = (size_t)kq16_chunks(n) * sizeof(kq16_chunk);
                         memset(g1, 0, bytes), memset(g2, 0, bytes);
-                        kern_quantize_amx(impls[k], x, n, nts[ni], g1, rows, stride, x16);
-                        kern_quantize_amx(&plain, x, n, nts[ni], g2, rows, stride, x16);
+                        kern_quantize_amx(impls[k], x, n, nts[ni], g1, rows, stride, bits);
+                        kern_quantize_amx(&plain, x, n, nts[ni], g2, rows, stride, bits);
                         ck_assert_msg(!memcmp(g1, g2, bytes), "%s quantize_amx of %d x %d (%d-bit) differs (round %d)",
-                                      impls[k]->name, nts[ni], (int)n, x16 ? 16 : 8, round);
-                        if (n % 256 || !impls[k]->quantize_qa) continue;
+                                      impls[k]->name, nts[ni], (int)n, bits, round);
+                        if (n % 256 || !impls[k]->quantize_qa || bits == 12) continue;
                         const size_t qa_bytes = (size_t)(n / 256) * (x16 ? sizeof(kqa16_k) : sizeof(kqa8_k));
                         memset(g1, 0, qa_bytes), memset(g2, 0, qa_bytes);
                         kern_quantize_qa(impls[k], x, n, nts[ni], g1, !x16);
@@ -567,7 +581,7 @@ START_TEST(decode_two_row_tiles_are_batch_invariant) {
             const bool k = gl_type_get(types[ti])->block_size == 256;
             for (size_t ci = 0; ci < (k ? 3 : 4); ci++)
                 for (size_t ri = 0; ri < 5; ri++)
-                    for (int bits = 8; bits <= 16; bits += 8)
+                    for (int bits = 8; bits <= 16; bits += 4)
                         check_packed_batch_invariant(types[ti], bits, rows[ri], k ? k_cols[ci] : cols[ci], 3);
         }
         if (stream) kern_note_weights(-(1LL << 40));
@@ -599,7 +613,7 @@ START_TEST(offset_folds_into_integer_dot) {
         float *got = malloc((size_t)n_tok * (size_t)n_rows * sizeof *got);
         for (int t = 0; t < n_tok; t++) {
             kq16_chunk ch;
-            kern_quantize_x16(kern_impl_active(), x + (size_t)t * (size_t)n_cols, &ch, n_cols);
+            kern_quantize_x16(kern_impl_active(), x + (size_t)t * (size_t)n_cols, &ch, n_cols, KQ_RES16);
             for (int64_t r = 0; r < n_rows; r++) {
                 volatile float lane[16];
                 for (int j = 0; j < 16; j++) {
@@ -767,6 +781,7 @@ START_TEST(matmul_k_prompt_is_batch_invariant) {
     static const uint32_t types[] = {GL_TYPE_Q4_K, GL_TYPE_Q5_K, GL_TYPE_Q6_K};
     for (size_t ti = 0; ti < 3; ti++) {
         check_packed_batch_invariant(types[ti], 8, 150, 1280, 37);
+        check_packed_batch_invariant(types[ti], 12, 150, 1280, 37); /* the K-quants' 16-bit tiles */
         check_packed_batch_invariant(types[ti], 16, 150, 5120, 150); /* 16-bit 5120: token blocks of 112 */
     }
 }
@@ -804,7 +819,7 @@ START_TEST(amx_matches_avx512_bit_for_bit) {
             float *a = malloc((size_t)max_tok * (size_t)n_rows * sizeof *a);
             float *v = malloc((size_t)max_tok * (size_t)n_rows * sizeof *v);
             for (size_t k = 0; k < sizeof toks / sizeof toks[0]; k++)
-                for (int bits = 8; bits <= 16; bits += 8) {
+                for (int bits = 8; bits <= 16; bits += 4) {
                     const int n_tok = toks[k];
                     matmul_bits("amx", 2, bits, &w, x, n_tok, a);
                     matmul_bits("avx512", 1, bits, &w, x, n_tok, v);
@@ -814,6 +829,44 @@ START_TEST(amx_matches_avx512_bit_for_bit) {
                 }
             kern_unpack(&w);
             free(data), free(x), free(a), free(v);
+        }
+}
+END_TEST
+
+/* 12-bit activations (Q4_0 and Q4_1 alone) on every backend: outputs within
+ * the 12-bit grid's error of the 16-bit ones (one step is 1/2032 of a
+ * block's largest magnitude, the random dots add a few), not the same bits
+ * (the setting did take effect), and those of other types unchanged. */
+START_TEST(twelve_bits_close_to_sixteen) {
+    static const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q8_0};
+    static const char *const backends[] = {"auto", "avx512", "avx2"};
+    const int64_t n_rows = 67, n_cols = 1024;
+    for (size_t ti = 0; ti < 3; ti++)
+        for (int n_tok = 1; n_tok <= 64; n_tok += 63) {
+            uint8_t *data;
+            gl_tensor w = random_tensor(types[ti], n_rows, n_cols, &data);
+            ck_assert_int_eq(kern_pack(&w), 0);
+            float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
+            fill_acts(x, (int64_t)n_tok * n_cols);
+            x[5] = 0.5f;
+            const size_t n_out = (size_t)n_tok * (size_t)n_rows;
+            float *o16 = malloc(n_out * sizeof *o16), *o12 = malloc(n_out * sizeof *o12);
+            for (int b = 0; b < 3; b++) {
+                bool ok = kern_set_backend(backends[b]) == 0;
+                kern_set_backend("auto");
+                if (!ok) continue;
+                matmul_bits(backends[b], 2, 16, &w, x, n_tok, o16);
+                matmul_bits(backends[b], 2, 12, &w, x, n_tok, o12);
+                float maxref, diff = max_diff(o16, o12, n_out, &maxref);
+                if (types[ti] == GL_TYPE_Q8_0) {
+                    ck_assert_msg(diff == 0.0f, "%s Q8_0 changed at 12 bits", backends[b]);
+                    continue;
+                }
+                ck_assert_msg(diff > 0.0f && diff <= 2e-3f * maxref, "%s %s %d tokens: 12 bits off 16 by %g of %g",
+                              backends[b], gl_type_get(types[ti])->name, n_tok, (double)diff, (double)maxref);
+            }
+            kern_unpack(&w);
+            free(data), free(x), free(o16), free(o12);
         }
 }
 END_TEST
@@ -884,10 +937,10 @@ START_TEST(matmul_n_matches_single_matmuls) {
     fill_acts(x, n_tok * n_cols);
     kern_pool *p = kern_pool_create(2);
     ck_assert_int_eq(kern_pool_reserve(p, (size_t)n_cols), 0);
-    for (size_t k = 0; k < 2 * sizeof types / sizeof types[0]; k++) {
-        /* each case at 16-bit activations, then at 8 */
+    for (size_t k = 0; k < 3 * sizeof types / sizeof types[0]; k++) {
+        /* each case at 16-bit activations, then at 8, then at 12 (Q4_0 and Q4_1 apart from the others) */
         const size_t n_cases = sizeof types / sizeof types[0];
-        ck_assert_int_eq(kern_pool_set_act_bits(p, k < n_cases ? 16 : 8), 0);
+        ck_assert_int_eq(kern_pool_set_act_bits(p, k < n_cases ? 16 : k < 2 * n_cases ? 8 : 12), 0);
         const uint32_t *type = types[k % n_cases];
         gl_tensor w[3];
         uint8_t *data[3];
@@ -1244,6 +1297,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, amx_k_rows_match_vnni);
     tcase_add_test(tc, matmul_k_prompt_is_batch_invariant);
     tcase_add_test(tc, amx_matches_avx512_bit_for_bit);
+    tcase_add_test(tc, twelve_bits_close_to_sixteen);
     tcase_add_test(tc, pack_into_shared_buffer_and_decode_tiles);
     tcase_add_test(tc, swiglu_matches_reference);
     tcase_add_test(tc, geglu_matches_reference);

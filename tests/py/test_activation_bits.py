@@ -1,8 +1,8 @@
-"""activation_bits (`--activation-bits`, the config key): values other than 8
-and 16 are refused with a clear message by serve, generate and bench; a
+"""activation_bits (`--activation-bits`, the config key): values other than 8,
+12 and 16 are refused with a clear message by serve, generate and bench; a
 server with 8-bit activations serves completions; and greedy output is
-batch-invariant in either mode on a random Q4_0 model (whose packed matmuls
-are the ones 8-bit activations change): each request's tokens and logprobs
+batch-invariant in every mode on a random Q4_0 model (whose packed matmuls
+are the ones 8 and 12 bits change): each request's tokens and logprobs
 are the same alone as in a batch, with prefill in chunks beside decodes."""
 import json
 import subprocess
@@ -34,11 +34,11 @@ def run(*args, timeout=120):
 
 # ---- validation ---------------------------------------------------------------------------
 
-@pytest.mark.parametrize("value", ["7", "12", "0", "-8"])
+@pytest.mark.parametrize("value", ["7", "10", "0", "-8"])
 def test_serve_flag_rejected(q4_0_model, value):
     r = run("serve", "-m", q4_0_model, "--port", "0", "--activation-bits", value)
     assert r.returncode == 1
-    assert f"activation_bits: must be 8 or 16, got {value}" in r.stderr, r.stderr
+    assert f"activation_bits: must be 8, 12 or 16, got {value}" in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
@@ -46,7 +46,7 @@ def test_serve_config_key_rejected_and_accepted(q4_0_model, tmp_path):
     cfg = tmp_path / "c.json"
     cfg.write_text(json.dumps({"activation_bits": 7}))
     r = run("serve", "-m", q4_0_model, "--port", "0", "--config", cfg)
-    assert r.returncode == 1 and "activation_bits: must be 8 or 16, got 7" in r.stderr, r.stderr
+    assert r.returncode == 1 and "activation_bits: must be 8, 12 or 16, got 7" in r.stderr, r.stderr
     cfg.write_text(json.dumps({"activation_bits": "8"}))
     r = run("serve", "-m", q4_0_model, "--config", cfg)
     assert r.returncode == 1 and "\"activation_bits\" must be an integer" in r.stderr, r.stderr
@@ -56,17 +56,17 @@ def test_serve_config_key_rejected_and_accepted(q4_0_model, tmp_path):
     r = run("serve", "--config", cfg, "--activation-bits", "16", "--print-config")
     assert r.returncode == 0 and json.loads(r.stdout)["activation_bits"] == 16  # the flag wins
     r = run("serve", "--print-config")
-    assert json.loads(r.stdout)["activation_bits"] == 16
+    assert json.loads(r.stdout)["activation_bits"] == 12
     r = run("serve", "--help")
-    assert "--activation-bits N" in r.stdout and "(default 16)" in r.stdout
+    assert "--activation-bits N" in r.stdout and "(default 12)" in r.stdout
 
 
 @pytest.mark.parametrize("cmd", [["generate", "-p", "hi", "-n", "2"], ["bench", "-p", "8", "-n", "2"]])
 def test_cli_flag_rejected(q4_0_model, cmd):
-    r = run(cmd[0], "-m", q4_0_model, *cmd[1:], "--activation-bits", "12")
+    r = run(cmd[0], "-m", q4_0_model, *cmd[1:], "--activation-bits", "10")
     assert r.returncode == 2
-    assert r.stderr.strip() == ("genloop: invalid value '12' for --activation-bits: "
-                                "activation_bits must be 8 or 16"), r.stderr
+    assert r.stderr.strip() == ("genloop: invalid value '10' for --activation-bits: "
+                                "activation_bits must be 8, 12 or 16"), r.stderr
     assert "--activation-bits" in run(cmd[0], "--help").stdout
 
 
@@ -79,7 +79,7 @@ def test_cli_generate_and_bench_with_8_bits(q4_0_model):
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["activation_bits"] == 8
     r = run("bench", "-m", q4_0_model, "-p", 16, "-n", 4, "-b", "1", "-r", 1, "-t", 2)
-    assert r.returncode == 0 and "activations         16-bit" in r.stdout, r.stdout
+    assert r.returncode == 0 and "activations         12-bit" in r.stdout, r.stdout
 
 
 # ---- serving and batch invariance ---------------------------------------------------------
@@ -107,7 +107,7 @@ def test_server_with_8_bits_serves_a_completion(q4_0_model):
         assert r["usage"]["completion_tokens"] == 8 and r["choices"][0]["finish_reason"] == "length"
 
 
-@pytest.mark.parametrize("bits", ["16", "8"])
+@pytest.mark.parametrize("bits", ["16", "12", "8"])
 def test_batch_invariance(q4_0_model, bits):
     """Each prompt alone, then all eight at once with prefill in 16-token
     chunks beside the others' decodes: identical tokens and logprobs."""
@@ -145,7 +145,7 @@ def test_batch_invariance(q4_0_model, bits):
 LONG_PROMPTS = [[1] + [(7 * i + 13 * k) % 298 + 1 for i in range(n)] for k, n in enumerate((40, 70, 33, 100))]
 
 
-@pytest.mark.parametrize("bits", ["16", "8"])
+@pytest.mark.parametrize("bits", ["16", "12", "8"])
 def test_amx_prefill_matches_vnni(q4_0_model, bits, monkeypatch):
     """Each long prompt prefilled in one call (on AMX where the host has it)
     gives the tokens and logprobs of the same prompt prefilled in 16-token
