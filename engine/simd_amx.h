@@ -150,7 +150,7 @@ INLINE void amx_unpack_16(const int type, const bool fused, const uint8_t *data,
 }
 
 /* Rows rt..rt+nr-1 (nr <= 16; rows past them zero) into A tiles, block b's at
- * a + 512 b, and their scales and offsets [b][16]. */
+ * a + 512 b (fused: [16 w | w] rows at a + 1024 b), and their scales and offsets [b][16]. */
 INLINE void amx_unpack_rows(const int type, const bool fused, const uint8_t *data, size_t row_bytes, long rt, int nr,
                             int64_t nb, int8_t *a, float *dw, float *mw) {
     const int bb = block32_bytes(type);

@@ -108,25 +108,26 @@ def test_table_against_stub_llama_bench(stub_bin, tmp_path):
     # the host beside the table: CPU, L3, bandwidth, AMX state (the stub is no AMX build)
     assert lines[1].startswith("host: ") and " L3 " in lines[1] and "GB/s (genloop bench probe" in lines[1], lines[1]
     assert "AMX-INT8: " in lines[1] and "genloop kernels " in lines[1] and "llama.cpp AMX not compiled in" in lines[1]
-    assert lines[2] == ("| model | llama.cpp pp32 | genloop pp32 16/8-bit | ratio | "
-                        "llama.cpp tg8 | genloop tg8 16/8-bit | ratio |")
+    assert lines[2] == ("| model | llama.cpp pp32 | genloop pp32 12/16/8-bit | ratio | "
+                        "llama.cpp tg8 | genloop tg8 12/16/8-bit | ratio |")
     cells = [c.strip() for c in lines[4].strip("|").split("|")]
     assert cells[0] == "tiny" and cells[1] == "812.5" and cells[4] == "101.2"
     res = json.loads(out_json.read_text())["results"][0]
     for k, col in (("pp", 2), ("tg", 5)):
-        ours = [res["median"][f"genloop{b}"][k] for b in (16, 8)]
+        ours = [res["median"][f"genloop{b}"][k] for b in (12, 16, 8)]
         ref = res["median"]["llama.cpp"][k]
         assert all(v > 0 for v in ours) and len(res["samples"]["genloop16"][k]) == 2
         assert cells[col] == " / ".join(f"{v:.1f}" for v in ours)
         assert cells[col + 1] == " / ".join(f"{v / ref:.2f}x" for v in ours)
     assert lines[5].startswith("tiny: genloop pp32 at ") and lines[5].endswith(
-        "of the host's int8 ceiling (16/8-bit; genloop bench)"), lines[5]
+        "of the host's int8 ceiling (12/16/8-bit; genloop bench)"), lines[5]
     fractions = [float(x) for x in lines[5].split(" at ")[1].split(" of ")[0].split(" / ")]
-    assert len(fractions) == 2 and all(f > 0 for f in fractions)
+    assert len(fractions) == 3 and all(f > 0 for f in fractions)
     assert json.loads(out_json.read_text())["host"] == lines[1]
     # rounds alternate: round 1 starts with llama.cpp, round 2 ends with it
     order = [line.split(": ")[0].split()[-1] for line in r.stderr.splitlines() if " round " in line]
-    assert order == ["llama.cpp", "genloop16", "genloop8", "genloop8", "genloop16", "llama.cpp"], order
+    assert order == ["llama.cpp", "genloop12", "genloop16", "genloop8", "genloop8", "genloop16", "genloop12",
+                     "llama.cpp"], order
 
 
 def test_llama_build_amx_detection(mod, tmp_path):

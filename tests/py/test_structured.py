@@ -318,7 +318,10 @@ def test_stop_string_does_not_cut_structure(server):
 
 def test_json_object_and_extensions(server):
     status, _, r = post_json(server.url + "/v1/chat/completions", {
-        "messages": [{"role": "user", "content": "Give a JSON object with the name and color of a cat."}], "max_tokens": 200,
+        # a prompt that names the keys: the open one ("the name and color of a cat") hangs on a near-tie
+        # ("Felix" / "Felicia") whose other side loops on keys until max_tokens
+        "messages": [{"role": "user", "content": "Give a JSON object with two keys, name and color, for a cat."}],
+        "max_tokens": 200,
         "temperature": 0, "response_format": {"type": "json_object"}})
     assert status == 200, r
     assert r["choices"][0]["finish_reason"] == "stop", r
