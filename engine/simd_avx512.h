@@ -1485,8 +1485,8 @@ INLINE int quant_block_codes(const float *x, float d, const int bits, int32_t qc
 }
 
 /* quantize_amx_avx512: tokens 0..nt-1 (x rows x_stride floats apart) into
- * blocks 0..na-1 of one group: kamx16_blk (x16) or kamx8_blk; tokens
- * nt..15 zero. */
+ * blocks 0..na-1 of one group: kamx16_blk (bits 16 or 12) or kamx8_blk;
+ * tokens nt..15 zero. */
 static void FN(quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na, uint8_t *group, int bits) {
     const bool x16 = bits != 8;
     _Alignas(64) int32_t qt[16][8], q2t[16][8];

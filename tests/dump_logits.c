@@ -1,7 +1,7 @@
 /* dump_logits -- logits of every position of a token list, for comparison
  * with the independent numpy reference (tests/py/reference.py).
  *
- *   dump_logits [--decode] [--threads N] [--kv-f16] [--activation-bits 16|8] MODEL OUT.f32 id1 id2 ...
+ *   dump_logits [--decode] [--threads N] [--kv-f16] [--activation-bits 16|12|8] MODEL OUT.f32 id1 id2 ...
  *
  * Default: the whole list in one batched forward pass (prefill). --decode:
  * one token per forward pass, so every position reads earlier K/V from the
@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
         }
     }
     if (argc - a < 3) {
-        fprintf(stderr, "usage: dump_logits [--decode] [--threads N] [--kv-f16] [--activation-bits 16|8] MODEL OUT.f32 id...\n");
+        fprintf(stderr, "usage: dump_logits [--decode] [--threads N] [--kv-f16] [--activation-bits 16|12|8] MODEL OUT.f32 id...\n");
         return 2;
     }
     gl_error err;
