@@ -582,14 +582,14 @@ static bool verify_drafts(gl_engine *e, gl_seq *r, const sched_entry *en, gl_eve
         if (why != GL_FINISH_NONE || !match) break;
     }
     spec_learn(e->spec, &r->spec, k, accepted, r->tokens, r->n_tokens, &e->stats);
+    /* accepted drafts' K/V stay, and the blocks they fill are cached, a finishing sequence's too */
+    r->num_computed_tokens += accepted;
+    kv_publish_full_blocks(e->kvm, &r->kv, r->num_computed_tokens);
     if (why != GL_FINISH_NONE) {
         finish(e, r, why, error, fn, ctx);
         return false;
     }
-    /* accepted drafts' K/V stay; the rejected positions' blocks go back */
-    r->num_computed_tokens += accepted;
-    kv_publish_full_blocks(e->kvm, &r->kv, r->num_computed_tokens);
-    kv_trim_slots(e->kvm, &r->kv, r->n_tokens);
+    kv_trim_slots(e->kvm, &r->kv, r->n_tokens); /* the rejected positions' blocks go back */
     return true;
 }
 

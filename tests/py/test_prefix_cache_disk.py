@@ -173,7 +173,10 @@ def test_bad_files_skipped_with_a_log_line(tmp_path):
         assert m["genloop_kv_disk_skipped_files_total"] == 1, why
         lines = [line for line in s.log.splitlines() if "kv-cache-dir: skipping" in line]
         assert len(lines) == 1 and chain[k] in lines[0] and why in lines[0], (why, lines)
-        assert chain_order(folder) == chain, why  # the bad entry was written anew
+        # the bad entry was written anew; past the prompt's blocks a chain may end a block sooner
+        # or later (whether the last generated token's K/V exists depends on what was drafted)
+        n = r["usage"]["prompt_tokens"] // 16
+        assert chain_order(folder)[:n] == chain[:n], why
 
 
 def test_size_bound_from_config_file(tmp_path):
