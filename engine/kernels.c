@@ -376,12 +376,12 @@ static float quantize_block_ref(const float *x, int n, int8_t *q, int8_t *q2, in
     float amax = 0;
     for (int i = 0; i < n; i++) amax = fabsf(x[i]) > amax ? fabsf(x[i]) : amax;
     float d = amax / 127.0f, id = d != 0.0f ? 1.0f / d : 0.0f, id2 = id * (float)res;
-    const float rmax = res == KQ_RES16 ? 127.0f : 7.0f;
+    const float rmax = (float)kq_res_max(res);
     for (int i = 0; i < n; i++) {
         float qf = nearbyintf(x[i] * id);
         float r2 = nearbyintf(fmaf(-qf, d, x[i]) * id2);
         q[i] = (int8_t)qf;
-        q2[i] = (int8_t)((r2 > rmax ? rmax : r2 < -rmax ? -rmax : r2) * (float)(KQ_RES16 / res));
+        q2[i] = (int8_t)((int)(r2 > rmax ? rmax : r2 < -rmax ? -rmax : r2) * (1 << kq_res_shift(res)));
     }
     return d * (1.0f / 256.0f);
 }
@@ -822,18 +822,26 @@ static size_t act_row_bytes(kern_act_kind kind, int64_t n_cols) {
     return (size_t)n_cols * sizeof(float);
 }
 
+/* The precision of a block-32 AMX form: 8, 12 or 16; 0 for any other kind. */
+static int amx_bits(kern_act_kind kind) {
+    return kind == KERN_ACT_AMX_X8 ? 8 : kind == KERN_ACT_AMX_X12 ? 12 : kind == KERN_ACT_AMX_X16 ? 16 : 0;
+}
+
+/* The residual's steps (simd.h) of the kinds quantize_32 and kern_quantize_x16 write. */
+static int act_res(kern_act_kind kind) {
+    return kind == KERN_ACT_Q12_32 || kind == KERN_ACT_Q12_X16 || kind == KERN_ACT_AMX_X12 ? KQ_RES12 : KQ_RES16;
+}
+
 /* The AMX form (simd.h) of n_tokens activation rows, in groups of 16. */
 static size_t amx_region_bytes(kern_act_kind kind, int64_t n_cols, int n_tokens) {
-    if (kind != KERN_ACT_AMX_X8 && kind != KERN_ACT_AMX_X16 && kind != KERN_ACT_AMX_X12) return 0;
-    return (size_t)((n_tokens + 15) / 16) * kern_amx_group_bytes(n_cols, kind != KERN_ACT_AMX_X8);
+    if (!amx_bits(kind)) return 0;
+    return (size_t)((n_tokens + 15) / 16) * kern_amx_group_bytes(n_cols, amx_bits(kind) != 8);
 }
 
 static bool is_qa_kind(kern_act_kind kind) { return kind == KERN_ACT_QA_K16 || kind == KERN_ACT_QA_K8; }
 
 /* Forms that keep tokens in groups of 16 (AMX's B tiles), block-32 or K-quant. */
-static bool is_amx_kind(kern_act_kind kind) {
-    return kind == KERN_ACT_AMX_X8 || kind == KERN_ACT_AMX_X16 || kind == KERN_ACT_AMX_X12 || is_qa_kind(kind);
-}
+static bool is_amx_kind(kern_act_kind kind) { return amx_bits(kind) || is_qa_kind(kind); }
 
 /* The whole buffer of a call: the per-token rows, then any AMX form; the
  * K-quants' AMX form alone, in whole groups of tokens. */
@@ -915,7 +923,7 @@ void kern_quantize_amx(const kern_impl *impl, const float *x, int64_t n, int nt,
     if (!impl->quantize_amx) {
         for (int t = 0; t < nt; t++) {
             uint8_t *row = rows + (size_t)t * row_stride;
-            if (bits != 8) kern_quantize_x16(impl, x + (size_t)t * (size_t)n, (kq16_chunk *)row, n, bits == 12 ? KQ_RES12 : KQ_RES16);
+            if (bits != 8) kern_quantize_x16(impl, x + (size_t)t * (size_t)n, (kq16_chunk *)row, n, kq_res_of_bits(bits));
             else kern_quantize_x8(impl, x + (size_t)t * (size_t)n, row, n);
             amx_fill_token(bits, row, n, group, t);
         }
@@ -993,17 +1001,15 @@ static void quantize_rows(matmul_job *job) {
      * speed of one). */
     const int step = is_amx_kind(job->act_kind) ? 16 : 1;
     /* The AMX tiles read their form alone: each group straight from the floats. */
-    if ((job->act_kind == KERN_ACT_AMX_X8 || job->act_kind == KERN_ACT_AMX_X16 || job->act_kind == KERN_ACT_AMX_X12) &&
-        job->parts[0].amx) {
+    const int bits = amx_bits(job->act_kind);
+    if (bits && job->parts[0].amx) {
         uint8_t *region = (uint8_t *)kern_amx_region(job->act, job->n_tokens, job->act_stride);
-        const bool x16 = job->act_kind != KERN_ACT_AMX_X8;
-        const int bits = job->act_kind == KERN_ACT_AMX_X8 ? 8 : job->act_kind == KERN_ACT_AMX_X12 ? 12 : 16;
         for (;;) {
             int t = atomic_fetch_add_explicit(&job->next_tok, 16, memory_order_relaxed);
             if (t >= job->n_tokens) return;
             int nt = job->n_tokens - t < 16 ? job->n_tokens - t : 16;
             kern_quantize_amx(job->impl, job->x + (size_t)t * (size_t)n, n, nt,
-                              region + (size_t)(t / 16) * kern_amx_group_bytes(n, x16),
+                              region + (size_t)(t / 16) * kern_amx_group_bytes(n, bits != 8),
                               (uint8_t *)job->act + (size_t)t * job->act_stride, job->act_stride, bits);
         }
     }
@@ -1025,9 +1031,9 @@ static void quantize_rows(matmul_job *job) {
         const float *x = job->x + (size_t)t * (size_t)n;
         uint8_t *dst = (uint8_t *)job->act + (size_t)t * job->act_stride;
         if (job->act_kind == KERN_ACT_Q8_32 || job->act_kind == KERN_ACT_Q12_32) {
-            job->impl->quantize_32(x, (kq8_32 *)dst, n, job->act_kind == KERN_ACT_Q12_32 ? KQ_RES12 : KQ_RES16);
+            job->impl->quantize_32(x, (kq8_32 *)dst, n, act_res(job->act_kind));
         } else if (job->act_kind == KERN_ACT_Q16_X16 || job->act_kind == KERN_ACT_Q12_X16) {
-            kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n, job->act_kind == KERN_ACT_Q12_X16 ? KQ_RES12 : KQ_RES16);
+            kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n, act_res(job->act_kind));
         } else if (job->act_kind == KERN_ACT_Q16_K) {
             kern_quantize_k16(job->impl, x, (kq16_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_X8) {
@@ -1035,7 +1041,7 @@ static void quantize_rows(matmul_job *job) {
         } else if (job->act_kind == KERN_ACT_AMX_X8) { /* no AMX scratch: VNNI reads the rows alone */
             kern_quantize_x8(job->impl, x, dst, n);
         } else if (job->act_kind == KERN_ACT_AMX_X16 || job->act_kind == KERN_ACT_AMX_X12) {
-            kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n, job->act_kind == KERN_ACT_AMX_X12 ? KQ_RES12 : KQ_RES16);
+            kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n, act_res(job->act_kind));
         } else if (job->act_kind == KERN_ACT_Q8_K) {
             kern_quantize_k8(job->impl, x, (kq8_k *)dst, n);
         } else if (job->act_kind == KERN_ACT_Q8_32_COARSE) {
@@ -1076,7 +1082,7 @@ static void matmul_scalar_rows(matmul_job *job, const matmul_part *part, int ith
 static const uint8_t *amx_token_view(const matmul_job *job, int t0, int nt) {
     if (is_qa_kind(job->act_kind)) return job->act + (size_t)t0 * job->act_stride;
     const uint8_t *group = kern_amx_region(job->act, job->n_tokens, job->act_stride) +
-                           (size_t)(t0 / 16) * kern_amx_group_bytes(job->n_cols, job->act_kind != KERN_ACT_AMX_X8);
+                           (size_t)(t0 / 16) * kern_amx_group_bytes(job->n_cols, amx_bits(job->act_kind) != 8);
     return group - (kern_amx_region(job->act, nt, job->act_stride) - job->act);
 }
 
@@ -1181,8 +1187,7 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
     /* Prompts on AMX: the same bits as the packed VNNI rows below, faster. */
     /* 12 bits for Q4_0 and Q4_1 alone (simd.h); 16 for the others */
     const bool k_quant = kern_packed_act_kind(w->type) == KERN_ACT_Q16_K;
-    const bool twelve = act_bits == 12 && (w->type == GL_TYPE_Q4_0 || w->type == GL_TYPE_Q4_1);
-    if (act_bits == 12 && !twelve) act_bits = 16;
+    if (act_bits == 12 && w->type != GL_TYPE_Q4_0 && w->type != GL_TYPE_Q4_1) act_bits = 16;
     const int amx_min = w->type == GL_TYPE_Q4_K ? KERN_AMX_Q4_K_MIN_TOKENS
                         : kern_amx_unpacks_16(w->type) ? (act_bits == 8 ? KERN_AMX_UNPACK16_X8_MIN_TOKENS
                                                                        : KERN_AMX_UNPACK16_MIN_TOKENS)
@@ -1208,14 +1213,14 @@ static kern_act_kind plan_part(const kern_impl *impl, const gl_tensor *w, int ac
     if (part->rows && w->packed && impl->packed_rows[w->type]) {
         part->rows = impl->packed_rows[w->type];
         part->weights = w->packed;
-        return twelve ? KERN_ACT_Q12_X16 : kern_packed_act_kind(w->type);
+        return act_bits == 12 ? KERN_ACT_Q12_X16 : kern_packed_act_kind(w->type);
     }
     kern_rows_fn x8 = part->rows && act_bits == 8 ? rows_x8_of(impl, w->type) : NULL;
     if (x8) {
         part->rows = x8;
         return kern_act_kind_of(w->type) == KERN_ACT_Q8_32 ? KERN_ACT_Q8_32_COARSE : KERN_ACT_Q8_256_COARSE;
     }
-    return twelve && part->rows ? KERN_ACT_Q12_32 : kern_act_kind_of(w->type);
+    return act_bits == 12 && part->rows ? KERN_ACT_Q12_32 : kern_act_kind_of(w->type);
 }
 
 /* The tiles read whole groups of 16 tokens: the last group's slots past
@@ -1244,7 +1249,7 @@ static void zero_group_padding(const matmul_job *job) {
 #define AMX_BLOCK_MIN_TOKENS 64
 static int amx_token_block(const matmul_job *job) {
     size_t group = is_qa_kind(job->act_kind) ? (size_t)KQA_GROUP * job->act_stride
-                                             : kern_amx_group_bytes(job->n_cols, job->act_kind != KERN_ACT_AMX_X8);
+                                             : kern_amx_group_bytes(job->n_cols, amx_bits(job->act_kind) != 8);
     int tb = 16 * (int)(AMX_BLOCK_BYTES / group);
     if (tb < AMX_BLOCK_MIN_TOKENS) tb = AMX_BLOCK_MIN_TOKENS;
     return tb < job->n_tokens ? tb : job->n_tokens;

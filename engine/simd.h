@@ -44,6 +44,11 @@ extern _Atomic bool kern_weights_stream;
 /* Residual steps per coarse step: 16-bit activations, 12-bit ones. */
 #define KQ_RES16 256
 #define KQ_RES12 16
+/* res of an activation precision (8 takes the coarse part alone: either) */
+static inline int kq_res_of_bits(int bits) { return bits == 12 ? KQ_RES12 : KQ_RES16; }
+/* The residual code's bound, and its shift into q2 (q2 = r << shift). */
+static inline int kq_res_max(int res) { return res == KQ_RES16 ? 127 : 7; }
+static inline int kq_res_shift(int res) { return res == KQ_RES16 ? 0 : 4; }
 
 typedef struct kq8_32 {
     float d;                  /* unit: x ~ d * (256 * q + q2) */

@@ -1354,7 +1354,7 @@ DEFINE_PACKED_K_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_
 INLINE void quant_with(const float *x, float d, int res, __m512i q[2], __m512i *q2) {
     float idf = d != 0.0f ? 1.0f / d : 0.0f;
     __m512 dv = _mm512_set1_ps(d), id = _mm512_set1_ps(idf), id2 = _mm512_set1_ps(idf * (float)res);
-    const int rmax = res == KQ_RES16 ? 127 : 7;
+    const int rmax = kq_res_max(res);
     for (int h = 0; h < 2; h++) {
         __m512 xv = _mm512_loadu_ps(x + 16 * h);
         q[h] = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(xv, id), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -1362,7 +1362,7 @@ INLINE void quant_with(const float *x, float d, int res, __m512i q[2], __m512i *
         __m512 r = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(q[h]), dv, xv);
         q2[h] = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(r, id2), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
         q2[h] = _mm512_max_epi32(_mm512_min_epi32(q2[h], _mm512_set1_epi32(rmax)), _mm512_set1_epi32(-rmax));
-        if (res != KQ_RES16) q2[h] = _mm512_slli_epi32(q2[h], 4);
+        q2[h] = _mm512_slli_epi32(q2[h], kq_res_shift(res));
     }
 }
 
@@ -1471,7 +1471,7 @@ INLINE void transpose_16x8(const int32_t *m, __m512i out[8]) {
  * and quant_coarse's halves add up. */
 INLINE int quant_block_codes(const float *x, float d, const int bits, int32_t qc[8], int32_t rc[8]) {
     __m512i q[2], q2[2];
-    quant_with(x, d, bits == 12 ? KQ_RES12 : KQ_RES16, q, bits != 8 ? q2 : NULL);
+    quant_with(x, d, kq_res_of_bits(bits), q, bits != 8 ? q2 : NULL);
     _mm256_store_si256((__m256i *)qc, codes_epi8(q));
     if (bits == 8) return _mm512_reduce_add_epi32(_mm512_add_epi32(q[0], q[1]));
     if (bits == 12) {

@@ -175,7 +175,7 @@ INLINE __m256i round_to_i32(__m256 x, __m256 id) {
 }
 
 /* 8 floats -> coarse and residual quants (as int32) and their 16-bit sum;
- * id2 = id * res, rmax the residual code's bound (127 or 7), sh its shift into q2 (0 or 4). */
+ * id2 = id * res, rmax and sh kq_res_max and kq_res_shift of res (simd.h). */
 INLINE __m256i quant8(const float *x, __m256 d, __m256 id, __m256 id2, int rmax, int sh, __m256i *q, __m256i *q2) {
     __m256 xv = _mm256_loadu_ps(x);
     *q = round_to_i32(xv, id);
@@ -195,7 +195,7 @@ INLINE void pack_store(int8_t *dst, __m256i i0, __m256i i1, __m256i i2, __m256i 
 INLINE void quant32(const float *x, float d, int res, int8_t *q, int8_t *q2, int *sum_lo, int *sum_hi) {
     float idf = d != 0.0f ? 1.0f / d : 0.0f;
     __m256 dv = _mm256_set1_ps(d), id = _mm256_set1_ps(idf), id2 = _mm256_set1_ps(idf * (float)res);
-    const int rmax = res == KQ_RES16 ? 127 : 7, sh = res == KQ_RES16 ? 0 : 4;
+    const int rmax = kq_res_max(res), sh = kq_res_shift(res);
     __m256i a[4], b[4], v[4];
     for (int i = 0; i < 4; i++) v[i] = quant8(x + 8 * i, dv, id, id2, rmax, sh, &a[i], &b[i]);
     *sum_lo = hsum_epi32(_mm256_add_epi32(v[0], v[1]));
