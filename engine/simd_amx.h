@@ -241,33 +241,42 @@ INLINE void amx_group(const int type, const int bits, const int8_t *a, const flo
     __m512 acc[16];
 #pragma GCC unroll 16
     for (int r = 0; r < 16; r++) acc[r] = _mm512_setzero_ps();
-    if (!x16 || fused) { /* one C tile an item: four of them, items issued three ahead, A and B tiles by turns */
-#define AMX_ISSUE8(CQ, TA, TB, k)                                                                                \
+    if (!x16 || fused) {
+        /* one C tile an item, four of them: items issued three ahead, A and B tiles by turns, a C tile
+         * stored two dots after its own (a store right behind its dot waits out the dot's latency, and
+         * the tile work after it with it: bench_matmul q4_0 at 12 bits, 3-10% faster so) */
+#define AMX_DOT8(CQ, TA, TB, k)                                                                                  \
     do {                                                                                                        \
         _tile_loadd(TA, a + a_blk * (size_t)items[k], a_stride);                                                \
         _tile_loadd(TB, grp + (size_t)items[k] * rec, 64);                                                      \
         _tile_zero(CQ);                                                                                         \
         if (sgn) _tile_dpbssd(CQ, TA, TB);                                                                      \
         else _tile_dpbusd(CQ, TA, TB);                                                                          \
-        _tile_stored(CQ, c + 256 * ((k) % 4), 64);                                                              \
     } while (0)
-        AMX_ISSUE8(0, 4, 6, 0);
-        if (n_items > 1) AMX_ISSUE8(1, 5, 7, 1);
-        if (n_items > 2) AMX_ISSUE8(2, 4, 6, 2);
+        AMX_DOT8(0, 4, 6, 0);
+        if (n_items > 1) AMX_DOT8(1, 5, 7, 1);
+        if (n_items > 2) AMX_DOT8(2, 4, 6, 2);
+        _tile_stored(0, c, 64);
         for (int k = 0; k < n_items; k += 4) {
 #pragma GCC unroll 4
             for (int i = 0; i < 4; i++) {
                 const int kk = k + i;
                 if (kk >= n_items) break;
+                if (kk + 3 < n_items) {
+                    if (i == 0) AMX_DOT8(3, 5, 7, kk + 3);
+                    else if (i == 1) AMX_DOT8(0, 4, 6, kk + 3);
+                    else if (i == 2) AMX_DOT8(1, 5, 7, kk + 3);
+                    else AMX_DOT8(2, 4, 6, kk + 3);
+                }
+                if (kk + 1 < n_items) {
+                    if (i == 0) _tile_stored(1, c + 256, 64);
+                    else if (i == 1) _tile_stored(2, c + 512, 64);
+                    else if (i == 2) _tile_stored(3, c + 768, 64);
+                    else _tile_stored(0, c, 64);
+                }
                 const int b = items[kk];
                 amx_prefetch(grp, next, rec, items, n_items, kk);
                 amx_block_floats(type, bits, dwv, mwv, grp + (size_t)b * rec, b, c + 256 * i, acc);
-                if (kk + 3 < n_items) {
-                    if (i == 0) AMX_ISSUE8(3, 5, 7, kk + 3);
-                    else if (i == 1) AMX_ISSUE8(0, 4, 6, kk + 3);
-                    else if (i == 2) AMX_ISSUE8(1, 5, 7, kk + 3);
-                    else AMX_ISSUE8(2, 4, 6, kk + 3);
-                }
                 if (kk + 1 == n_items || items[kk + 1] % 16 != b % 16) {
 #pragma GCC unroll 16
                     for (int r = 0; r < 16; r++) {
@@ -277,7 +286,7 @@ INLINE void amx_group(const int type, const int bits, const int8_t *a, const flo
                 }
             }
         }
-#undef AMX_ISSUE8
+#undef AMX_DOT8
         return;
     }
     /* item k's dots in slot k % 2 (C tiles 2 s, 2 s + 1, A tile 4 + s; B tiles 6 and 7 for the

@@ -802,7 +802,7 @@ START_TEST(amx_matches_avx512_bit_for_bit) {
         return;
     }
     static const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q5_0, GL_TYPE_Q5_1, GL_TYPE_Q8_0};
-    static const int64_t cols[] = {576, 640, 896, 768, 2048, 4864, 5632, 1056, 608};
+    static const int64_t cols[] = {576, 640, 896, 768, 2048, 4864, 5632, 1056, 608, 64, 288};
     /* 300 tokens of 4864 and 5632 columns go in token blocks (kernels.c amx_token_block) */
     static const int toks[] = {1, 2, 3, 4, 5, 7, 8, 9, 12, 13, 14, 15, 16, 17, 18, 20, 23, 24, 25, 31, 32, 33, 35, 40, 64, 100, 300};
     const int max_tok = 300;
