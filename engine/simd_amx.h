@@ -244,7 +244,7 @@ INLINE void amx_group(const int type, const int bits, const int8_t *a, const flo
     if (!x16 || fused) {
         /* one C tile an item, four of them: items issued three ahead, A and B tiles by turns, a C tile
          * stored two dots after its own (a store right behind its dot waits out the dot's latency, and
-         * the tile work after it with it: bench_matmul q4_0 at 12 bits, 3-10% faster so) */
+         * the tile work after it with it) */
 #define AMX_DOT8(CQ, TA, TB, k)                                                                                  \
     do {                                                                                                        \
         _tile_loadd(TA, a + a_blk * (size_t)items[k], a_stride);                                                \
