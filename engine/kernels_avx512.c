@@ -17,6 +17,7 @@
 
 const kern_impl *kern_impl_avx512(void) {
     if (kern_cpu_has_avx2_base() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512dq") &&
         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni"))
         return &impl_avx512;
     return NULL;

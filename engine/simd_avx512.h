@@ -991,13 +991,19 @@ INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t
     return _mm512_fmadd_ps(mf, dmu, acc);
 }
 
-INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
-                    const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+/* state and mode as a packed tile's (X16_LOAD, X16_STORE), Q4_K's prompt tiles
+ * only (q4_k_panels): each row's accq, 16 floats a row. */
+INLINE void tile_kq_panel(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
+                          const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out,
+                          size_t out_stride, float *state, int mode) {
     const size_t ahead = prefetch_distance(NR, NT, row_bytes);
     const bool six = type == GL_TYPE_Q6_K, five = type == GL_TYPE_Q5_K, q4 = type == GL_TYPE_Q4_K;
     const int bb = six ? 210 : five ? 176 : 144;
     const int quants = six ? 18 : 16; /* the low 4 bits of every quant, 4 pieces of 32 bytes */
-    __m512 accq = _mm512_setzero_ps(); /* Q4_K's outputs: r NT + t in lane r NT + t */
+    /* Q4_K's outputs in q4_k_sums' lane order: a 2 x 8 tile's row r in accq[r], any
+     * other tile's (at most 8) all in accq[0] */
+    __m512 accq[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()};
+    if (mode & X16_LOAD) accq[0] = _mm512_load_ps(state), accq[1] = _mm512_load_ps(state + 16);
     __m512 accs[2] = {_mm512_setzero_ps(), _mm512_setzero_ps()}; /* or, one or two of them, in lane 0 here */
     const int nb = (int)(n_cols / 256);
     const size_t a_bytes = x8 ? sizeof(kq8_k) : sizeof(kq16_k);
@@ -1103,8 +1109,13 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
             pend_blk = NULL;
             continue;
         }
+        if (q4 && NR * NT > K_TILE_NT) { /* 2 x 8: each row's 8 outputs a q4_k_sums */
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++) accq[r] = q4_k_sums(x8, 1, NT, blk + r, a, a_d, dot + r, accq[r], accs);
+            continue;
+        }
         if (q4) {
-            accq = q4_k_sums(x8, NR, NT, blk, a, a_d, dot, accq, accs);
+            accq[0] = q4_k_sums(x8, NR, NT, blk, a, a_d, dot, accq[0], accs);
             continue;
         }
 #pragma GCC unroll 2
@@ -1137,15 +1148,25 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
             }
         }
     }
+    if (q4 && (mode & X16_STORE)) {
+        _mm512_store_ps(state, accq[0]);
+        _mm512_store_ps(state + 16, accq[1]);
+        return;
+    }
     if (q4) {
         _Alignas(64) float o[16];
         /* lane l < 4: output 2 l, 4 <= l < 8: output 2 (l - 4) + 1 (q4_k_sums) */
-        _mm512_store_ps(o, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 0, 0, 0, 0, 0, 0, 0, 0), accq));
-        if (NR * NT <= 2) _mm512_store_ps(o, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), accs[0]));
-#pragma GCC unroll 2
-        for (int r = 0; r < NR; r++)
+        const __m512i order = _mm512_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7, 0, 0, 0, 0, 0, 0, 0, 0);
+        const int per = NR * NT > K_TILE_NT ? NT : NR * NT; /* outputs an accq holds */
+        for (int q = 0; q < (NR * NT > K_TILE_NT ? NR : 1); q++) {
+            _mm512_store_ps(o, _mm512_permutexvar_ps(order, accq[q]));
+            if (NR * NT <= 2) _mm512_store_ps(o, _mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), accs[0]));
 #pragma GCC unroll 8
-            for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = o[r * NT + t];
+            for (int i = 0; i < per; i++) {
+                const int k = q * per + i, r = k / NT, t = k % NT;
+                out[(size_t)t * out_stride + (size_t)r] = o[i];
+            }
+        }
         return;
     }
     /* Four outputs' sums at a time by sum4_ps, each by the tree of its own
@@ -1166,6 +1187,254 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
         for (int j = 0; j < 4; j++)
             if (i + j < NR * NT) out[(size_t)((i + j) % NT) * out_stride + (size_t)((i + j) / NT)] = sums[4 * j];
     }
+}
+
+INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
+                    const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
+    tile_kq_panel(type, x8, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, NULL, 0);
+}
+
+/* Q4_K prompts at 8 bits (at 16, a call's last 8-15 tokens and rows past
+ * KQT_MAX_SB): a row pair's 8 tokens read 3-6 KiB of activations a
+ * super-block, from L2 row after row (8 tokens of 2048 columns pass L1),
+ * one load per two dots. So full 2 x 8 tiles go a panel of
+ * KQ_PANEL super-blocks at a time over blocks of KQ_ROW_BLOCK rows, the
+ * panel's activations (24 KiB) staying in L1; accq carries over in state,
+ * the same operations in the same order. Returns the tokens done. */
+#define KQ_PANEL 4
+#define KQ_ROW_BLOCK 32
+INLINE int q4_k_panels(const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
+                       const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
+    const int nb = (int)(n_cols / 256);
+    if (nb <= KQ_PANEL) return 0;
+    const size_t a_bytes = x8 ? sizeof(kq8_k) : sizeof(kq16_k);
+    _Alignas(64) float state[KQ_ROW_BLOCK * 16];
+    int t0 = 0;
+    for (; t0 + K_TILE_NT <= n_tok; t0 += K_TILE_NT)
+        for (int r0 = 0; r0 < n_rows; r0 += KQ_ROW_BLOCK) {
+            const int nr = n_rows - r0 < KQ_ROW_BLOCK ? n_rows - r0 : KQ_ROW_BLOCK;
+            for (int b0 = 0; b0 < nb; b0 += KQ_PANEL) {
+                const int pb = nb - b0 < KQ_PANEL ? nb - b0 : KQ_PANEL;
+                const int mode = (b0 > 0 ? X16_LOAD : 0) | (b0 + pb < nb ? X16_STORE : 0);
+                const uint8_t *pw = w + (size_t)r0 * row_bytes + (size_t)b0 * 144;
+                const uint8_t *pa = act + (size_t)t0 * act_stride + (size_t)b0 * a_bytes;
+                float *o = out + (size_t)t0 * out_stride + r0;
+                int r = 0;
+                for (; r + 2 <= nr; r += 2)
+                    tile_kq_panel(GL_TYPE_Q4_K, x8, pw + (size_t)r * row_bytes, row_bytes, 256 * pb, pa, act_stride, 2,
+                                  K_TILE_NT, o + r, out_stride, state + 16 * r, mode);
+                for (; r < nr; r++)
+                    tile_kq_panel(GL_TYPE_Q4_K, x8, pw + (size_t)r * row_bytes, row_bytes, 256 * pb, pa, act_stride, 1,
+                                  K_TILE_NT, o + r, out_stride, state + 16 * r, mode);
+            }
+        }
+    return t0;
+}
+
+/* Q4_K prompts at 16 bits, 16 tokens a vector. The sub-block lanes above
+ * leave each output and super-block a 16-lane sum, split in high and low
+ * halves, pair permutes and scale multiplies: as many vector operations as
+ * the dots (bench_matmul q4_k at 0.45 of vpdpwssd's rate). Here lane t is
+ * token t: 16 tokens' activations are turned once per rows call (a
+ * thread's piece of the rows) and group (kq16_kt, 16 tokens' dword d in
+ * line d: 16 x 16 transposes, a few percent of the call), a row's quants take their scales
+ * as words (w' = q x scale, at most 945), and each dword of w' is a
+ * broadcast operand of one vpdpwssd for 16 tokens. S comes out in lanes:
+ * four accumulators of four sub-blocks each (|sum| < 64 x 945 x 32639 <
+ * 2^31), added in int64 and rounded once to float, as q4_k_sums' S (high x
+ * 65536 + low in one fused multiply-add is S rounded once); M is the same
+ * integer as there; the float steps are the same, in the same order. */
+typedef struct kq16_kt {
+    int32_t q[128][16];   /* [d][t]: dword d of token t's kq16_k q (d = 16 v + j, sub-block j) */
+    float unit[16];       /* token t's unit (kq16_k d) */
+    int32_t nbs[8][16];   /* [k][t]: token t's nbs of 32-element block k */
+} kq16_kt;
+#define KQT_TOKENS 16
+#define KQT_MAX_SB 24 /* the turned activations live on the stack (2 groups x 24 x 8.6 KiB); longer rows keep 2 x 8 tiles */
+#define KQT_ROWS 4
+#define KQT_GROUPS 2
+
+/* r[i] lane j into r[j] lane i: a 16 x 16 dword transpose. */
+INLINE void transpose16_epi32(__m512i r[16]) {
+    __m512i t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    /* then r[4 g + e], 128-bit chunk c: element 4 c + e of rows 4 g .. 4 g + 3 */
+#pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) t[e] = r[e], t[4 + e] = r[4 + e], t[8 + e] = r[8 + e], t[12 + e] = r[12 + e];
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) {
+        const __m512i ab_lo = _mm512_shuffle_i32x4(t[e], t[4 + e], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i ab_hi = _mm512_shuffle_i32x4(t[e], t[4 + e], _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512i cd_lo = _mm512_shuffle_i32x4(t[8 + e], t[12 + e], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i cd_hi = _mm512_shuffle_i32x4(t[8 + e], t[12 + e], _MM_SHUFFLE(3, 2, 3, 2));
+        r[e] = _mm512_shuffle_i32x4(ab_lo, cd_lo, _MM_SHUFFLE(2, 0, 2, 0));
+        r[4 + e] = _mm512_shuffle_i32x4(ab_lo, cd_lo, _MM_SHUFFLE(3, 1, 3, 1));
+        r[8 + e] = _mm512_shuffle_i32x4(ab_hi, cd_hi, _MM_SHUFFLE(2, 0, 2, 0));
+        r[12 + e] = _mm512_shuffle_i32x4(ab_hi, cd_hi, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+/* 16 tokens' kq16_k rows (act_stride apart) of nb super-blocks into at. */
+INLINE void q4_k_turn(const uint8_t *act, size_t act_stride, int nb, kq16_kt *at) {
+    const __m512i tok = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)act_stride));
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *base = act + (size_t)b * sizeof(kq16_k);
+        __m512i r[16];
+        for (int v = 0; v < 8; v++) {
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++) r[t] = _mm512_loadu_si512(base + (size_t)t * act_stride + offsetof(kq16_k, q) + 64 * v);
+            transpose16_epi32(r);
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++) _mm512_store_si512(at[b].q[16 * v + j], r[j]);
+        }
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; t++) r[t] = _mm512_loadu_si512(base + (size_t)t * act_stride + offsetof(kq16_k, nbs));
+        transpose16_epi32(r);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) _mm512_store_si512(at[b].nbs[k], r[k]);
+        _mm512_store_ps(at[b].unit, _mm512_i32gather_ps(tok, base + offsetof(kq16_k, d), 1));
+    }
+}
+
+/* NR (1..KQT_ROWS) rows x NG (1, 2) groups of 16 tokens, group g's turned
+ * activations at at[g] (KQT_MAX_SB apart): a row's w' is made once for both
+ * groups. Token t of group g, row r into out[(16 g + t) out_stride + r]. */
+INLINE void q4_k_tok_tile(const int NR, const int NG, const uint8_t *w, size_t row_bytes, int nb, const kq16_kt *at,
+                          float *out, size_t out_stride) {
+    const __m512i m4 = _mm512_set1_epi16(0x0f);
+    const __m512i sub_scale = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    /* row r's w' dwords in kq16_k's order, and its minimums (lanes 8..15), for super-blocks b
+     * and b + 1 by turns: made a super-block ahead, since a broadcast load right behind the
+     * vector store it reads waits for the store (no forwarding into part of a store) */
+    _Alignas(64) int32_t wq[2][KQT_ROWS][128];
+    _Alignas(64) int32_t mins[2][KQT_ROWS][16];
+    __m512 accq[KQT_GROUPS][KQT_ROWS];
+#pragma GCC unroll 2
+    for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) accq[g][r] = _mm512_setzero_ps();
+    for (int b = -1; b < nb; b++) {
+        if (b + 1 < nb)
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)(b + 1) * 144;
+                __m512i sc, mn;
+                q4_k_scales_mins_x2(blk + 4, blk + 4, &sc, &mn);
+                _mm512_store_si512(mins[(b + 1) & 1][r], mn);
+                const __m512i sj = _mm512_permutexvar_epi32(sub_scale, sc);
+                const __m512i scw = _mm512_or_si512(sj, _mm512_slli_epi32(sj, 16));
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
+                    const __m512i l = _mm512_cvtepu8_epi16(load256(blk + 16 + 32 * k));
+                    _mm512_store_si512(wq[(b + 1) & 1][r] + 16 * k, _mm512_mullo_epi16(_mm512_and_si512(l, m4), scw));
+                    _mm512_store_si512(wq[(b + 1) & 1][r] + 16 * (k + 4), _mm512_mullo_epi16(_mm512_srli_epi16(l, 4), scw));
+                }
+            }
+        if (b < 0) continue;
+        const int32_t(*wb_rows)[128] = wq[b & 1], (*mn_rows)[16] = mins[b & 1];
+        for (int g = 0; g < NG; g++) {
+            const kq16_kt *a = at + (size_t)g * KQT_MAX_SB + b;
+            __m512i sum[KQT_ROWS][4];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++) sum[r][q] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int v = 0; v < 8; v++)
+#pragma GCC unroll 16
+                for (int jj = 0; jj < 16; jj++) { /* sub-blocks 0, 4, 8, 12, 1, ...: 16 chains in flight, not 4 */
+                    const int j = 4 * (jj % 4) + jj / 4;
+                    const __m512i x = _mm512_load_si512(a->q[16 * v + j]);
+#pragma GCC unroll 4
+                    for (int r = 0; r < NR; r++) {
+                        /* w' broadcast by a load of its own: as vpdpwssd's embedded-broadcast
+                         * operand (the compiler's choice) Zen 4 ran it at a third of the rate */
+                        __m512i wb;
+                        __asm__("vpbroadcastd %[w], %[b]" : [b] "=v"(wb) : [w] "m"(wb_rows[r][16 * v + j]));
+                        sum[r][j / 4] = _mm512_dpwssd_epi32(sum[r][j / 4], x, wb);
+                    }
+                }
+            const __m512 unit = _mm512_load_ps(a->unit);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) {
+                const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * 144;
+                __m512i lo = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(sum[r][0]));
+                __m512i hi = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(sum[r][0], 1));
+#pragma GCC unroll 3
+                for (int q = 1; q < 4; q++) {
+                    lo = _mm512_add_epi64(lo, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(sum[r][q])));
+                    hi = _mm512_add_epi64(hi, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(sum[r][q], 1)));
+                }
+                const __m512 sf = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtepi64_ps(lo)), _mm512_cvtepi64_ps(hi), 1);
+                __m512i m = _mm512_mullo_epi32(_mm512_load_si512(a->nbs[0]), _mm512_set1_epi32(mn_rows[r][8]));
+#pragma GCC unroll 7
+                for (int k = 1; k < 8; k++)
+                    m = _mm512_add_epi32(m, _mm512_mullo_epi32(_mm512_load_si512(a->nbs[k]), _mm512_set1_epi32(mn_rows[r][8 + k])));
+                int32_t halves;
+                memcpy(&halves, blk, 4);
+                const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(halves));
+                const __m512 du = _mm512_mul_ps(_mm512_broadcastss_ps(dd), unit);
+                const __m512 dmu = _mm512_mul_ps(_mm512_broadcastss_ps(_mm_movehdup_ps(dd)), unit);
+                accq[g][r] = _mm512_fmadd_ps(sf, du, accq[g][r]);
+                accq[g][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dmu, accq[g][r]);
+            }
+        }
+    }
+    _Alignas(64) float o[16];
+#pragma GCC unroll 2
+    for (int g = 0; g < NG; g++)
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            _mm512_store_ps(o, accq[g][r]);
+            for (int t = 0; t < KQT_TOKENS; t++) out[(size_t)(KQT_TOKENS * g + t) * out_stride + (size_t)r] = o[t];
+        }
+}
+
+/* Whole 16-token groups of a call (16-bit activations, rows of at most
+ * KQT_MAX_SB super-blocks) as above, two at a time while two are left;
+ * returns the tokens done. */
+INLINE int q4_k_tok_rows(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,
+                         size_t act_stride, int n_tok, float *out, size_t out_stride) {
+    const int nb = (int)(n_cols / 256);
+    if (nb > KQT_MAX_SB || n_tok < KQT_TOKENS) return 0;
+    _Alignas(64) kq16_kt at[KQT_GROUPS * KQT_MAX_SB];
+    int t0 = 0;
+    while (t0 + KQT_TOKENS <= n_tok) {
+        const int ng = t0 + KQT_GROUPS * KQT_TOKENS <= n_tok ? KQT_GROUPS : 1;
+        for (int g = 0; g < ng; g++)
+            q4_k_turn(act + (size_t)(t0 + KQT_TOKENS * g) * act_stride, act_stride, nb, at + (size_t)g * KQT_MAX_SB);
+        float *o = out + (size_t)t0 * out_stride;
+        int r = 0;
+#define KQT_TILE(NR, NG) q4_k_tok_tile(NR, NG, w + (size_t)r * row_bytes, row_bytes, nb, at, o + r, out_stride)
+        for (; r + KQT_ROWS <= n_rows; r += KQT_ROWS) {
+            if (ng == 2) KQT_TILE(KQT_ROWS, 2);
+            else KQT_TILE(KQT_ROWS, 1);
+        }
+        switch ((n_rows - r) * 2 + ng - 1) {
+        case 2: KQT_TILE(1, 1); break;
+        case 3: KQT_TILE(1, 2); break;
+        case 4: KQT_TILE(2, 1); break;
+        case 5: KQT_TILE(2, 2); break;
+        case 6: KQT_TILE(3, 1); break;
+        case 7: KQT_TILE(3, 2); break;
+        default: break;
+        }
+#undef KQT_TILE
+        t0 += KQT_TOKENS * ng;
+    }
+    return t0;
 }
 
 INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
@@ -1331,12 +1600,24 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* pa
     case 6: ROWS_PASS(TILE, TYPE, 1, 6); break;     \
     case 7: ROWS_PASS(TILE, TYPE, 1, 7); break;
 #define DEFINE_PACKED_K_ROWS(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 1, K_TILE_NT, PACKED_K_ROWS_REST)
+/* Q4_K: 2 x 8 tiles (two rows share each activation load; q4_k_sums a row),
+ * by panels where rows are long (q4_k_panels). */
+#define DEFINE_PACKED_Q4_K_ROWS(name, TILE, X8)                                                               \
+    ROWS_FN_AS(static, CAT(name, whole), TILE, GL_TYPE_Q4_K, 2, K_TILE_NT, PACKED_K_ROWS_REST)                \
+    SIMD_DEF void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act, \
+                         size_t act_stride, int n_tok, float *out, size_t out_stride) {                       \
+        int t0 = X8 ? 0 : q4_k_tok_rows(w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride); \
+        t0 += q4_k_panels(X8, w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
+                          out + (size_t)t0 * out_stride, out_stride);                                        \
+        FN(CAT(name, whole))(w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
+                             out + (size_t)t0 * out_stride, out_stride);                                      \
+    }
 #if SIMD_EMITS(PACKED_K)
-DEFINE_PACKED_K_ROWS(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K) /* packed_rows_q6_k_avx512 */
-DEFINE_PACKED_K_ROWS(packed_rows_q4_k, tile_k16, GL_TYPE_Q4_K) /* packed_rows_q4_k_avx512 */
-DEFINE_PACKED_K_ROWS(packed_rows_q5_k, tile_k16, GL_TYPE_Q5_K) /* packed_rows_q5_k_avx512 */
-DEFINE_PACKED_K_ROWS(packed_rows_x8_q6_k, tile_k8, GL_TYPE_Q6_K) /* packed_rows_x8_q6_k_avx512 */
-DEFINE_PACKED_K_ROWS(packed_rows_x8_q4_k, tile_k8, GL_TYPE_Q4_K) /* packed_rows_x8_q4_k_avx512 */
+ROWS_FN(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K, 2, 4, PACKED_K_ROWS_REST) /* packed_rows_q6_k_avx512 */
+DEFINE_PACKED_Q4_K_ROWS(packed_rows_q4_k, tile_k16, false) /* packed_rows_q4_k_avx512, packed_rows_q4_k_whole_avx512 */
+ROWS_FN(packed_rows_q5_k, tile_k16, GL_TYPE_Q5_K, 2, 4, PACKED_K_ROWS_REST) /* packed_rows_q5_k_avx512 */
+ROWS_FN(packed_rows_x8_q6_k, tile_k8, GL_TYPE_Q6_K, 2, 4, PACKED_K_ROWS_REST) /* packed_rows_x8_q6_k_avx512 */
+DEFINE_PACKED_Q4_K_ROWS(packed_rows_x8_q4_k, tile_k8, true) /* packed_rows_x8_q4_k_avx512, packed_rows_x8_q4_k_whole_avx512 */
 DEFINE_PACKED_K_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_x8_q5_k_avx512 */
 #endif
 

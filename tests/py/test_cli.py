@@ -131,15 +131,17 @@ def test_bench_depth(stories260k):
 def test_bench_int8_ceiling(stories260k):
     """Prompt processing is set against the host's int8 ceiling: the layers'
     multiply-adds a token (twice at 16-bit activations, two int8 parts) over
-    the kernels' peak int8 rate on the threads' cores at the measured clock."""
-    per_cycle = {"amx": 1024, "avx512": 128, "avx2": 64}
+    the kernels' peak int8 rate on the threads' cores at the measured clock
+    (AVX-512: 64 a vpdpbusd times the one or two a core issues a cycle,
+    measured: Xeon cores two, Zen 4 one)."""
+    per_cycle = {"amx": (1024,), "avx512": (64, 128), "avx2": (64,)}
     outs = {}
     for bits in (16, 8):
         r = genloop("bench", "-m", stories260k, "-p", 16, "-n", 4, "-b", 1, "-r", 1, "-t", 1,
                     "--activation-bits", bits, "--json")
         assert r.returncode == 0, r.stderr
         outs[bits] = o = json.loads(r.stdout)
-        assert o["kernels"] in per_cycle and o["int8_macs_per_cycle_core"] == per_cycle[o["kernels"]], o
+        assert o["kernels"] in per_cycle and o["int8_macs_per_cycle_core"] in per_cycle[o["kernels"]], o
         assert 0.5 < o["cpu_ghz"] < 10, o
         ceiling = o["int8_macs_per_cycle_core"] * o["cpu_ghz"] * 1e9 / o["int8_macs_per_prompt_token"]
         assert o["pp_int8_ceiling_tokens_per_s"] == pytest.approx(ceiling, rel=1e-3)
