@@ -1344,6 +1344,14 @@ INLINE void q4_k_tok_tile(const int NR, const int NG, const uint8_t *w, size_t r
             }
         if (b < 0) continue;
         const int32_t(*wb_rows)[128] = wq[b & 1], (*mn_rows)[16] = mins[b & 1];
+        __m512 d[KQT_ROWS], dmin[KQT_ROWS]; /* the super-block's, broadcast, for every group */
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            int32_t halves;
+            memcpy(&halves, w + (size_t)r * row_bytes + (size_t)b * 144, 4);
+            const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(halves));
+            d[r] = _mm512_broadcastss_ps(dd), dmin[r] = _mm512_broadcastss_ps(_mm_movehdup_ps(dd));
+        }
         for (int g = 0; g < NG; g++) {
             const kq16_kt *a = at + (size_t)g * KQT_MAX_SB + b;
             __m512i sum[KQT_ROWS][4];
@@ -1369,7 +1377,6 @@ INLINE void q4_k_tok_tile(const int NR, const int NG, const uint8_t *w, size_t r
             const __m512 unit = _mm512_load_ps(a->unit);
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) {
-                const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * 144;
                 __m512i lo = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(sum[r][0]));
                 __m512i hi = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(sum[r][0], 1));
 #pragma GCC unroll 3
@@ -1382,11 +1389,7 @@ INLINE void q4_k_tok_tile(const int NR, const int NG, const uint8_t *w, size_t r
 #pragma GCC unroll 7
                 for (int k = 1; k < 8; k++)
                     m = _mm512_add_epi32(m, _mm512_mullo_epi32(_mm512_load_si512(a->nbs[k]), _mm512_set1_epi32(mn_rows[r][8 + k])));
-                int32_t halves;
-                memcpy(&halves, blk, 4);
-                const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(halves));
-                const __m512 du = _mm512_mul_ps(_mm512_broadcastss_ps(dd), unit);
-                const __m512 dmu = _mm512_mul_ps(_mm512_broadcastss_ps(_mm_movehdup_ps(dd)), unit);
+                const __m512 du = _mm512_mul_ps(d[r], unit), dmu = _mm512_mul_ps(dmin[r], unit);
                 accq[g][r] = _mm512_fmadd_ps(sf, du, accq[g][r]);
                 accq[g][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dmu, accq[g][r]);
             }
@@ -1582,7 +1585,9 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q8_0, tile_x8, GL_TYPE_Q8_0, true) /* pa
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_0, tile_x8, GL_TYPE_Q5_0, true) /* packed_rows_x8_q5_0_avx512, packed_rows_x8_q5_0_whole_avx512 */
 DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* packed_rows_x8_q5_1_avx512, packed_rows_x8_q5_1_whole_avx512 */
 #endif
-/* K-quant rows: 1 x K_TILE_NT tiles; one token two rows a tile from the
+/* K-quant rows: 1 x K_TILE_NT prompt tiles (8-bit Q5_K), 2 x 4 where two
+ * rows sharing each activation load beat one row's unpack over 8 tokens
+ * (Q6_K, 16-bit Q5_K), Q4_K its own below; one token two rows a tile from the
  * caches, one streaming (as packed_rows_one_token, and for its reasons),
  * two one row, 3 and 4 two rows. Q4_K two rows streaming too: its
  * super-blocks' sums go two outputs a tree (q4_k_two), a row alone pairs
@@ -1600,6 +1605,7 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* pa
     case 6: ROWS_PASS(TILE, TYPE, 1, 6); break;     \
     case 7: ROWS_PASS(TILE, TYPE, 1, 7); break;
 #define DEFINE_PACKED_K_ROWS(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 1, K_TILE_NT, PACKED_K_ROWS_REST)
+#define DEFINE_PACKED_K_ROWS_2X4(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 2, 4, PACKED_K_ROWS_REST)
 /* Q4_K: 2 x 8 tiles (two rows share each activation load; q4_k_sums a row),
  * by panels where rows are long (q4_k_panels). */
 #define DEFINE_PACKED_Q4_K_ROWS(name, TILE, X8)                                                               \
@@ -1613,10 +1619,10 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* pa
                              out + (size_t)t0 * out_stride, out_stride);                                      \
     }
 #if SIMD_EMITS(PACKED_K)
-ROWS_FN(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K, 2, 4, PACKED_K_ROWS_REST) /* packed_rows_q6_k_avx512 */
+DEFINE_PACKED_K_ROWS_2X4(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K) /* packed_rows_q6_k_avx512 */
 DEFINE_PACKED_Q4_K_ROWS(packed_rows_q4_k, tile_k16, false) /* packed_rows_q4_k_avx512, packed_rows_q4_k_whole_avx512 */
-ROWS_FN(packed_rows_q5_k, tile_k16, GL_TYPE_Q5_K, 2, 4, PACKED_K_ROWS_REST) /* packed_rows_q5_k_avx512 */
-ROWS_FN(packed_rows_x8_q6_k, tile_k8, GL_TYPE_Q6_K, 2, 4, PACKED_K_ROWS_REST) /* packed_rows_x8_q6_k_avx512 */
+DEFINE_PACKED_K_ROWS_2X4(packed_rows_q5_k, tile_k16, GL_TYPE_Q5_K) /* packed_rows_q5_k_avx512 */
+DEFINE_PACKED_K_ROWS_2X4(packed_rows_x8_q6_k, tile_k8, GL_TYPE_Q6_K) /* packed_rows_x8_q6_k_avx512 */
 DEFINE_PACKED_Q4_K_ROWS(packed_rows_x8_q4_k, tile_k8, true) /* packed_rows_x8_q4_k_avx512, packed_rows_x8_q4_k_whole_avx512 */
 DEFINE_PACKED_K_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_x8_q5_k_avx512 */
 #endif
