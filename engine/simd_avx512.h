@@ -483,6 +483,22 @@ INLINE void split_chunk_dots(const int type, const uint8_t *const chunk[2], cons
     }
 }
 
+/* A chunk's exact dots (dot[r][t], block j in lane j) into the outputs:
+ * each lane's float steps, the same in every 16-bit tile. */
+INLINE void x16_chunk_scale(const int type, const int NR, const int NT, const uint8_t *const chunk[4],
+                            const kq16_chunk *const a[4], const int m, __m512i dot[4][4], __m512 acc[4][4]) {
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        __m512 dw = chunk_f16(chunk[r], m), mw = chunk_offsets(type, chunk[r], m, dw);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
+            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), sc, acc[r][t]);
+            if (!signed_dots(type)) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
+        }
+    }
+}
+
 /* One chunk of m blocks (16 but for a row's last) of tile_x16_panel into
  * acc: a function of m so that the full chunks' copy has it constant (their
  * loads unmasked, their lane picks fixed). */
@@ -555,35 +571,21 @@ INLINE void x16_chunk(const int type, const uint8_t *w, size_t row_bytes, const 
         }
     }
     if (!split) dot_pairs_join(NR, NT, dot, dot2);
-#pragma GCC unroll 4
-    for (int r = 0; r < NR; r++) {
-        __m512 dw = chunk_f16(chunk[r], m), mw = chunk_offsets(type, chunk[r], m, dw);
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            __m512 sc = _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d));
-            acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), sc, acc[r][t]);
-            if (!signed_dots(type)) acc[r][t] = _mm512_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t]);
-        }
-    }
+    x16_chunk_scale(type, NR, NT, chunk, a, m, dot, acc);
 }
 
-INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
-                           size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
-                           float *state, int mode, const kq16_split *split) {
-    const size_t ahead = q5_prefetch_distance(type, NR, NT, row_bytes);
+/* The blocks of a row of nb that go in chunks: all but a short or half tail. */
+INLINE int x16_main_blocks(int nb) { return nb % 16 <= KQ16_HALF_TAIL ? nb - nb % 16 : nb; }
+
+/* A row's short or half tail (the blocks past x16_main_blocks) into acc. */
+INLINE void x16_tails(const int type, const uint8_t *w, size_t row_bytes, int nb, const uint8_t *act,
+                      size_t act_stride, const int NR, const int NT, size_t ahead, __m512 acc[4][4]) {
     const int bb = block32_bytes(type);
     const int hdr = chunk_hdr(type);
     const bool q8 = type == GL_TYPE_Q8_0, five = is_q5(type);
-    const int nb = (int)(n_cols / 32);
     const __m512i m4 = _mm512_set1_epi16(0x0f);
-    __m512 acc[4][4];
-    start_outputs(NR, NT, acc, state, mode);
     const int short_tail = nb % 16 <= KQ_SHORT_TAIL ? nb % 16 : 0;
     const int half_tail = nb % 16 > KQ_SHORT_TAIL && nb % 16 <= KQ16_HALF_TAIL ? nb % 16 : 0;
-    const int n_main = nb - short_tail - half_tail;
-    int c0 = 0;
-    for (; c0 + 16 <= n_main; c0 += 16) x16_chunk(type, w, row_bytes, act, act_stride, NR, NT, c0, 16, ahead, split, acc);
-    if (c0 < n_main) x16_chunk(type, w, row_bytes, act, act_stride, NR, NT, c0, n_main - c0, ahead, split, acc);
     /* A half tail: rows 2p and 2p + 1 share vectors (simd.h), so pair p
      * takes the place of a row in dot_pairs, half the multiply-adds of one
      * vector per row. Each row's dots then move to lanes 0..7 and take their
@@ -660,12 +662,262 @@ INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, i
     if (short_tail)
         add_short_tail(type, true, NR, NT, w + (size_t)(nb - short_tail) * bb, row_bytes,
                    act + (size_t)(nb / 16) * sizeof(kq16_chunk), act_stride, short_tail, ahead, acc);
+}
+
+INLINE void tile_x16_panel(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
+                           size_t act_stride, const int NR, const int NT, float *out, size_t out_stride,
+                           float *state, int mode, const kq16_split *split) {
+    const size_t ahead = q5_prefetch_distance(type, NR, NT, row_bytes);
+    const int nb = (int)(n_cols / 32);
+    __m512 acc[4][4];
+    start_outputs(NR, NT, acc, state, mode);
+    const int n_main = x16_main_blocks(nb);
+    int c0 = 0;
+    for (; c0 + 16 <= n_main; c0 += 16) x16_chunk(type, w, row_bytes, act, act_stride, NR, NT, c0, 16, ahead, split, acc);
+    if (c0 < n_main) x16_chunk(type, w, row_bytes, act, act_stride, NR, NT, c0, n_main - c0, ahead, split, acc);
+    x16_tails(type, w, row_bytes, nb, act, act_stride, NR, NT, ahead, acc);
     finish_outputs(NR, NT, acc, out, out_stride, state, mode);
 }
 
 INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                      size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, NULL, 0, NULL);
+}
+
+/* ---- 16-bit Q5 prompts from words unpacked once -----------------------------------
+ * Merging each fifth bit into its word (with_fifth) costs a 2 x 4 tile about
+ * as many shuffles as its multiply-adds leave room for. A prompt instead
+ * unpacks a block of Q5W_ROWS... rows' chunks once into words, in the layout
+ * of the activations (word 2j + e of vector v: element 2v + e of block j),
+ * and runs 4 x 4 tiles of plain loads and vpdpwssd over up to Q5W_TOKENS
+ * tokens against them. The dots are the same integers, the float steps
+ * x16_chunk_scale's, the tails tile_x16_panel's: the same bits. */
+#define Q5W_SCRATCH (64 << 10)      /* bytes of words a row block may take (L1) */
+#define Q5W_ACT_BYTES (384 << 10)   /* activation bytes a token block may take (L2) */
+#define Q5W_MIN_TOKENS 16
+
+/* Row w's first n_main blocks as words, 16 vectors a chunk (lanes past a
+ * padded chunk's m zero). */
+INLINE void q5w_unpack(const int type, const uint8_t *w, int n_main, __m512i *words) {
+    const int bb = block32_bytes(type), hdr = chunk_hdr(type);
+    const __m512i m4 = _mm512_set1_epi16(0x0f);
+    for (int c0 = 0; c0 < n_main; c0 += 16, words += 16) {
+        const int m = n_main - c0 < 16 ? n_main - c0 : 16;
+        const uint8_t *chunk = w + (size_t)c0 * bb;
+        __m512i fe, fo, fn[4];
+        fifth_words(_mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), chunk + (hdr - 4) * m), &fe, &fo);
+        fifth_nibbles(fe, &fn[0], &fn[1]);
+        fifth_nibbles(fo, &fn[2], &fn[3]);
+#pragma GCC unroll 8
+        for (int g = 0; g < 8; g++) {
+            const __m512i v = group_bytes(chunk + hdr * m + 2 * m * g, m, false);
+            _mm512_store_si512(&words[g], with_fifth(v, fn[2 * (g % 2)], g / 2, m4));
+            _mm512_store_si512(&words[g + 8], with_fifth(_mm512_srli_epi16(v, 4), fn[2 * (g % 2) + 1], g / 2, m4));
+        }
+    }
+}
+
+/* A short tail of 4 blocks (Gemma's 640 columns) as words too: its packed
+ * bytes and its kq16_tail activations share one order (tail lane L, four
+ * elements of block L % 4 each), whose words one dword permute, the same
+ * for both, moves so that 128-bit lane j holds block j alone. A tile then
+ * dots 4 vectors per output and sums each block's four lanes for 4 tokens
+ * at once (q5w_tail_sums), where add_short_tail took 2 x 2 byte dots and a
+ * lane reduce per output. */
+#define Q5W_TAIL 4
+INLINE __m512i q5w_tail_lanes(void) { /* natural dword lanes 2j, 2j + 1, 2j + 8, 2j + 9 to 4j .. 4j + 3 */
+    return _mm512_setr_epi32(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
+}
+
+/* Row w's tail (its packed short tail at tail) as 4 vectors of words. */
+INLINE void q5w_unpack_tail(const int type, const uint8_t *tail, __m512i *words) {
+    const uint8_t *quants = tail + chunk_hdr(type) * Q5W_TAIL;
+    const __m512i m4 = _mm512_set1_epi8(0x0f), lanes = q5w_tail_lanes();
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; v++) {
+        const __m256i b = load256(quants + 32 * v);
+        __m512i u = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1), m4);
+        uint64_t k;
+        memcpy(&k, quants - 4 * Q5W_TAIL + 8 * v, 8);
+        u = _mm512_mask_add_epi8(u, _cvtu64_mask64(k), u, _mm512_set1_epi8(0x10));
+        _mm512_store_si512(&words[2 * v], _mm512_permutexvar_epi32(lanes, _mm512_cvtepu8_epi16(_mm512_castsi512_si256(u))));
+        _mm512_store_si512(&words[2 * v + 1], _mm512_permutexvar_epi32(lanes, _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(u, 1))));
+    }
+}
+
+/* A token's kq16_tail as the same 4 vectors of 256 q + q2, then the dots'
+ * start: Q5_0's -16 times block j's sum in lane 4 j (add_short_tail's off,
+ * summed over the block's lanes), else zero. */
+INLINE void q5w_turn_tail(const int type, const kq16_tail *a, __m512i *x) {
+    const __m512i lanes = q5w_tail_lanes();
+#pragma GCC unroll 2
+    for (int v = 0; v < 2; v++) {
+        const __m512i q = _mm512_loadu_si512(a->q[v]), q2 = _mm512_loadu_si512(a->q2[v]);
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const __m256i qh = h ? _mm512_extracti64x4_epi64(q, 1) : _mm512_castsi512_si256(q);
+            const __m256i q2h = h ? _mm512_extracti64x4_epi64(q2, 1) : _mm512_castsi512_si256(q2);
+            const __m512i w = _mm512_add_epi16(_mm512_slli_epi16(_mm512_cvtepi8_epi16(qh), 8), _mm512_cvtepi8_epi16(q2h));
+            x[2 * v + h] = _mm512_permutexvar_epi32(lanes, w);
+        }
+    }
+    __m512i off = _mm512_setzero_si512();
+    if (folds_offset(type)) {
+        off = _mm512_srai_epi32(_mm512_loadu_si512(a->off), 7 - offset_shift(type));
+        off = _mm512_add_epi32(off, _mm512_shuffle_i32x4(off, off, _MM_SHUFFLE(1, 0, 3, 2))); /* lane L + 8 */
+        off = _mm512_add_epi32(off, _mm512_shuffle_i32x4(off, off, _MM_SHUFFLE(2, 3, 0, 1))); /* + 4: block j in lane j */
+        off = _mm512_maskz_permutexvar_epi32((__mmask16)0x1111, _mm512_setr_epi32(0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0), off);
+    }
+    x[4] = off;
+}
+
+/* Each block's sum of its 4 lanes, 4 tokens' dots at once: lane 4 j + t of
+ * the result is block j's dot for token t. */
+INLINE __m512i q5w_tail_sums(const __m512i d[4]) {
+    const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
+    const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
+    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
+}
+
+/* acc += the NR rows' tails (words tw, a row row_vecs apart; packed scales
+ * at tail) against 4 tokens' turned tails xt (5 vectors a token): the
+ * integer dots as add_short_tail's, its float steps for block j in lane j. */
+INLINE void q5w_add_tail(const int type, const int NR, const __m512i *tw, int row_vecs, const uint8_t *tail,
+                         size_t row_bytes, const __m512i *xt, const kq16_tail *const a[4], __m512 acc[4][4]) {
+    const int NT = 4;
+    __m512i dot[4][4];
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) dot[r][t] = _mm512_load_si512(&xt[5 * t + 4]);
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; k++) {
+        __m512i u[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) u[r] = _mm512_load_si512(&tw[(size_t)r * row_vecs + k]);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            __m512i xv = _mm512_load_si512(&xt[5 * t + k]);
+            __asm__("" : "+v"(xv));
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u[r], xv);
+        }
+    }
+    const __mmask16 km = (__mmask16)((1u << Q5W_TAIL) - 1);
+#pragma GCC unroll 4
+    for (int r = 0; r < NR; r++) {
+        const __m512i sums = q5w_tail_sums(dot[r]);
+        const uint8_t *scales = tail + (size_t)r * row_bytes;
+        const __m512 dw = chunk_f16(scales, Q5W_TAIL), mw = chunk_offsets(type, scales, Q5W_TAIL, dw);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const __m512i idot = _mm512_permutexvar_epi32(_mm512_setr_epi32(t, 4 + t, 8 + t, 12 + t, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), sums);
+            acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d)), acc[r][t], km);
+            if (!signed_dots(type)) acc[r][t] = _mm512_mask3_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t], km);
+        }
+    }
+}
+
+/* NR rows (words a row row_vecs vectors apart; w their packed rows) x 4
+ * tokens, as tile_x16_panel. */
+INLINE void q5w_tile(const int type, const int NR, const __m512i *words, int row_vecs, const uint8_t *w,
+                     size_t row_bytes, int nb, const uint8_t *act, size_t act_stride, const __m512i *xt, float *out,
+                     size_t out_stride) {
+    const int NT = 4, bb = block32_bytes(type), n_main = x16_main_blocks(nb);
+    __m512 acc[4][4];
+    start_outputs(NR, NT, acc, NULL, 0);
+    for (int c0 = 0; c0 < n_main; c0 += 16) {
+        const int m = n_main - c0 < 16 ? n_main - c0 : 16;
+        const uint8_t *chunk[4], *x[4];
+        const kq16_chunk *a[4];
+        __m512i dot[4][4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            a[t] = (const kq16_chunk *)(act + (size_t)t * act_stride) + c0 / 16;
+            x[t] = (const uint8_t *)&a[t]->q[0][0];
+            const __m512i start = chunk_dot_start(type, false, a[t]->off);
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) dot[r][t] = start;
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) chunk[r] = w + (size_t)r * row_bytes + (size_t)c0 * bb;
+        const __m512i *cw[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) cw[r] = words + (size_t)r * row_vecs + c0;
+        /* one vector at a time: 16 dots, NR weights and a token's activations in registers */
+#pragma GCC unroll 16
+        for (int v = 0; v < 16; v++) {
+            __m512i u[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) u[r] = _mm512_load_si512(cw[r] + v);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512i xv = _mm512_loadu_si512(x[t] + 64 * v);
+                __asm__("" : "+v"(xv)); /* a register, not NR memory operands (dot_pairs says why) */
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u[r], xv);
+            }
+        }
+        x16_chunk_scale(type, NR, NT, chunk, a, m, dot, acc);
+    }
+    if (xt) {
+        const kq16_tail *a[4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) a[t] = (const kq16_tail *)(act + (size_t)t * act_stride + (size_t)(nb / 16) * sizeof(kq16_chunk));
+        q5w_add_tail(type, NR, words + (n_main + 15) / 16 * 16, row_vecs, w + (size_t)n_main * bb, row_bytes, xt, a, acc);
+    } else {
+        x16_tails(type, w, row_bytes, nb, act, act_stride, NR, NT, 0, acc);
+    }
+    finish_outputs(NR, NT, acc, out, out_stride, NULL, 0);
+}
+
+/* Whole 4-token groups of a 16-bit Q5 call as above: by blocks of tokens
+ * (their activations in L2) and in them of rows (their words in L1), each
+ * row block unpacked once a token block. Returns the tokens done. */
+INLINE int q5w_rows(const int type, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
+                    const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
+    const int nb = (int)(n_cols / 32), n_main = x16_main_blocks(nb);
+    const bool tail4 = nb % 16 == Q5W_TAIL;
+    const int row_vecs = (n_main + 15) / 16 * 16 + (tail4 ? 4 : 0);
+    if (n_tok < Q5W_MIN_TOKENS || n_main == 0 || 64 * 4 * row_vecs > Q5W_SCRATCH || act_stride == 0) return 0;
+    const int rb = Q5W_SCRATCH / (64 * row_vecs) / 4 * 4;
+    int tb = (int)(Q5W_ACT_BYTES / act_stride) / 4 * 4;
+    if (tb < 4) tb = 4;
+    _Alignas(64) __m512i words[Q5W_SCRATCH / 64], xt[4 * 5];
+    const int n_done = n_tok / 4 * 4;
+    for (int t0 = 0; t0 < n_done; t0 += tb) {
+        const int t1 = t0 + tb < n_done ? t0 + tb : n_done;
+        for (int r0 = 0; r0 < n_rows; r0 += rb) {
+            const int nr = n_rows - r0 < rb ? n_rows - r0 : rb;
+            const uint8_t *wr = w + (size_t)r0 * row_bytes;
+            for (int r = 0; r < nr; r++) {
+                q5w_unpack(type, wr + (size_t)r * row_bytes, n_main, words + (size_t)r * row_vecs);
+                if (tail4)
+                    q5w_unpack_tail(type, wr + (size_t)r * row_bytes + (size_t)n_main * block32_bytes(type),
+                                    words + (size_t)r * row_vecs + (n_main + 15) / 16 * 16);
+            }
+            for (int t = t0; t < t1; t += 4) {
+                const uint8_t *at = act + (size_t)t * act_stride;
+                if (tail4)
+                    for (int k = 0; k < 4; k++)
+                        q5w_turn_tail(type, (const kq16_tail *)(at + (size_t)k * act_stride + (size_t)(nb / 16) * sizeof(kq16_chunk)),
+                                      xt + 5 * k);
+                float *o = out + (size_t)t * out_stride + r0;
+                int r = 0;
+#define Q5W_TILE(NR) q5w_tile(type, NR, words + (size_t)r * row_vecs, row_vecs, wr + (size_t)r * row_bytes, row_bytes, \
+                              nb, at, act_stride, tail4 ? xt : NULL, o + r, out_stride)
+                for (; r + 4 <= nr; r += 4) Q5W_TILE(4);
+                switch (nr - r) {
+                case 1: Q5W_TILE(1); break;
+                case 2: Q5W_TILE(2); break;
+                case 3: Q5W_TILE(3); break;
+                default: break;
+                }
+#undef Q5W_TILE
+            }
+        }
+    }
+    return n_done;
 }
 
 /* ---- packed Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 against kq8_chunk (simd.h) ---------
@@ -1559,7 +1811,9 @@ INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *
             packed_rows_one_token(TYPE, X8, w, row_bytes, n_rows, n_cols, act, out);                            \
             return;                                                                                             \
         }                                                                                                       \
-        int t0 = packed_chunk_panels(TYPE, X8, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride); \
+        int t0 = !X8 && is_q5(TYPE) ? q5w_rows(TYPE, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride) : 0; \
+        t0 += packed_chunk_panels(TYPE, X8, w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
+                                  out + (size_t)t0 * out_stride, out_stride);                                   \
         FN(CAT(name, whole))(w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
                              out + (size_t)t0 * out_stride, out_stride);                                        \
     }
