@@ -684,17 +684,24 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
     tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, NULL, 0, NULL);
 }
 
-/* ---- 16-bit Q5 prompts from words unpacked once -----------------------------------
+/* ---- 16-bit Q5 and Q6_K prompts from words unpacked once -------------------------
  * Merging each fifth bit into its word (with_fifth) costs a 2 x 4 tile about
- * as many shuffles as its multiply-adds leave room for. A prompt instead
- * unpacks a block of Q5W_ROWS... rows' chunks once into words, in the layout
- * of the activations (word 2j + e of vector v: element 2v + e of block j),
- * and runs 4 x 4 tiles of plain loads and vpdpwssd over up to Q5W_TOKENS
- * tokens against them. The dots are the same integers, the float steps
- * x16_chunk_scale's, the tails tile_x16_panel's: the same bits. */
-#define Q5W_SCRATCH (64 << 10)      /* bytes of words a row block may take (L1) */
-#define Q5W_ACT_BYTES (384 << 10)   /* activation bytes a token block may take (L2) */
-#define Q5W_MIN_TOKENS 16
+ * as many shuffle-class operations as its multiply-adds leave room for, and
+ * Q6_K's high bits as many again. A prompt instead unpacks a block of rows
+ * once into words, in the layout of the activations (Q5: word 2j + e of
+ * vector v is element 2v + e of block j; Q6_K: of sub-block j), and runs
+ * 4 x 4 tiles of plain loads and vpdpwssd over a block of tokens against
+ * them (words_rows). The dots are the same integers, the float steps
+ * x16_chunk_scale's or tile_kq's, the tails tile_x16_panel's: the same
+ * bits. */
+#define WORDS_SCRATCH (64 << 10)      /* bytes of words a row block may take (L2) */
+#define WORDS_ACT_BYTES (384 << 10)   /* activation bytes a token block may take (L2) */
+#define WORDS_MIN_TOKENS 16
+#define WORDS_BLOCK_TOKENS 32         /* a token block's tokens at least: the unpack's share */
+/* Q6_K's float steps take a multiply-add per 8 vpdpwssd, on the same ports:
+ * the words gain on long rows only (bench_matmul q6_k, Zen 4: 4864 columns
+ * 54-57 to 60-66 GMAC/s; 2048 columns no gain, Gemma 3's pp512 lost) */
+#define WORDS_Q6_K_MIN_SB 16
 
 /* Row w's first n_main blocks as words, 16 vectors a chunk (lanes past a
  * padded chunk's m zero). */
@@ -869,55 +876,6 @@ INLINE void q5w_tile(const int type, const int NR, const __m512i *words, int row
         x16_tails(type, w, row_bytes, nb, act, act_stride, NR, NT, 0, acc);
     }
     finish_outputs(NR, NT, acc, out, out_stride, NULL, 0);
-}
-
-/* Whole 4-token groups of a 16-bit Q5 call as above: by blocks of tokens
- * (their activations in L2) and in them of rows (their words in L1), each
- * row block unpacked once a token block. Returns the tokens done. */
-INLINE int q5w_rows(const int type, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
-                    const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
-    const int nb = (int)(n_cols / 32), n_main = x16_main_blocks(nb);
-    const bool tail4 = nb % 16 == Q5W_TAIL;
-    const int row_vecs = (n_main + 15) / 16 * 16 + (tail4 ? 4 : 0);
-    if (n_tok < Q5W_MIN_TOKENS || n_main == 0 || 64 * 4 * row_vecs > Q5W_SCRATCH || act_stride == 0) return 0;
-    const int rb = Q5W_SCRATCH / (64 * row_vecs) / 4 * 4;
-    int tb = (int)(Q5W_ACT_BYTES / act_stride) / 4 * 4;
-    if (tb < 4) tb = 4;
-    _Alignas(64) __m512i words[Q5W_SCRATCH / 64], xt[4 * 5];
-    const int n_done = n_tok / 4 * 4;
-    for (int t0 = 0; t0 < n_done; t0 += tb) {
-        const int t1 = t0 + tb < n_done ? t0 + tb : n_done;
-        for (int r0 = 0; r0 < n_rows; r0 += rb) {
-            const int nr = n_rows - r0 < rb ? n_rows - r0 : rb;
-            const uint8_t *wr = w + (size_t)r0 * row_bytes;
-            for (int r = 0; r < nr; r++) {
-                q5w_unpack(type, wr + (size_t)r * row_bytes, n_main, words + (size_t)r * row_vecs);
-                if (tail4)
-                    q5w_unpack_tail(type, wr + (size_t)r * row_bytes + (size_t)n_main * block32_bytes(type),
-                                    words + (size_t)r * row_vecs + (n_main + 15) / 16 * 16);
-            }
-            for (int t = t0; t < t1; t += 4) {
-                const uint8_t *at = act + (size_t)t * act_stride;
-                if (tail4)
-                    for (int k = 0; k < 4; k++)
-                        q5w_turn_tail(type, (const kq16_tail *)(at + (size_t)k * act_stride + (size_t)(nb / 16) * sizeof(kq16_chunk)),
-                                      xt + 5 * k);
-                float *o = out + (size_t)t * out_stride + r0;
-                int r = 0;
-#define Q5W_TILE(NR) q5w_tile(type, NR, words + (size_t)r * row_vecs, row_vecs, wr + (size_t)r * row_bytes, row_bytes, \
-                              nb, at, act_stride, tail4 ? xt : NULL, o + r, out_stride)
-                for (; r + 4 <= nr; r += 4) Q5W_TILE(4);
-                switch (nr - r) {
-                case 1: Q5W_TILE(1); break;
-                case 2: Q5W_TILE(2); break;
-                case 3: Q5W_TILE(3); break;
-                default: break;
-                }
-#undef Q5W_TILE
-            }
-        }
-    }
-    return n_done;
 }
 
 /* ---- packed Q4_0, Q4_1, Q5_0, Q5_1 and Q8_0 against kq8_chunk (simd.h) ---------
@@ -1692,6 +1650,130 @@ INLINE int q4_k_tok_rows(const uint8_t *w, size_t row_bytes, int n_rows, int64_t
     return t0;
 }
 
+/* Q6_K's super-blocks of row w as words, 8 vectors each (tile_kq's unpack). */
+INLINE void q6w_unpack(const uint8_t *w, int nb, __m512i *words) {
+    const __m512i m4 = _mm512_set1_epi16(0x0f), m30 = _mm512_set1_epi16(0x30);
+    for (int b = 0; b < nb; b++, words += 8) {
+        const uint8_t *blk = w + (size_t)b * 210;
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
+            const __m512i l = _mm512_cvtepu8_epi16(load256(blk + 18 + 32 * k));
+            const __m512i h = _mm512_cvtepu8_epi16(load256(blk + 146 + 32 * (k % 2)));
+            /* group v's high bits sit at 2 (v / 2) in piece v % 2; shifted to bits 4, 5 */
+            const int s0 = 2 * (k / 2), s1 = 2 * ((k + 4) / 2);
+            const __m512i h0 = s0 <= 4 ? _mm512_slli_epi16(h, 4 - s0) : _mm512_srli_epi16(h, s0 - 4);
+            const __m512i h1 = s1 <= 4 ? _mm512_slli_epi16(h, 4 - s1) : _mm512_srli_epi16(h, s1 - 4);
+            _mm512_store_si512(&words[k], _mm512_ternarylogic_epi32(_mm512_and_si512(l, m4), h0, m30, 0xf8));
+            _mm512_store_si512(&words[k + 4], _mm512_ternarylogic_epi32(_mm512_srli_epi16(l, 4), h1, m30, 0xf8));
+        }
+    }
+}
+
+/* NR rows of Q6_K (words a row row_vecs vectors apart; w their packed rows)
+ * x 4 tokens, with tile_kq's integer dots and float steps. */
+INLINE void q6w_tile(const int NR, const __m512i *words, int row_vecs, const uint8_t *w, size_t row_bytes, int nb,
+                     const uint8_t *act, size_t act_stride, float *out, size_t out_stride) {
+    const int NT = 4;
+    __m512 acc[4][4];
+    start_outputs(NR, NT, acc, NULL, 0);
+    for (int b = 0; b < nb; b++) {
+        const kq16_k *a[4];
+        __m512i dot[4][4];
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            a[t] = (const kq16_k *)(act + (size_t)t * act_stride) + b;
+            const __m512i start = _mm512_loadu_si512(a[t]->off); /* the -32, as tile_kq */
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) dot[r][t] = start;
+        }
+#pragma GCC unroll 8
+        for (int v = 0; v < 8; v++) {
+            __m512i u[4];
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) u[r] = _mm512_load_si512(&words[(size_t)r * row_vecs + 8 * b + v]);
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                __m512i xv = _mm512_loadu_si512(a[t]->q[v]);
+                __asm__("" : "+v"(xv));
+#pragma GCC unroll 4
+                for (int r = 0; r < NR; r++) dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u[r], xv);
+            }
+        }
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * 210;
+            const __m512 sd = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)))),
+                                            _mm512_set1_ps(f16_at(blk)));
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++)
+                acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), _mm512_mul_ps(sd, _mm512_loadu_ps(a[t]->d)), acc[r][t]);
+        }
+    }
+    finish_outputs(NR, NT, acc, out, out_stride, NULL, 0);
+}
+
+/* Whole 4-token groups of a 16-bit Q5 or Q6_K call as above: by blocks of
+ * tokens (their activations in L2) and in them of rows (their words in L2),
+ * each row block unpacked once a token block. Returns the tokens done. */
+INLINE int words_rows(const int type, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
+                      const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
+    const bool six = type == GL_TYPE_Q6_K;
+    const int nb = (int)(n_cols / (six ? 256 : 32)), n_main = six ? nb : x16_main_blocks(nb);
+    const bool tail4 = !six && nb % 16 == Q5W_TAIL;
+    const int row_vecs = six ? 8 * nb : (n_main + 15) / 16 * 16 + (tail4 ? 4 : 0);
+    if (n_tok < WORDS_MIN_TOKENS || n_main == 0 || 64 * 4 * row_vecs > WORDS_SCRATCH || act_stride == 0) return 0;
+    if (six && nb < WORDS_Q6_K_MIN_SB) return 0;
+    const int rb = WORDS_SCRATCH / (64 * row_vecs) / 4 * 4;
+    int tb = (int)(WORDS_ACT_BYTES / act_stride) / 4 * 4;
+    if (tb < WORDS_BLOCK_TOKENS) tb = WORDS_BLOCK_TOKENS;
+    _Alignas(64) __m512i words[WORDS_SCRATCH / 64], xt[4 * 5];
+    const int n_done = n_tok / 4 * 4;
+    for (int t0 = 0; t0 < n_done; t0 += tb) {
+        const int t1 = t0 + tb < n_done ? t0 + tb : n_done;
+        for (int r0 = 0; r0 < n_rows; r0 += rb) {
+            const int nr = n_rows - r0 < rb ? n_rows - r0 : rb;
+            const uint8_t *wr = w + (size_t)r0 * row_bytes;
+            for (int r = 0; r < nr; r++) {
+                if (six) {
+                    q6w_unpack(wr + (size_t)r * row_bytes, nb, words + (size_t)r * row_vecs);
+                    continue;
+                }
+                q5w_unpack(type, wr + (size_t)r * row_bytes, n_main, words + (size_t)r * row_vecs);
+                if (tail4)
+                    q5w_unpack_tail(type, wr + (size_t)r * row_bytes + (size_t)n_main * block32_bytes(type),
+                                    words + (size_t)r * row_vecs + (n_main + 15) / 16 * 16);
+            }
+            for (int t = t0; t < t1; t += 4) {
+                const uint8_t *at = act + (size_t)t * act_stride;
+                if (tail4)
+                    for (int k = 0; k < 4; k++)
+                        q5w_turn_tail(type, (const kq16_tail *)(at + (size_t)k * act_stride + (size_t)(nb / 16) * sizeof(kq16_chunk)),
+                                      xt + 5 * k);
+                float *o = out + (size_t)t * out_stride + r0;
+                int r = 0;
+#define WORDS_TILE(NR)                                                                                                   \
+    do {                                                                                                                 \
+        if (six)                                                                                                         \
+            q6w_tile(NR, words + (size_t)r * row_vecs, row_vecs, wr + (size_t)r * row_bytes, row_bytes, nb, at,          \
+                     act_stride, o + r, out_stride);                                                                     \
+        else                                                                                                             \
+            q5w_tile(type, NR, words + (size_t)r * row_vecs, row_vecs, wr + (size_t)r * row_bytes, row_bytes, nb, at,    \
+                     act_stride, tail4 ? xt : NULL, o + r, out_stride);                                                  \
+    } while (0)
+                for (; r + 4 <= nr; r += 4) WORDS_TILE(4);
+                switch (nr - r) {
+                case 1: WORDS_TILE(1); break;
+                case 2: WORDS_TILE(2); break;
+                case 3: WORDS_TILE(3); break;
+                default: break;
+                }
+#undef WORDS_TILE
+            }
+        }
+    }
+    return n_done;
+}
+
 INLINE void tile_k16(const int type, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
                      size_t act_stride, const int NR, const int NT, float *out, size_t out_stride) {
     tile_kq(type, false, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride);
@@ -1811,7 +1893,7 @@ INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *
             packed_rows_one_token(TYPE, X8, w, row_bytes, n_rows, n_cols, act, out);                            \
             return;                                                                                             \
         }                                                                                                       \
-        int t0 = !X8 && is_q5(TYPE) ? q5w_rows(TYPE, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride) : 0; \
+        int t0 = !X8 && is_q5(TYPE) ? words_rows(TYPE, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride) : 0; \
         t0 += packed_chunk_panels(TYPE, X8, w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
                                   out + (size_t)t0 * out_stride, out_stride);                                   \
         FN(CAT(name, whole))(w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
@@ -1872,8 +1954,17 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* pa
         FN(CAT(name, whole))(w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
                              out + (size_t)t0 * out_stride, out_stride);                                      \
     }
+/* 16-bit Q6_K: whole 4-token groups from words (words_rows), then 2 x 4. */
+#define DEFINE_PACKED_Q6_K_ROWS(name, TILE)                                                                   \
+    ROWS_FN_AS(static, CAT(name, whole), TILE, GL_TYPE_Q6_K, 2, 4, PACKED_K_ROWS_REST)                      \
+    SIMD_DEF void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act, \
+                         size_t act_stride, int n_tok, float *out, size_t out_stride) {                       \
+        int t0 = words_rows(GL_TYPE_Q6_K, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride); \
+        FN(CAT(name, whole))(w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
+                             out + (size_t)t0 * out_stride, out_stride);                                      \
+    }
 #if SIMD_EMITS(PACKED_K)
-DEFINE_PACKED_K_ROWS_2X4(packed_rows_q6_k, tile_k16, GL_TYPE_Q6_K) /* packed_rows_q6_k_avx512 */
+DEFINE_PACKED_Q6_K_ROWS(packed_rows_q6_k, tile_k16) /* packed_rows_q6_k_avx512, packed_rows_q6_k_whole_avx512 */
 DEFINE_PACKED_Q4_K_ROWS(packed_rows_q4_k, tile_k16, false) /* packed_rows_q4_k_avx512, packed_rows_q4_k_whole_avx512 */
 DEFINE_PACKED_K_ROWS_2X4(packed_rows_q5_k, tile_k16, GL_TYPE_Q5_K) /* packed_rows_q5_k_avx512 */
 DEFINE_PACKED_K_ROWS_2X4(packed_rows_x8_q6_k, tile_k8, GL_TYPE_Q6_K) /* packed_rows_x8_q6_k_avx512 */

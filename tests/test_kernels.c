@@ -792,17 +792,20 @@ START_TEST(matmul_k_prompt_is_batch_invariant) {
 }
 END_TEST
 
-/* 16-bit Q5 prompts on VNNI unpack row blocks into words once (q5w_rows):
- * rows of whole chunks, of a padded last chunk (896), of a half tail (768)
- * and of short tails (640; 608 and 544 odd), 4-row tiles with 1 or 3 rows
- * left, token blocks (4864 columns: 32 tokens a block) with 1 or 2 tokens
- * left. Each token alone gives the batch's bits. */
-START_TEST(matmul_q5_prompt_is_batch_invariant) {
+/* 16-bit Q5 and long-row Q6_K prompts on VNNI unpack row blocks into
+ * words once (words_rows): Q5 rows of whole chunks, of a padded last chunk
+ * (896), of a half tail (768) and of short tails (640 as words; 608 and 544
+ * odd), Q6_K rows of 19 super-blocks; 4-row tiles with 1 or 3 rows left,
+ * token blocks (4864 columns: 32 tokens a block) with 1 or 2 tokens left.
+ * Each token alone gives the batch's bits. */
+START_TEST(matmul_words_prompt_is_batch_invariant) {
     static const int64_t cols[] = {640, 896, 768, 2048, 608, 544, 4864};
     for (int ti = 0; ti < 2; ti++)
         for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++)
             check_packed_batch_invariant(ti ? GL_TYPE_Q5_1 : GL_TYPE_Q5_0, 16, ci % 2 ? 39 : 37, cols[ci],
                                          ci == 6 ? 150 : 17 + (int)ci);
+    check_packed_batch_invariant(GL_TYPE_Q6_K, 16, 39, 4864, 70);
+    check_packed_batch_invariant(GL_TYPE_Q6_K, 16, 37, 4864, 17);
 }
 END_TEST
 
@@ -1315,7 +1318,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, matmul_n_matches_single_matmuls);
     tcase_add_test(tc, amx_k_rows_match_vnni);
     tcase_add_test(tc, matmul_k_prompt_is_batch_invariant);
-    tcase_add_test(tc, matmul_q5_prompt_is_batch_invariant);
+    tcase_add_test(tc, matmul_words_prompt_is_batch_invariant);
     tcase_add_test(tc, amx_matches_avx512_bit_for_bit);
     tcase_add_test(tc, twelve_bits_close_to_sixteen);
     tcase_add_test(tc, pack_into_shared_buffer_and_decode_tiles);
