@@ -184,6 +184,23 @@ INLINE __m512i with_fifth(__m512i q, __m512i nib, int p, __m512i m4) {
     return _mm512_ternarylogic_epi32(q, bit, m4, 0xec); /* (q & m4) | bit */
 }
 
+/* The 16-bit tiles' fifth-bit nibbles of blocks' fifth bits fb (a block's
+ * four bytes a lane): even groups' low and high, then odd ones'. */
+INLINE void fifth_group_nibbles(__m512i fb, __m512i fn[4]) {
+    __m512i fe, fo;
+    fifth_words(fb, &fe, &fo);
+    fifth_nibbles(fe, &fn[0], &fn[1]);
+    fifth_nibbles(fo, &fn[2], &fn[3]);
+}
+
+/* Group g's words (v its 32 zero-extended bytes) with their fifth bits:
+ * elements 2g + e into *lo, 16 + 2g + e into *hi. */
+INLINE void q5_group_words(__m512i v, const __m512i fn[4], int g, __m512i *lo, __m512i *hi) {
+    const __m512i m4 = _mm512_set1_epi16(0x0f);
+    *lo = with_fifth(v, fn[2 * (g % 2)], g / 2, m4);
+    *hi = with_fifth(_mm512_srli_epi16(v, 4), fn[2 * (g % 2) + 1], g / 2, m4);
+}
+
 /* The sums of a, b, c and d in lanes 0, 4, 8 and 12, each by the tree
  * _mm512_reduce_add_ps uses (lane i + lane i + 8, then + 4, + 2, + 1), with
  * the shuffles shared: about a third of the instructions of four reduces,
@@ -199,7 +216,7 @@ INLINE __m512 sum4_ps(__m512 a, __m512 b, __m512 c, __m512 d) {
     return _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(2, 3, 0, 1)));
 }
 
-/* A tile may cover one panel of a long row (see packed_chunk_panels): state
+/* A tile may cover one panel of a long row (see prompt_panels): state
  * then holds its accumulators between panels, 64 floats per row, 16 per
  * token, loaded at the start (X16_LOAD) and stored instead of summed at the
  * end (X16_STORE). Each lane sees the same operations in the same order as
@@ -279,6 +296,19 @@ __attribute__((constructor)) static void tail_tables(void) {
 }
 #endif
 
+/* Vector v of an even short tail's Q4/Q5 weights (pack_tail_lanes' lane
+ * order), one unsigned byte an element: the nibbles, and Q5's fifth bits
+ * (a 64-bit mask a vector, before the quants) as 16. */
+INLINE __m512i short_tail_bytes(const uint8_t *quants, int m, int v, bool five) {
+    const __m256i b = load256(quants + 32 * v);
+    const __m512i u = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1),
+                                       _mm512_set1_epi8(0x0f));
+    if (!five) return u;
+    uint64_t k;
+    memcpy(&k, quants - 4 * m + 8 * v, 8);
+    return _mm512_mask_add_epi8(u, _cvtu64_mask64(k), u, _mm512_set1_epi8(0x10));
+}
+
 INLINE __mmask64 first_bytes(int n) { return n >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (n > 0 ? n : 0)) - 1; }
 
 /* acc[r][t] += the rows' short tail (m <= KQ_SHORT_TAIL blocks, row r's at
@@ -317,14 +347,7 @@ INLINE void add_short_tail(const int type, const bool x16, const int NR, const i
                     u[r][v] = _mm512_xor_si512(_mm512_loadu_si512(quants + 64 * v), flip);
                     continue;
                 }
-                const __m256i b = load256(quants + 32 * v);
-                const __m512i p = _mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1);
-                u[r][v] = _mm512_and_si512(p, m4);
-                if (five) {
-                    uint64_t k;
-                    memcpy(&k, quants - 4 * m + 8 * v, 8);
-                    u[r][v] = _mm512_mask_add_epi8(u[r][v], _cvtu64_mask64(k), u[r][v], _mm512_set1_epi8(0x10));
-                }
+                u[r][v] = short_tail_bytes(quants, m, v, five);
             }
             continue;
         }
@@ -547,12 +570,8 @@ INLINE void x16_chunk(const int type, const uint8_t *w, size_t row_bytes, const 
         __m512i fn[4][4]; /* even groups' low and high nibbles, then odd ones' */
         if (five)
 #pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                __m512i fe, fo;
-                fifth_words(_mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), chunk[r] + (hdr - 4) * m), &fe, &fo);
-                fifth_nibbles(fe, &fn[r][0], &fn[r][1]);
-                fifth_nibbles(fo, &fn[r][2], &fn[r][3]);
-            }
+            for (int r = 0; r < NR; r++)
+                fifth_group_nibbles(_mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), chunk[r] + (hdr - 4) * m), fn[r]);
 #pragma GCC unroll 8
         for (int g = 0; g < 8; g++) {
             __m512i lo[4], hi[4];
@@ -560,8 +579,7 @@ INLINE void x16_chunk(const int type, const uint8_t *w, size_t row_bytes, const 
             for (int r = 0; r < NR; r++) {
                 __m512i v = group_bytes(chunk[r] + hdr * m + 2 * m * g, m, false);
                 if (five) {
-                    lo[r] = with_fifth(v, fn[r][2 * (g % 2)], g / 2, m4);
-                    hi[r] = with_fifth(_mm512_srli_epi16(v, 4), fn[r][2 * (g % 2) + 1], g / 2, m4);
+                    q5_group_words(v, fn[r], g, &lo[r], &hi[r]);
                 } else {
                     lo[r] = _mm512_and_si512(v, m4);
                     hi[r] = _mm512_srli_epi16(v, 4);
@@ -619,10 +637,7 @@ INLINE void x16_tails(const int type, const uint8_t *w, size_t row_bytes, int nb
                 const __mmask8 km = (__mmask8)((1u << m) - 1);
                 __m256i lo = _mm256_maskz_loadu_epi32(km, chunk[2 * p] - 4 * m);
                 __m256i hi = 2 * p + 1 < NR ? _mm256_maskz_loadu_epi32(km, chunk[2 * p + 1] - 4 * m) : _mm256_setzero_si256();
-                __m512i fe, fo;
-                fifth_words(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), &fe, &fo);
-                fifth_nibbles(fe, &fn[p][0], &fn[p][1]);
-                fifth_nibbles(fo, &fn[p][2], &fn[p][3]);
+                fifth_group_nibbles(_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1), fn[p]);
             }
         for (int g = 0; g < (q8 ? 16 : 8); g += q8 ? 2 : 1) {
             __m512i u0[4], u1[4];
@@ -698,29 +713,44 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #define WORDS_ACT_BYTES (384 << 10)   /* activation bytes a token block may take (L2) */
 #define WORDS_MIN_TOKENS 16
 #define WORDS_BLOCK_TOKENS 32         /* a token block's tokens at least: the unpack's share */
+#define WORDS_TAIL_TOKENS 128         /* a token block's tokens at most where short tails are turned (q5w_turn_tail) */
 /* Q6_K's float steps take a multiply-add per 8 vpdpwssd, on the same ports:
  * the words gain on long rows only (bench_matmul q6_k, Zen 4: 4864 columns
  * 54-57 to 60-66 GMAC/s; 2048 columns no gain, Gemma 3's pp512 lost) */
 #define WORDS_Q6_K_MIN_SB 16
 
+/* dot[r][t] += the NV word vectors at w[r] . token t's at x[t] (64 bytes
+ * apart): each activation a register across the NR rows, not NR memory
+ * operands (dot_pairs says why; GCC folds them unless told). */
+INLINE void words_dots(const int NR, const int NV, const __m512i *const w[4], const uint8_t *const x[4],
+                       __m512i dot[4][4]) {
+#pragma GCC unroll 16
+    for (int v = 0; v < NV; v++) {
+        __m512i u[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) u[r] = _mm512_load_si512(&w[r][v]);
+#pragma GCC unroll 4
+        for (int t = 0; t < 4; t++) {
+            __m512i xv = _mm512_loadu_si512(x[t] + 64 * v);
+            __asm__("" : "+v"(xv));
+#pragma GCC unroll 4
+            for (int r = 0; r < NR; r++) dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u[r], xv);
+        }
+    }
+}
+
 /* Row w's first n_main blocks as words, 16 vectors a chunk (lanes past a
  * padded chunk's m zero). */
 INLINE void q5w_unpack(const int type, const uint8_t *w, int n_main, __m512i *words) {
     const int bb = block32_bytes(type), hdr = chunk_hdr(type);
-    const __m512i m4 = _mm512_set1_epi16(0x0f);
     for (int c0 = 0; c0 < n_main; c0 += 16, words += 16) {
         const int m = n_main - c0 < 16 ? n_main - c0 : 16;
         const uint8_t *chunk = w + (size_t)c0 * bb;
-        __m512i fe, fo, fn[4];
-        fifth_words(_mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), chunk + (hdr - 4) * m), &fe, &fo);
-        fifth_nibbles(fe, &fn[0], &fn[1]);
-        fifth_nibbles(fo, &fn[2], &fn[3]);
+        __m512i fn[4];
+        fifth_group_nibbles(_mm512_maskz_loadu_epi32((__mmask16)((1u << m) - 1), chunk + (hdr - 4) * m), fn);
 #pragma GCC unroll 8
-        for (int g = 0; g < 8; g++) {
-            const __m512i v = group_bytes(chunk + hdr * m + 2 * m * g, m, false);
-            _mm512_store_si512(&words[g], with_fifth(v, fn[2 * (g % 2)], g / 2, m4));
-            _mm512_store_si512(&words[g + 8], with_fifth(_mm512_srli_epi16(v, 4), fn[2 * (g % 2) + 1], g / 2, m4));
-        }
+        for (int g = 0; g < 8; g++)
+            q5_group_words(group_bytes(chunk + hdr * m + 2 * m * g, m, false), fn, g, &words[g], &words[g + 8]);
     }
 }
 
@@ -739,14 +769,10 @@ INLINE __m512i q5w_tail_lanes(void) { /* natural dword lanes 2j, 2j + 1, 2j + 8,
 /* Row w's tail (its packed short tail at tail) as 4 vectors of words. */
 INLINE void q5w_unpack_tail(const int type, const uint8_t *tail, __m512i *words) {
     const uint8_t *quants = tail + chunk_hdr(type) * Q5W_TAIL;
-    const __m512i m4 = _mm512_set1_epi8(0x0f), lanes = q5w_tail_lanes();
+    const __m512i lanes = q5w_tail_lanes();
 #pragma GCC unroll 2
     for (int v = 0; v < 2; v++) {
-        const __m256i b = load256(quants + 32 * v);
-        __m512i u = _mm512_and_si512(_mm512_inserti64x4(_mm512_castsi256_si512(b), _mm256_srli_epi16(b, 4), 1), m4);
-        uint64_t k;
-        memcpy(&k, quants - 4 * Q5W_TAIL + 8 * v, 8);
-        u = _mm512_mask_add_epi8(u, _cvtu64_mask64(k), u, _mm512_set1_epi8(0x10));
+        const __m512i u = short_tail_bytes(quants, Q5W_TAIL, v, true);
         _mm512_store_si512(&words[2 * v], _mm512_permutexvar_epi32(lanes, _mm512_cvtepu8_epi16(_mm512_castsi512_si256(u))));
         _mm512_store_si512(&words[2 * v + 1], _mm512_permutexvar_epi32(lanes, _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(u, 1))));
     }
@@ -793,23 +819,17 @@ INLINE void q5w_add_tail(const int type, const int NR, const __m512i *tw, int ro
                          size_t row_bytes, const __m512i *xt, const kq16_tail *const a[4], __m512 acc[4][4]) {
     const int NT = 4;
     __m512i dot[4][4];
+    const __m512i *wr[4];
+    const uint8_t *x[4];
 #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++)
+    for (int r = 0; r < NR; r++) wr[r] = tw + (size_t)r * row_vecs;
 #pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) dot[r][t] = _mm512_load_si512(&xt[5 * t + 4]);
+    for (int t = 0; t < NT; t++) {
+        x[t] = (const uint8_t *)&xt[5 * t];
 #pragma GCC unroll 4
-    for (int k = 0; k < 4; k++) {
-        __m512i u[4];
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) u[r] = _mm512_load_si512(&tw[(size_t)r * row_vecs + k]);
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            __m512i xv = _mm512_load_si512(&xt[5 * t + k]);
-            __asm__("" : "+v"(xv));
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u[r], xv);
-        }
+        for (int r = 0; r < NR; r++) dot[r][t] = _mm512_load_si512(&xt[5 * t + 4]);
     }
+    words_dots(NR, Q5W_TAIL, wr, x, dot);
     const __mmask16 km = (__mmask16)((1u << Q5W_TAIL) - 1);
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
@@ -851,20 +871,7 @@ INLINE void q5w_tile(const int type, const int NR, const __m512i *words, int row
         const __m512i *cw[4];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) cw[r] = words + (size_t)r * row_vecs + c0;
-        /* one vector at a time: 16 dots, NR weights and a token's activations in registers */
-#pragma GCC unroll 16
-        for (int v = 0; v < 16; v++) {
-            __m512i u[4];
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) u[r] = _mm512_load_si512(cw[r] + v);
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) {
-                __m512i xv = _mm512_loadu_si512(x[t] + 64 * v);
-                __asm__("" : "+v"(xv)); /* a register, not NR memory operands (dot_pairs says why) */
-#pragma GCC unroll 4
-                for (int r = 0; r < NR; r++) dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u[r], xv);
-            }
-        }
+        words_dots(NR, 16, cw, x, dot);
         x16_chunk_scale(type, NR, NT, chunk, a, m, dot, acc);
     }
     if (xt) {
@@ -1201,8 +1208,22 @@ INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t
     return _mm512_fmadd_ps(mf, dmu, acc);
 }
 
+/* A packed Q6_K super-block's groups k and k + 4 (k < 4) as words, 6-bit
+ * quants: the low 4 bits' nibbles, the high 2 bits (group v's at 2 (v / 2)
+ * in piece v % 2) moved to bits 4, 5. */
+INLINE void q6_k_group_words(const uint8_t *blk, int k, __m512i *u0, __m512i *u1) {
+    const __m512i m4 = _mm512_set1_epi16(0x0f), m30 = _mm512_set1_epi16(0x30);
+    const __m512i l = _mm512_cvtepu8_epi16(load256(blk + 18 + 32 * k));
+    const __m512i h = _mm512_cvtepu8_epi16(load256(blk + 146 + 32 * (k % 2)));
+    const int s0 = 2 * (k / 2), s1 = 2 * ((k + 4) / 2);
+    const __m512i h0 = s0 <= 4 ? _mm512_slli_epi16(h, 4 - s0) : _mm512_srli_epi16(h, s0 - 4);
+    const __m512i h1 = s1 <= 4 ? _mm512_slli_epi16(h, 4 - s1) : _mm512_srli_epi16(h, s1 - 4);
+    *u0 = _mm512_ternarylogic_epi32(_mm512_and_si512(l, m4), h0, m30, 0xf8); /* a | (b & c) */
+    *u1 = _mm512_ternarylogic_epi32(_mm512_srli_epi16(l, 4), h1, m30, 0xf8);
+}
+
 /* state and mode as a packed tile's (X16_LOAD, X16_STORE), Q4_K's prompt tiles
- * only (q4_k_panels): each row's accq, 16 floats a row. */
+ * only (prompt_panels): each row's accq, 16 floats a row. */
 INLINE void tile_kq_panel(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int64_t n_cols,
                           const uint8_t *act, size_t act_stride, const int NR, const int NT, float *out,
                           size_t out_stride, float *state, int mode) {
@@ -1220,7 +1241,7 @@ INLINE void tile_kq_panel(const int type, const bool x8, const uint8_t *w, size_
     const size_t a_d = x8 ? offsetof(kq8_k, d) : offsetof(kq16_k, d);
     const size_t a_off = x8 ? offsetof(kq8_k, off) : offsetof(kq16_k, off);
     const size_t a_s = x8 ? offsetof(kq8_k, s) : offsetof(kq16_k, s);
-    const __m512i m4 = _mm512_set1_epi16(0x0f), m16 = _mm512_set1_epi16(0x10), m30 = _mm512_set1_epi16(0x30);
+    const __m512i m4 = _mm512_set1_epi16(0x0f), m16 = _mm512_set1_epi16(0x10);
     const __m512i sub_scale = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
     const __m512i sub_min = _mm512_add_epi32(sub_scale, _mm512_set1_epi32(8));
     const __m512i d_lanes = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
@@ -1284,18 +1305,14 @@ INLINE void tile_kq_panel(const int type, const bool x8, const uint8_t *w, size_
             __m512i u0[2], u1[2];
 #pragma GCC unroll 2
             for (int r = 0; r < NR; r++) {
+                if (six) {
+                    q6_k_group_words(blk[r], k, &u0[r], &u1[r]);
+                    continue;
+                }
                 __m512i l = _mm512_cvtepu8_epi16(load256(blk[r] + quants + 32 * k));
                 u0[r] = _mm512_and_si512(l, m4);
                 u1[r] = _mm512_srli_epi16(l, 4);
-                if (six) {
-                    __m512i h = _mm512_cvtepu8_epi16(load256(blk[r] + 146 + 32 * (k % 2)));
-                    /* group v's high bits sit at 2 (v / 2) in piece v % 2; shifted to bits 4, 5 */
-                    const int s0 = 2 * (k / 2), s1 = 2 * ((k + 4) / 2);
-                    u0[r] = _mm512_or_si512(
-                        u0[r], _mm512_and_si512(s0 <= 4 ? _mm512_slli_epi16(h, 4 - s0) : _mm512_srli_epi16(h, s0 - 4), m30));
-                    u1[r] = _mm512_or_si512(
-                        u1[r], _mm512_and_si512(s1 <= 4 ? _mm512_slli_epi16(h, 4 - s1) : _mm512_srli_epi16(h, s1 - 4), m30));
-                } else if (five) { /* bits k and k + 4 to bit 4 */
+                if (five) { /* bits k and k + 4 to bit 4 */
                     u0[r] = _mm512_or_si512(u0[r], _mm512_and_si512(_mm512_slli_epi16(fifth[r], 4 - k), m16));
                     u1[r] = _mm512_or_si512(u1[r], _mm512_and_si512(_mm512_srli_epi16(fifth[r], k), m16));
                 }
@@ -1404,42 +1421,13 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
     tile_kq_panel(type, x8, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, NULL, 0);
 }
 
-/* Q4_K prompts at 8 bits (at 16, a call's last 8-15 tokens and rows past
- * KQT_MAX_SB): a row pair's 8 tokens read 3-6 KiB of activations a
- * super-block, from L2 row after row (8 tokens of 2048 columns pass L1),
- * one load per two dots. So full 2 x 8 tiles go a panel of
- * KQ_PANEL super-blocks at a time over blocks of KQ_ROW_BLOCK rows, the
- * panel's activations (24 KiB) staying in L1; accq carries over in state,
- * the same operations in the same order. Returns the tokens done. */
+/* Q4_K's prompt panels (prompt_panels): at 8 bits (at 16, a call's last
+ * 8-15 tokens and rows past KQT_MAX_SB) a row pair's 8 tokens read 3-6 KiB
+ * of activations a super-block, from L2 row after row (8 tokens of 2048
+ * columns pass L1), one load per two dots; a panel of KQ_PANEL
+ * super-blocks keeps them (24 KiB) in L1. */
 #define KQ_PANEL 4
 #define KQ_ROW_BLOCK 32
-INLINE int q4_k_panels(const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
-                       const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
-    const int nb = (int)(n_cols / 256);
-    if (nb <= KQ_PANEL) return 0;
-    const size_t a_bytes = x8 ? sizeof(kq8_k) : sizeof(kq16_k);
-    _Alignas(64) float state[KQ_ROW_BLOCK * 16];
-    int t0 = 0;
-    for (; t0 + K_TILE_NT <= n_tok; t0 += K_TILE_NT)
-        for (int r0 = 0; r0 < n_rows; r0 += KQ_ROW_BLOCK) {
-            const int nr = n_rows - r0 < KQ_ROW_BLOCK ? n_rows - r0 : KQ_ROW_BLOCK;
-            for (int b0 = 0; b0 < nb; b0 += KQ_PANEL) {
-                const int pb = nb - b0 < KQ_PANEL ? nb - b0 : KQ_PANEL;
-                const int mode = (b0 > 0 ? X16_LOAD : 0) | (b0 + pb < nb ? X16_STORE : 0);
-                const uint8_t *pw = w + (size_t)r0 * row_bytes + (size_t)b0 * 144;
-                const uint8_t *pa = act + (size_t)t0 * act_stride + (size_t)b0 * a_bytes;
-                float *o = out + (size_t)t0 * out_stride + r0;
-                int r = 0;
-                for (; r + 2 <= nr; r += 2)
-                    tile_kq_panel(GL_TYPE_Q4_K, x8, pw + (size_t)r * row_bytes, row_bytes, 256 * pb, pa, act_stride, 2,
-                                  K_TILE_NT, o + r, out_stride, state + 16 * r, mode);
-                for (; r < nr; r++)
-                    tile_kq_panel(GL_TYPE_Q4_K, x8, pw + (size_t)r * row_bytes, row_bytes, 256 * pb, pa, act_stride, 1,
-                                  K_TILE_NT, o + r, out_stride, state + 16 * r, mode);
-            }
-        }
-    return t0;
-}
 
 /* Q4_K prompts at 16 bits, 16 tokens a vector. The sub-block lanes above
  * leave each output and super-block a 16-lane sum, split in high and low
@@ -1652,21 +1640,9 @@ INLINE int q4_k_tok_rows(const uint8_t *w, size_t row_bytes, int n_rows, int64_t
 
 /* Q6_K's super-blocks of row w as words, 8 vectors each (tile_kq's unpack). */
 INLINE void q6w_unpack(const uint8_t *w, int nb, __m512i *words) {
-    const __m512i m4 = _mm512_set1_epi16(0x0f), m30 = _mm512_set1_epi16(0x30);
-    for (int b = 0; b < nb; b++, words += 8) {
-        const uint8_t *blk = w + (size_t)b * 210;
+    for (int b = 0; b < nb; b++, words += 8)
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
-            const __m512i l = _mm512_cvtepu8_epi16(load256(blk + 18 + 32 * k));
-            const __m512i h = _mm512_cvtepu8_epi16(load256(blk + 146 + 32 * (k % 2)));
-            /* group v's high bits sit at 2 (v / 2) in piece v % 2; shifted to bits 4, 5 */
-            const int s0 = 2 * (k / 2), s1 = 2 * ((k + 4) / 2);
-            const __m512i h0 = s0 <= 4 ? _mm512_slli_epi16(h, 4 - s0) : _mm512_srli_epi16(h, s0 - 4);
-            const __m512i h1 = s1 <= 4 ? _mm512_slli_epi16(h, 4 - s1) : _mm512_srli_epi16(h, s1 - 4);
-            _mm512_store_si512(&words[k], _mm512_ternarylogic_epi32(_mm512_and_si512(l, m4), h0, m30, 0xf8));
-            _mm512_store_si512(&words[k + 4], _mm512_ternarylogic_epi32(_mm512_srli_epi16(l, 4), h1, m30, 0xf8));
-        }
-    }
+        for (int k = 0; k < 4; k++) q6_k_group_words(w + (size_t)b * 210, k, &words[k], &words[k + 4]);
 }
 
 /* NR rows of Q6_K (words a row row_vecs vectors apart; w their packed rows)
@@ -1678,27 +1654,20 @@ INLINE void q6w_tile(const int NR, const __m512i *words, int row_vecs, const uin
     start_outputs(NR, NT, acc, NULL, 0);
     for (int b = 0; b < nb; b++) {
         const kq16_k *a[4];
+        const uint8_t *x[4];
+        const __m512i *wb[4];
         __m512i dot[4][4];
 #pragma GCC unroll 4
         for (int t = 0; t < NT; t++) {
             a[t] = (const kq16_k *)(act + (size_t)t * act_stride) + b;
+            x[t] = (const uint8_t *)a[t]->q;
             const __m512i start = _mm512_loadu_si512(a[t]->off); /* the -32, as tile_kq */
 #pragma GCC unroll 4
             for (int r = 0; r < NR; r++) dot[r][t] = start;
         }
-#pragma GCC unroll 8
-        for (int v = 0; v < 8; v++) {
-            __m512i u[4];
 #pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) u[r] = _mm512_load_si512(&words[(size_t)r * row_vecs + 8 * b + v]);
-#pragma GCC unroll 4
-            for (int t = 0; t < NT; t++) {
-                __m512i xv = _mm512_loadu_si512(a[t]->q[v]);
-                __asm__("" : "+v"(xv));
-#pragma GCC unroll 4
-                for (int r = 0; r < NR; r++) dot[r][t] = _mm512_dpwssd_epi32(dot[r][t], u[r], xv);
-            }
-        }
+        for (int r = 0; r < NR; r++) wb[r] = words + (size_t)r * row_vecs + 8 * b;
+        words_dots(NR, 8, wb, x, dot);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * 210;
@@ -1726,10 +1695,15 @@ INLINE int words_rows(const int type, const uint8_t *w, size_t row_bytes, int n_
     const int rb = WORDS_SCRATCH / (64 * row_vecs) / 4 * 4;
     int tb = (int)(WORDS_ACT_BYTES / act_stride) / 4 * 4;
     if (tb < WORDS_BLOCK_TOKENS) tb = WORDS_BLOCK_TOKENS;
-    _Alignas(64) __m512i words[WORDS_SCRATCH / 64], xt[4 * 5];
+    if (tail4 && tb > WORDS_TAIL_TOKENS) tb = WORDS_TAIL_TOKENS;
+    _Alignas(64) __m512i words[WORDS_SCRATCH / 64], xt[WORDS_TAIL_TOKENS * 5];
     const int n_done = n_tok / 4 * 4;
     for (int t0 = 0; t0 < n_done; t0 += tb) {
         const int t1 = t0 + tb < n_done ? t0 + tb : n_done;
+        if (tail4) /* the block's tails turned once, for every row block */
+            for (int t = t0; t < t1; t++)
+                q5w_turn_tail(type, (const kq16_tail *)(act + (size_t)t * act_stride + (size_t)(nb / 16) * sizeof(kq16_chunk)),
+                              xt + 5 * (t - t0));
         for (int r0 = 0; r0 < n_rows; r0 += rb) {
             const int nr = n_rows - r0 < rb ? n_rows - r0 : rb;
             const uint8_t *wr = w + (size_t)r0 * row_bytes;
@@ -1745,10 +1719,6 @@ INLINE int words_rows(const int type, const uint8_t *w, size_t row_bytes, int n_
             }
             for (int t = t0; t < t1; t += 4) {
                 const uint8_t *at = act + (size_t)t * act_stride;
-                if (tail4)
-                    for (int k = 0; k < 4; k++)
-                        q5w_turn_tail(type, (const kq16_tail *)(at + (size_t)k * act_stride + (size_t)(nb / 16) * sizeof(kq16_chunk)),
-                                      xt + 5 * k);
                 float *o = out + (size_t)t * out_stride + r0;
                 int r = 0;
 #define WORDS_TILE(NR)                                                                                                   \
@@ -1758,7 +1728,7 @@ INLINE int words_rows(const int type, const uint8_t *w, size_t row_bytes, int n_
                      act_stride, o + r, out_stride);                                                                     \
         else                                                                                                             \
             q5w_tile(type, NR, words + (size_t)r * row_vecs, row_vecs, wr + (size_t)r * row_bytes, row_bytes, nb, at,    \
-                     act_stride, tail4 ? xt : NULL, o + r, out_stride);                                                  \
+                     act_stride, tail4 ? xt + 5 * (t - t0) : NULL, o + r, out_stride);                                                  \
     } while (0)
                 for (; r + 4 <= nr; r += 4) WORDS_TILE(4);
                 switch (nr - r) {
@@ -1812,32 +1782,45 @@ INLINE void chunk_tile(const int type, const bool x8, const uint8_t *w, size_t r
     else tile_x16_panel(type, w, row_bytes, n_cols, act, act_stride, NR, NT, out, out_stride, state, mode, split);
 }
 
-INLINE int packed_chunk_panels(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
-                             const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
-    const int bb = block32_bytes(type);
-    const int nb = (int)(n_cols / 32), panel = 16 * X16_PANEL;
-    if (nb <= panel) return 0;
-    _Alignas(64) float state[X16_ROW_BLOCK * 64];
+/* Full tiles of a long row one panel at a time over blocks of rows: packed
+ * block-32 rows 4 tokens a tile, X16_PANEL chunks a panel; Q4_K 8 tokens
+ * (K_TILE_NT), KQ_PANEL super-blocks. The accumulators carry over in state,
+ * the same operations in the same order. Returns the tokens done. */
+INLINE int prompt_panels(const int type, const bool x8, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols,
+                         const uint8_t *act, size_t act_stride, int n_tok, float *out, size_t out_stride) {
+    const bool k = type == GL_TYPE_Q4_K;
+    const int NT = k ? K_TILE_NT : 4, unit = k ? 256 : 512; /* columns of a super-block, a chunk */
+    const int panel = unit * (k ? KQ_PANEL : X16_PANEL), row_block = k ? KQ_ROW_BLOCK : X16_ROW_BLOCK;
+    const int state_row = k ? 16 : 64; /* floats of a row's accumulators */
+    const size_t w_unit = k ? 144 : 16 * (size_t)block32_bytes(type);
+    const size_t a_unit = k ? (x8 ? sizeof(kq8_k) : sizeof(kq16_k)) : (x8 ? sizeof(kq8_chunk) : sizeof(kq16_chunk));
+    if (n_cols <= panel) return 0;
+    _Alignas(64) float state[X16_ROW_BLOCK * 64 > KQ_ROW_BLOCK * 16 ? X16_ROW_BLOCK * 64 : KQ_ROW_BLOCK * 16];
     int t0 = 0;
-    for (; t0 + 4 <= n_tok; t0 += 4) {
-        for (int r0 = 0; r0 < n_rows; r0 += X16_ROW_BLOCK) {
-            const int nr = n_rows - r0 < X16_ROW_BLOCK ? n_rows - r0 : X16_ROW_BLOCK;
-            for (int b0 = 0; b0 < nb; b0 += panel) {
-                const int pb = nb - b0 < panel ? nb - b0 : panel;
-                const int mode = (b0 > 0 ? X16_LOAD : 0) | (b0 + pb < nb ? X16_STORE : 0);
-                const uint8_t *pw = w + (size_t)r0 * row_bytes + (size_t)b0 * bb;
-                const uint8_t *pa = act + (size_t)t0 * act_stride + (size_t)(b0 / 16) * (x8 ? sizeof(kq8_chunk) : sizeof(kq16_chunk));
+    for (; t0 + NT <= n_tok; t0 += NT)
+        for (int r0 = 0; r0 < n_rows; r0 += row_block) {
+            const int nr = n_rows - r0 < row_block ? n_rows - r0 : row_block;
+            for (int64_t c0 = 0; c0 < n_cols; c0 += panel) {
+                const int64_t pc = n_cols - c0 < panel ? n_cols - c0 : panel;
+                const int mode = (c0 > 0 ? X16_LOAD : 0) | (c0 + pc < n_cols ? X16_STORE : 0);
+                const uint8_t *pw = w + (size_t)r0 * row_bytes + (size_t)(c0 / unit) * w_unit;
+                const uint8_t *pa = act + (size_t)t0 * act_stride + (size_t)(c0 / unit) * a_unit;
                 float *o = out + (size_t)t0 * out_stride + r0;
+#define PANEL_TILE(NR)                                                                                                  \
+    do {                                                                                                                \
+        if (k)                                                                                                          \
+            tile_kq_panel(type, x8, pw + (size_t)r * row_bytes, row_bytes, pc, pa, act_stride, NR, K_TILE_NT, o + r,    \
+                          out_stride, state + state_row * r, mode);                                                     \
+        else                                                                                                            \
+            chunk_tile(type, x8, pw + (size_t)r * row_bytes, row_bytes, pc, pa, act_stride, NR, 4, o + r, out_stride,   \
+                       state + state_row * r, mode, NULL);                                                              \
+    } while (0)
                 int r = 0;
-                for (; r + 2 <= nr; r += 2)
-                    chunk_tile(type, x8, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 2, 4, o + r,
-                               out_stride, state + 64 * r, mode, NULL);
-                for (; r < nr; r++)
-                    chunk_tile(type, x8, pw + (size_t)r * row_bytes, row_bytes, 32 * pb, pa, act_stride, 1, 4, o + r,
-                               out_stride, state + 64 * r, mode, NULL);
+                for (; r + 2 <= nr; r += 2) PANEL_TILE(2);
+                for (; r < nr; r++) PANEL_TILE(1);
+#undef PANEL_TILE
             }
         }
-    }
     return t0;
 }
 
@@ -1894,7 +1877,7 @@ INLINE void packed_rows_one_token(const int type, const bool x8, const uint8_t *
             return;                                                                                             \
         }                                                                                                       \
         int t0 = !X8 && is_q5(TYPE) ? words_rows(TYPE, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride) : 0; \
-        t0 += packed_chunk_panels(TYPE, X8, w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
+        t0 += prompt_panels(TYPE, X8, w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
                                   out + (size_t)t0 * out_stride, out_stride);                                   \
         FN(CAT(name, whole))(w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
                              out + (size_t)t0 * out_stride, out_stride);                                        \
@@ -1943,13 +1926,13 @@ DEFINE_PACKED_CHUNK_ROWS(packed_rows_x8_q5_1, tile_x8, GL_TYPE_Q5_1, true) /* pa
 #define DEFINE_PACKED_K_ROWS(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 1, K_TILE_NT, PACKED_K_ROWS_REST)
 #define DEFINE_PACKED_K_ROWS_2X4(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 2, 4, PACKED_K_ROWS_REST)
 /* Q4_K: 2 x 8 tiles (two rows share each activation load; q4_k_sums a row),
- * by panels where rows are long (q4_k_panels). */
+ * by panels where rows are long (prompt_panels). */
 #define DEFINE_PACKED_Q4_K_ROWS(name, TILE, X8)                                                               \
     ROWS_FN_AS(static, CAT(name, whole), TILE, GL_TYPE_Q4_K, 2, K_TILE_NT, PACKED_K_ROWS_REST)                \
     SIMD_DEF void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act, \
                          size_t act_stride, int n_tok, float *out, size_t out_stride) {                       \
         int t0 = X8 ? 0 : q4_k_tok_rows(w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride); \
-        t0 += q4_k_panels(X8, w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
+        t0 += prompt_panels(GL_TYPE_Q4_K, X8, w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
                           out + (size_t)t0 * out_stride, out_stride);                                        \
         FN(CAT(name, whole))(w, row_bytes, n_rows, n_cols, act + (size_t)t0 * act_stride, act_stride, n_tok - t0, \
                              out + (size_t)t0 * out_stride, out_stride);                                      \

@@ -785,7 +785,7 @@ START_TEST(matmul_k_prompt_is_batch_invariant) {
         check_packed_batch_invariant(types[ti], 16, 150, 5120, 150); /* 16-bit 5120: token blocks of 112 */
     }
     /* Q4_K's VNNI prompt paths: 16-token groups (q4_k_tok_rows; 4-row tiles and the last 1 or 3 rows),
-     * then 2 x 8 tiles by panels (q4_k_panels), then the rest; rows past KQT_MAX_SB super-blocks 2 x 8 alone */
+     * then 2 x 8 tiles by panels (prompt_panels), then the rest; rows past KQT_MAX_SB super-blocks 2 x 8 alone */
     check_packed_batch_invariant(GL_TYPE_Q4_K, 16, 151, 1280, 28);
     check_packed_batch_invariant(GL_TYPE_Q4_K, 16, 149, 6400, 21);
     check_packed_batch_invariant(GL_TYPE_Q4_K, 8, 151, 1280, 28);
