@@ -714,9 +714,9 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #define WORDS_MIN_TOKENS 16
 #define WORDS_BLOCK_TOKENS 32         /* a token block's tokens at least: the unpack's share */
 #define WORDS_TAIL_TOKENS 128         /* a token block's tokens at most where short tails are turned (q5w_turn_tail) */
-/* Q6_K's float steps take a multiply-add per 8 vpdpwssd, on the same ports:
- * the words gain on long rows only (bench_matmul q6_k, Zen 4: 4864 columns
- * 54-57 to 60-66 GMAC/s; 2048 columns no gain, Gemma 3's pp512 lost) */
+/* Q6_K's float steps take a multiply-add per 8 vpdpwssd, on the same ports
+ * as the dots: the words pay for their unpack on long rows only (the
+ * commit that set this has the numbers) */
 #define WORDS_Q6_K_MIN_SB 16
 
 /* dot[r][t] += the NV word vectors at w[r] . token t's at x[t] (64 bytes
@@ -1432,8 +1432,7 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
 /* Q4_K prompts at 16 bits, 16 tokens a vector. The sub-block lanes above
  * leave each output and super-block a 16-lane sum, split in high and low
  * halves, pair permutes and scale multiplies: as many vector operations as
- * the dots (bench_matmul q4_k at 0.45 of vpdpwssd's rate). Here lane t is
- * token t: 16 tokens' activations are turned once per rows call (a
+ * the dots. Here lane t is token t: 16 tokens' activations are turned once per rows call (a
  * thread's piece of the rows) and group (kq16_kt, 16 tokens' dword d in
  * line d: 16 x 16 transposes, a few percent of the call), a row's quants take their scales
  * as words (w' = q x scale, at most 945), and each dword of w' is a
