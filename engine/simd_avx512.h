@@ -1444,12 +1444,12 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
 typedef struct kq16_kt {
     int32_t q[128][16];   /* [d][t]: dword d of token t's kq16_k q (d = 16 v + j, sub-block j) */
     float unit[16];       /* token t's unit (kq16_k d) */
-    int32_t nbs[8][16];   /* [k][t]: token t's nbs of 32-element block k */
+    int32_t nbs[8][16];   /* [k][t]: token t's nbs of 32-element block k as words nbs & 255, nbs >> 8 */
 } kq16_kt;
 #define KQT_TOKENS 16
-#define KQT_MAX_SB 24 /* the turned activations live on the stack (2 groups x 24 x 8.6 KiB); longer rows keep 2 x 8 tiles */
+#define KQT_MAX_SB 24 /* longer rows keep 2 x 8 tiles */
+#define KQT_SLOTS 48  /* super-blocks of turned activations a pass holds (8.6 KiB each, on the stack, in L2) */
 #define KQT_ROWS 4
-#define KQT_GROUPS 2
 
 /* r[i] lane j into r[j] lane i: a 16 x 16 dword transpose. */
 INLINE void transpose16_epi32(__m512i r[16]) {
@@ -1500,141 +1500,140 @@ INLINE void q4_k_turn(const uint8_t *act, size_t act_stride, int nb, kq16_kt *at
         for (int t = 0; t < 16; t++) r[t] = _mm512_loadu_si512(base + (size_t)t * act_stride + offsetof(kq16_k, nbs));
         transpose16_epi32(r);
 #pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) _mm512_store_si512(at[b].nbs[k], r[k]);
+        for (int k = 0; k < 8; k++) /* words nbs & 255, nbs >> 8 (q4_k_wt's minimums) */
+            _mm512_store_si512(at[b].nbs[k], _mm512_or_si512(_mm512_and_si512(r[k], _mm512_set1_epi32(0xff)),
+                                                              _mm512_slli_epi32(_mm512_srai_epi32(r[k], 8), 16)));
         _mm512_store_ps(at[b].unit, _mm512_i32gather_ps(tok, base + offsetof(kq16_k, d), 1));
     }
 }
 
-/* NR (1..KQT_ROWS) rows x NG (1, 2) groups of 16 tokens, group g's turned
- * activations at at[g] (KQT_MAX_SB apart): a row's w' is made once for both
- * groups. Token t of group g, row r into out[(16 g + t) out_stride + r]. */
-INLINE void q4_k_tok_tile(const int NR, const int NG, const uint8_t *w, size_t row_bytes, int nb, const kq16_kt *at,
-                          float *out, size_t out_stride) {
+/* A row's super-block as the tiles take it: w' in kq16_k's dword order,
+ * and its minimums (lanes 8..15) as words m, 256 m: one vpdpwssd against
+ * kq16_kt's nbs words gives m x nbs. */
+typedef struct q4_k_wt {
+    int32_t q[128];
+    int32_t mins[16];
+} q4_k_wt;
+
+/* Super-block blk's w' and minimums into *wt. */
+INLINE void q4_k_scale_words(const uint8_t *blk, q4_k_wt *wt) {
     const __m512i m4 = _mm512_set1_epi16(0x0f);
     const __m512i sub_scale = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    /* row r's w' dwords in kq16_k's order, and its minimums (lanes 8..15), for super-blocks b
-     * and b + 1 by turns: made a super-block ahead, since a broadcast load right behind the
-     * vector store it reads waits for the store (no forwarding into part of a store) */
-    _Alignas(64) int32_t wq[2][KQT_ROWS][128];
-    _Alignas(64) int32_t mins[2][KQT_ROWS][16];
-    __m512 accq[KQT_GROUPS][KQT_ROWS];
-#pragma GCC unroll 2
-    for (int g = 0; g < NG; g++)
+    __m512i sc, mn;
+    q4_k_scales_mins_x2(blk + 4, blk + 4, &sc, &mn);
+    _mm512_store_si512(wt->mins, _mm512_or_si512(mn, _mm512_slli_epi32(mn, 24)));
+    const __m512i sj = _mm512_permutexvar_epi32(sub_scale, sc);
+    const __m512i scw = _mm512_or_si512(sj, _mm512_slli_epi32(sj, 16));
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) accq[g][r] = _mm512_setzero_ps();
-    for (int b = -1; b < nb; b++) {
-        if (b + 1 < nb)
+    for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
+        const __m512i l = _mm512_cvtepu8_epi16(load256(blk + 16 + 32 * k));
+        _mm512_store_si512(wt->q + 16 * k, _mm512_mullo_epi16(_mm512_and_si512(l, m4), scw));
+        _mm512_store_si512(wt->q + 16 * (k + 4), _mm512_mullo_epi16(_mm512_srli_epi16(l, 4), scw));
+    }
+}
+
+/* NR (1..KQT_ROWS) rows x 16 tokens: row r's super-block b as wt[r nb + b]
+ * (w its packed rows, for d and dmin), the tokens' turned activations at a
+ * (nb of them). Token t, row r into out[t out_stride + r]. */
+INLINE void q4_k_tok_tile(const int NR, const q4_k_wt *wt, const uint8_t *w, size_t row_bytes, int nb, const kq16_kt *a,
+                          float *out, size_t out_stride) {
+    __m512 accq[KQT_ROWS];
 #pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)(b + 1) * 144;
-                __m512i sc, mn;
-                q4_k_scales_mins_x2(blk + 4, blk + 4, &sc, &mn);
-                _mm512_store_si512(mins[(b + 1) & 1][r], mn);
-                const __m512i sj = _mm512_permutexvar_epi32(sub_scale, sc);
-                const __m512i scw = _mm512_or_si512(sj, _mm512_slli_epi32(sj, 16));
-#pragma GCC unroll 4
-                for (int k = 0; k < 4; k++) { /* groups k and k + 4 */
-                    const __m512i l = _mm512_cvtepu8_epi16(load256(blk + 16 + 32 * k));
-                    _mm512_store_si512(wq[(b + 1) & 1][r] + 16 * k, _mm512_mullo_epi16(_mm512_and_si512(l, m4), scw));
-                    _mm512_store_si512(wq[(b + 1) & 1][r] + 16 * (k + 4), _mm512_mullo_epi16(_mm512_srli_epi16(l, 4), scw));
-                }
-            }
-        if (b < 0) continue;
-        const int32_t(*wb_rows)[128] = wq[b & 1], (*mn_rows)[16] = mins[b & 1];
-        __m512 d[KQT_ROWS], dmin[KQT_ROWS]; /* the super-block's, broadcast, for every group */
+    for (int r = 0; r < NR; r++) accq[r] = _mm512_setzero_ps();
+    for (int b = 0; b < nb; b++, a++) {
+        __m512 d[KQT_ROWS], dmin[KQT_ROWS];
+        const q4_k_wt *wr[KQT_ROWS];
+        __m512i sum[KQT_ROWS][4];
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             int32_t halves;
             memcpy(&halves, w + (size_t)r * row_bytes + (size_t)b * 144, 4);
             const __m128 dd = _mm_cvtph_ps(_mm_cvtsi32_si128(halves));
             d[r] = _mm512_broadcastss_ps(dd), dmin[r] = _mm512_broadcastss_ps(_mm_movehdup_ps(dd));
+            wr[r] = wt + (size_t)r * nb + b;
+#pragma GCC unroll 4
+            for (int q = 0; q < 4; q++) sum[r][q] = _mm512_setzero_si512();
         }
-        for (int g = 0; g < NG; g++) {
-            const kq16_kt *a = at + (size_t)g * KQT_MAX_SB + b;
-            __m512i sum[KQT_ROWS][4];
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++)
-#pragma GCC unroll 4
-                for (int q = 0; q < 4; q++) sum[r][q] = _mm512_setzero_si512();
 #pragma GCC unroll 8
-            for (int v = 0; v < 8; v++)
+        for (int v = 0; v < 8; v++)
 #pragma GCC unroll 16
-                for (int jj = 0; jj < 16; jj++) { /* sub-blocks 0, 4, 8, 12, 1, ...: 16 chains in flight, not 4 */
-                    const int j = 4 * (jj % 4) + jj / 4;
-                    const __m512i x = _mm512_load_si512(a->q[16 * v + j]);
+            for (int jj = 0; jj < 16; jj++) { /* sub-blocks 0, 4, 8, 12, 1, ...: 16 chains in flight, not 4 */
+                const int j = 4 * (jj % 4) + jj / 4;
+                const __m512i x = _mm512_load_si512(a->q[16 * v + j]);
 #pragma GCC unroll 4
-                    for (int r = 0; r < NR; r++) {
-                        /* w' broadcast by a load of its own: as vpdpwssd's embedded-broadcast
-                         * operand (the compiler's choice) Zen 4 ran it at a third of the rate */
-                        __m512i wb;
-                        __asm__("vpbroadcastd %[w], %[b]" : [b] "=v"(wb) : [w] "m"(wb_rows[r][16 * v + j]));
-                        sum[r][j / 4] = _mm512_dpwssd_epi32(sum[r][j / 4], x, wb);
-                    }
+                for (int r = 0; r < NR; r++) {
+                    /* w' broadcast by a load of its own: as vpdpwssd's embedded-broadcast
+                     * operand (the compiler's choice) Zen 4 ran it at a third of the rate */
+                    __m512i wb;
+                    __asm__("vpbroadcastd %[w], %[b]" : [b] "=v"(wb) : [w] "m"(wr[r]->q[16 * v + j]));
+                    sum[r][j / 4] = _mm512_dpwssd_epi32(sum[r][j / 4], x, wb);
                 }
-            const __m512 unit = _mm512_load_ps(a->unit);
-#pragma GCC unroll 4
-            for (int r = 0; r < NR; r++) {
-                __m512i lo = _mm512_cvtepi32_epi64(_mm512_castsi512_si256(sum[r][0]));
-                __m512i hi = _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(sum[r][0], 1));
-#pragma GCC unroll 3
-                for (int q = 1; q < 4; q++) {
-                    lo = _mm512_add_epi64(lo, _mm512_cvtepi32_epi64(_mm512_castsi512_si256(sum[r][q])));
-                    hi = _mm512_add_epi64(hi, _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(sum[r][q], 1)));
-                }
-                const __m512 sf = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtepi64_ps(lo)), _mm512_cvtepi64_ps(hi), 1);
-                __m512i m = _mm512_mullo_epi32(_mm512_load_si512(a->nbs[0]), _mm512_set1_epi32(mn_rows[r][8]));
-#pragma GCC unroll 7
-                for (int k = 1; k < 8; k++)
-                    m = _mm512_add_epi32(m, _mm512_mullo_epi32(_mm512_load_si512(a->nbs[k]), _mm512_set1_epi32(mn_rows[r][8 + k])));
-                const __m512 du = _mm512_mul_ps(d[r], unit), dmu = _mm512_mul_ps(dmin[r], unit);
-                accq[g][r] = _mm512_fmadd_ps(sf, du, accq[g][r]);
-                accq[g][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dmu, accq[g][r]);
             }
+        const __m512 unit = _mm512_load_ps(a->unit);
+#pragma GCC unroll 4
+        for (int r = 0; r < NR; r++) {
+            /* S = high x 65536 + low, the sums' high and low 16 bits summed */
+            __m512i hi = _mm512_srai_epi32(sum[r][0], 16), lo = _mm512_and_si512(sum[r][0], _mm512_set1_epi32(0xffff));
+#pragma GCC unroll 3
+            for (int q = 1; q < 4; q++) {
+                hi = _mm512_add_epi32(hi, _mm512_srai_epi32(sum[r][q], 16));
+                lo = _mm512_add_epi32(lo, _mm512_and_si512(sum[r][q], _mm512_set1_epi32(0xffff)));
+            }
+            const __m512 sf = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), _mm512_set1_ps(65536.0f), _mm512_cvtepi32_ps(lo));
+            __m512i m = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) {
+                __m512i mb;
+                __asm__("vpbroadcastd %[w], %[b]" : [b] "=v"(mb) : [w] "m"(wr[r]->mins[8 + k]));
+                m = _mm512_dpwssd_epi32(m, _mm512_load_si512(a->nbs[k]), mb);
+            }
+            const __m512 du = _mm512_mul_ps(d[r], unit), dmu = _mm512_mul_ps(dmin[r], unit);
+            accq[r] = _mm512_fmadd_ps(sf, du, accq[r]);
+            accq[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(m), dmu, accq[r]);
         }
     }
     _Alignas(64) float o[16];
-#pragma GCC unroll 2
-    for (int g = 0; g < NG; g++)
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) {
-            _mm512_store_ps(o, accq[g][r]);
-            for (int t = 0; t < KQT_TOKENS; t++) out[(size_t)(KQT_TOKENS * g + t) * out_stride + (size_t)r] = o[t];
-        }
+    for (int r = 0; r < NR; r++) {
+        _mm512_store_ps(o, accq[r]);
+        for (int t = 0; t < KQT_TOKENS; t++) out[(size_t)t * out_stride + (size_t)r] = o[t];
+    }
 }
 
 /* Whole 16-token groups of a call (16-bit activations, rows of at most
- * KQT_MAX_SB super-blocks) as above, two at a time while two are left;
- * returns the tokens done. */
+ * KQT_MAX_SB super-blocks) as above: as many groups at a time as
+ * KQT_SLOTS super-blocks of turned activations hold, and for them each
+ * block of KQT_ROWS rows made into w' once. Returns the tokens done. */
 INLINE int q4_k_tok_rows(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,
                          size_t act_stride, int n_tok, float *out, size_t out_stride) {
     const int nb = (int)(n_cols / 256);
     if (nb > KQT_MAX_SB || n_tok < KQT_TOKENS) return 0;
-    _Alignas(64) kq16_kt at[KQT_GROUPS * KQT_MAX_SB];
-    int t0 = 0;
-    while (t0 + KQT_TOKENS <= n_tok) {
-        const int ng = t0 + KQT_GROUPS * KQT_TOKENS <= n_tok ? KQT_GROUPS : 1;
+    _Alignas(64) kq16_kt at[KQT_SLOTS];
+    _Alignas(64) q4_k_wt wt[KQT_ROWS * KQT_MAX_SB];
+    const int n_groups = n_tok / KQT_TOKENS, pass_groups = KQT_SLOTS / nb;
+    for (int g0 = 0; g0 < n_groups; g0 += pass_groups) {
+        const int ng = n_groups - g0 < pass_groups ? n_groups - g0 : pass_groups;
         for (int g = 0; g < ng; g++)
-            q4_k_turn(act + (size_t)(t0 + KQT_TOKENS * g) * act_stride, act_stride, nb, at + (size_t)g * KQT_MAX_SB);
-        float *o = out + (size_t)t0 * out_stride;
-        int r = 0;
-#define KQT_TILE(NR, NG) q4_k_tok_tile(NR, NG, w + (size_t)r * row_bytes, row_bytes, nb, at, o + r, out_stride)
-        for (; r + KQT_ROWS <= n_rows; r += KQT_ROWS) {
-            if (ng == 2) KQT_TILE(KQT_ROWS, 2);
-            else KQT_TILE(KQT_ROWS, 1);
-        }
-        switch ((n_rows - r) * 2 + ng - 1) {
-        case 2: KQT_TILE(1, 1); break;
-        case 3: KQT_TILE(1, 2); break;
-        case 4: KQT_TILE(2, 1); break;
-        case 5: KQT_TILE(2, 2); break;
-        case 6: KQT_TILE(3, 1); break;
-        case 7: KQT_TILE(3, 2); break;
-        default: break;
-        }
+            q4_k_turn(act + (size_t)(g0 + g) * KQT_TOKENS * act_stride, act_stride, nb, at + (size_t)g * nb);
+        for (int r = 0; r < n_rows; r += KQT_ROWS) {
+            const int nr = n_rows - r < KQT_ROWS ? n_rows - r : KQT_ROWS;
+            for (int i = 0; i < nr; i++)
+                for (int b = 0; b < nb; b++) q4_k_scale_words(w + (size_t)(r + i) * row_bytes + (size_t)b * 144, wt + (size_t)i * nb + b);
+            for (int g = 0; g < ng; g++) {
+#define KQT_TILE(NR)                                                                                                    \
+    q4_k_tok_tile(NR, wt, w + (size_t)r * row_bytes, row_bytes, nb, at + (size_t)g * nb,                               \
+                  out + (size_t)(g0 + g) * KQT_TOKENS * out_stride + (size_t)r, out_stride)
+                switch (nr) {
+                case 4: KQT_TILE(4); break;
+                case 3: KQT_TILE(3); break;
+                case 2: KQT_TILE(2); break;
+                default: KQT_TILE(1); break;
+                }
 #undef KQT_TILE
-        t0 += KQT_TOKENS * ng;
+            }
+        }
     }
-    return t0;
+    return n_groups * KQT_TOKENS;
 }
 
 /* Q6_K's super-blocks of row w as words, 8 vectors each (tile_kq's unpack). */
