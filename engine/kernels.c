@@ -482,6 +482,14 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
     }
 }
 
+void kern_turn_k16(const kern_impl *impl, uint8_t *act, int n_tok, size_t act_stride, int64_t n_cols) {
+    if (!impl->turn_k16 || !kern_k16_turned(n_cols, n_tok)) return;
+    kq16_kt *turned = (kq16_kt *)kern_amx_region(act, n_tok, act_stride);
+    for (int g = 0; g < n_tok / KQT_TOKENS; g++)
+        impl->turn_k16(act + (size_t)g * KQT_TOKENS * act_stride, act_stride, (int)(n_cols / 256),
+                       turned + (size_t)g * (size_t)(n_cols / 256));
+}
+
 /* The K-quants' activations take one unit per super-block (quantize_256),
  * so a super-block's dots summed with the weights' integer scales stay one
  * exact integer (simd.h, kq16_k). */
@@ -848,6 +856,7 @@ static bool is_amx_kind(kern_act_kind kind) { return amx_bits(kind) || is_qa_kin
 static size_t act_bytes(kern_act_kind kind, int64_t n_cols, int n_tokens) {
     if (is_qa_kind(kind)) return (size_t)((n_tokens + KQA_GROUP - 1) / KQA_GROUP * KQA_GROUP) * act_row_bytes(kind, n_cols);
     size_t rows = ((size_t)n_tokens * act_row_bytes(kind, n_cols) + 63) & ~(size_t)63;
+    if (kind == KERN_ACT_Q16_K) return rows + kern_k16_turned_bytes(n_cols, n_tokens);
     return rows + amx_region_bytes(kind, n_cols, n_tokens);
 }
 
@@ -980,6 +989,7 @@ typedef struct matmul_job {
     kern_act_kind act_kind;    /* shared by every part */
     const uint8_t *act;        /* what rows() reads: x itself or its quantized copy */
     size_t act_stride;
+    bool turn_k16;             /* the quantize step turns whole groups for Q4_K's rows (simd.h, kq16_kt) */
     matmul_part parts[MATMUL_MAX_PARTS];
     int n_parts;
     long n_rows;               /* all parts together */
@@ -999,7 +1009,7 @@ static void quantize_rows(matmul_job *job) {
      * group: a thread takes whole groups, or the two would write the same
      * lines by turns (2 threads ran a 576 x 576 x 512 matmul at half the
      * speed of one). */
-    const int step = is_amx_kind(job->act_kind) ? 16 : 1;
+    const int step = is_amx_kind(job->act_kind) || job->turn_k16 ? 16 : 1;
     /* The AMX tiles read their form alone: each group straight from the floats. */
     const int bits = amx_bits(job->act_kind);
     if (bits && job->parts[0].amx) {
@@ -1036,6 +1046,12 @@ static void quantize_rows(matmul_job *job) {
             kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n, act_res(job->act_kind));
         } else if (job->act_kind == KERN_ACT_Q16_K) {
             kern_quantize_k16(job->impl, x, (kq16_k *)dst, n);
+            if (job->turn_k16 && t % KQT_TOKENS == KQT_TOKENS - 1 && t < job->n_tokens / KQT_TOKENS * KQT_TOKENS) {
+                /* this thread's whole group is in: turned here, for every rows call */
+                kq16_kt *turned = (kq16_kt *)kern_amx_region(job->act, job->n_tokens, job->act_stride);
+                job->impl->turn_k16(dst - (KQT_TOKENS - 1) * job->act_stride, job->act_stride, (int)(n / 256),
+                                    turned + (size_t)(t / KQT_TOKENS) * (size_t)(n / 256));
+            }
         } else if (job->act_kind == KERN_ACT_Q8_X8) {
             kern_quantize_x8(job->impl, x, dst, n);
         } else if (job->act_kind == KERN_ACT_AMX_X8) { /* no AMX scratch: VNNI reads the rows alone */
@@ -1290,6 +1306,8 @@ void kern_matmul_n(kern_pool *p, int n, const gl_tensor *const *ws, const float 
                     if (is_qa_kind(job.act_kind)) job.parts[i].rows = NULL;
                 }
             if (is_amx_kind(job.act_kind)) zero_group_padding(&job);
+            if (job.act_kind == KERN_ACT_Q16_K && impl->turn_k16 && kern_k16_turned(job.n_cols, n_tokens))
+                for (int i = 0; i < job.n_parts; i++) job.turn_k16 |= job.parts[i].rows && job.parts[i].w->type == GL_TYPE_Q4_K;
             /* One row is quicker to quantize here than to hand out. */
             atomic_init(&job.next_tok, 0);
             if (n_tokens < 2 * p->n_threads) quantize_rows(&job);

@@ -189,6 +189,27 @@ typedef struct kq16_k {
                                  minimums, two outputs a vector: tile_kq) */
 } kq16_k;
 
+/* 16 tokens' kq16_k rows turned, lane t token t, for the 16-bit Q4_K
+ * prompt tiles (simd_avx512.h), one per super-block and whole group of 16
+ * tokens: turned once in the quantize step, not by every rows call (each
+ * thread's pieces would turn all tokens again). A KERN_ACT_Q16_K buffer of
+ * n_tok rows (kern_k16_turned) carries them from kern_amx_region(act,
+ * n_tok, act_stride) on, group g's super-blocks at g * n_sb, where an
+ * implementation with turn_k16 has Q4_K weights read it (kern_turn_k16). */
+typedef struct kq16_kt {
+    int32_t q[128][16];   /* [d][t]: dword d of token t's kq16_k q (d = 16 v + j, sub-block j) */
+    float unit[16];       /* token t's unit (kq16_k d) */
+    int32_t nbs[8][16];   /* [k][t]: token t's nbs of 32-element block k as words nbs & 255, nbs >> 8 */
+} kq16_kt;
+#define KQT_TOKENS 16
+#define KQT_MAX_SB 24     /* longer rows take the sub-block lanes' tiles alone */
+static inline bool kern_k16_turned(int64_t n_cols, int n_tok) {
+    return n_tok >= KQT_TOKENS && n_cols / 256 <= KQT_MAX_SB;
+}
+static inline size_t kern_k16_turned_bytes(int64_t n_cols, int n_tok) {
+    return kern_k16_turned(n_cols, n_tok) ? (size_t)(n_tok / KQT_TOKENS) * (size_t)(n_cols / 256) * sizeof(kq16_kt) : 0;
+}
+
 /* Packed K-quants at 8 bits (kern_pool_set_act_bits): the coarse q of each
  * 32-element block alone, four elements of sub-block j in lane j, so one
  * vpdpbusd does the work of two vpdpwssd. The weights get the same lanes
@@ -344,6 +365,9 @@ typedef struct kern_impl {
     void (*quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na, uint8_t *group, int bits);
     /* kern_quantize_qa's group straight from the floats, the same bits; NULL = token by token */
     void (*quantize_qa)(const float *x, size_t x_stride, int nt, int64_t n_sb, uint8_t *group, bool x8);
+    /* 16 tokens' kq16_k rows (act_stride apart) of n_sb super-blocks turned into at (kq16_kt);
+     * NULL = no rows of this implementation read them */
+    void (*turn_k16)(const uint8_t *act, size_t act_stride, int n_sb, kq16_kt *at);
     kern_rows_fn rows[GL_TYPE_COUNT];                  /* by gl_type; NULL = scalar path */
     kern_rows_fn rows_x8[GL_TYPE_COUNT];               /* the same against the *_COARSE kinds; NULL = none */
     kern_rows_fn packed_rows[GL_TYPE_COUNT];           /* by gl_type, for kern_pack'ed weights; NULL = none */
@@ -421,6 +445,8 @@ void kern_quantize_256_coarse(const kern_impl *impl, const float *x, kq8_256 *y,
 /* Activation rows for packed weights, from quantize_32 (kernels.c). */
 void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int64_t n, int res);
 void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t n); /* n % 256 == 0 */
+/* The turned groups of n_tok kq16_k rows at act (simd.h, kq16_kt), where impl turns them. */
+void kern_turn_k16(const kern_impl *impl, uint8_t *act, int n_tok, size_t act_stride, int64_t n_cols);
 /* One row into kq8_x8_row_bytes(n) bytes: chunks as kq8_chunk (a last one of more than KQ_SHORT_TAIL
  * blocks zero past the row), then a short tail as a kq8_tail. */
 void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t n);

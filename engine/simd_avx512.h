@@ -1432,80 +1432,17 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
 /* Q4_K prompts at 16 bits, 16 tokens a vector. The sub-block lanes above
  * leave each output and super-block a 16-lane sum, split in high and low
  * halves, pair permutes and scale multiplies: as many vector operations as
- * the dots. Here lane t is token t: 16 tokens' activations are turned once per rows call (a
- * thread's piece of the rows) and group (kq16_kt, 16 tokens' dword d in
- * line d: 16 x 16 transposes, a few percent of the call), a row's quants take their scales
- * as words (w' = q x scale, at most 945), and each dword of w' is a
- * broadcast operand of one vpdpwssd for 16 tokens. S comes out in lanes:
- * four accumulators of four sub-blocks each (|sum| < 64 x 945 x 32639 <
- * 2^31), added in int64 and rounded once to float, as q4_k_sums' S (high x
- * 65536 + low in one fused multiply-add is S rounded once); M is the same
- * integer as there; the float steps are the same, in the same order. */
-typedef struct kq16_kt {
-    int32_t q[128][16];   /* [d][t]: dword d of token t's kq16_k q (d = 16 v + j, sub-block j) */
-    float unit[16];       /* token t's unit (kq16_k d) */
-    int32_t nbs[8][16];   /* [k][t]: token t's nbs of 32-element block k as words nbs & 255, nbs >> 8 */
-} kq16_kt;
-#define KQT_TOKENS 16
-#define KQT_MAX_SB 24 /* longer rows keep 2 x 8 tiles */
-#define KQT_SLOTS 48  /* super-blocks of turned activations a pass holds (8.6 KiB each, on the stack, in L2) */
+ * the dots. Here lane t is token t: the quantize step turned 16 tokens'
+ * activations (kq16_kt, simd.h), a row's quants take their scales as words
+ * (w' = q x scale, at most 945), and each dword of w' is a broadcast
+ * operand of one vpdpwssd for 16 tokens. S comes out in lanes: four
+ * accumulators of four sub-blocks each (|sum| < 64 x 945 x 32639 < 2^31),
+ * whose high and low 16 bits are summed apart and joined as q4_k_sums'
+ * (high x 65536 + low in one fused multiply-add is S rounded once); M is
+ * the same integer as there; the float steps are the same, in the same
+ * order. */
+#define KQT_PASS_SB 48 /* super-blocks of turned activations a pass takes for each row block (8.6 KiB each, in L2) */
 #define KQT_ROWS 4
-
-/* r[i] lane j into r[j] lane i: a 16 x 16 dword transpose. */
-INLINE void transpose16_epi32(__m512i r[16]) {
-    __m512i t[16];
-#pragma GCC unroll 8
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-    }
-    /* then r[4 g + e], 128-bit chunk c: element 4 c + e of rows 4 g .. 4 g + 3 */
-#pragma GCC unroll 4
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
-        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
-        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
-        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
-    }
-#pragma GCC unroll 4
-    for (int e = 0; e < 4; e++) t[e] = r[e], t[4 + e] = r[4 + e], t[8 + e] = r[8 + e], t[12 + e] = r[12 + e];
-#pragma GCC unroll 4
-    for (int e = 0; e < 4; e++) {
-        const __m512i ab_lo = _mm512_shuffle_i32x4(t[e], t[4 + e], _MM_SHUFFLE(1, 0, 1, 0));
-        const __m512i ab_hi = _mm512_shuffle_i32x4(t[e], t[4 + e], _MM_SHUFFLE(3, 2, 3, 2));
-        const __m512i cd_lo = _mm512_shuffle_i32x4(t[8 + e], t[12 + e], _MM_SHUFFLE(1, 0, 1, 0));
-        const __m512i cd_hi = _mm512_shuffle_i32x4(t[8 + e], t[12 + e], _MM_SHUFFLE(3, 2, 3, 2));
-        r[e] = _mm512_shuffle_i32x4(ab_lo, cd_lo, _MM_SHUFFLE(2, 0, 2, 0));
-        r[4 + e] = _mm512_shuffle_i32x4(ab_lo, cd_lo, _MM_SHUFFLE(3, 1, 3, 1));
-        r[8 + e] = _mm512_shuffle_i32x4(ab_hi, cd_hi, _MM_SHUFFLE(2, 0, 2, 0));
-        r[12 + e] = _mm512_shuffle_i32x4(ab_hi, cd_hi, _MM_SHUFFLE(3, 1, 3, 1));
-    }
-}
-
-/* 16 tokens' kq16_k rows (act_stride apart) of nb super-blocks into at. */
-INLINE void q4_k_turn(const uint8_t *act, size_t act_stride, int nb, kq16_kt *at) {
-    const __m512i tok = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                           _mm512_set1_epi32((int)act_stride));
-    for (int b = 0; b < nb; b++) {
-        const uint8_t *base = act + (size_t)b * sizeof(kq16_k);
-        __m512i r[16];
-        for (int v = 0; v < 8; v++) {
-#pragma GCC unroll 16
-            for (int t = 0; t < 16; t++) r[t] = _mm512_loadu_si512(base + (size_t)t * act_stride + offsetof(kq16_k, q) + 64 * v);
-            transpose16_epi32(r);
-#pragma GCC unroll 16
-            for (int j = 0; j < 16; j++) _mm512_store_si512(at[b].q[16 * v + j], r[j]);
-        }
-#pragma GCC unroll 16
-        for (int t = 0; t < 16; t++) r[t] = _mm512_loadu_si512(base + (size_t)t * act_stride + offsetof(kq16_k, nbs));
-        transpose16_epi32(r);
-#pragma GCC unroll 8
-        for (int k = 0; k < 8; k++) /* words nbs & 255, nbs >> 8 (q4_k_wt's minimums) */
-            _mm512_store_si512(at[b].nbs[k], _mm512_or_si512(_mm512_and_si512(r[k], _mm512_set1_epi32(0xff)),
-                                                              _mm512_slli_epi32(_mm512_srai_epi32(r[k], 8), 16)));
-        _mm512_store_ps(at[b].unit, _mm512_i32gather_ps(tok, base + offsetof(kq16_k, d), 1));
-    }
-}
 
 /* A row's super-block as the tiles take it: w' in kq16_k's dword order,
  * and its minimums (lanes 8..15) as words m, 256 m: one vpdpwssd against
@@ -1559,7 +1496,7 @@ INLINE void q4_k_tok_tile(const int NR, const q4_k_wt *wt, const uint8_t *w, siz
 #pragma GCC unroll 16
             for (int jj = 0; jj < 16; jj++) { /* sub-blocks 0, 4, 8, 12, 1, ...: 16 chains in flight, not 4 */
                 const int j = 4 * (jj % 4) + jj / 4;
-                const __m512i x = _mm512_load_si512(a->q[16 * v + j]);
+                const __m512i x = _mm512_loadu_si512(a->q[16 * v + j]);
 #pragma GCC unroll 4
                 for (int r = 0; r < NR; r++) {
                     /* w' broadcast by a load of its own: as vpdpwssd's embedded-broadcast
@@ -1569,7 +1506,7 @@ INLINE void q4_k_tok_tile(const int NR, const q4_k_wt *wt, const uint8_t *w, siz
                     sum[r][j / 4] = _mm512_dpwssd_epi32(sum[r][j / 4], x, wb);
                 }
             }
-        const __m512 unit = _mm512_load_ps(a->unit);
+        const __m512 unit = _mm512_loadu_ps(a->unit);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
             /* S = high x 65536 + low, the sums' high and low 16 bits summed */
@@ -1585,7 +1522,7 @@ INLINE void q4_k_tok_tile(const int NR, const q4_k_wt *wt, const uint8_t *w, siz
             for (int k = 0; k < 8; k++) {
                 __m512i mb;
                 __asm__("vpbroadcastd %[w], %[b]" : [b] "=v"(mb) : [w] "m"(wr[r]->mins[8 + k]));
-                m = _mm512_dpwssd_epi32(m, _mm512_load_si512(a->nbs[k]), mb);
+                m = _mm512_dpwssd_epi32(m, _mm512_loadu_si512(a->nbs[k]), mb);
             }
             const __m512 du = _mm512_mul_ps(d[r], unit), dmu = _mm512_mul_ps(dmin[r], unit);
             accq[r] = _mm512_fmadd_ps(sf, du, accq[r]);
@@ -1601,28 +1538,25 @@ INLINE void q4_k_tok_tile(const int NR, const q4_k_wt *wt, const uint8_t *w, siz
 }
 
 /* Whole 16-token groups of a call (16-bit activations, rows of at most
- * KQT_MAX_SB super-blocks) as above: as many groups at a time as
- * KQT_SLOTS super-blocks of turned activations hold, and for them each
+ * KQT_MAX_SB super-blocks; the groups turned after the rows, simd.h) as
+ * above: KQT_PASS_SB super-blocks of them at a time, and for them each
  * block of KQT_ROWS rows made into w' once. Returns the tokens done. */
 INLINE int q4_k_tok_rows(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,
                          size_t act_stride, int n_tok, float *out, size_t out_stride) {
-    const int nb = (int)(n_cols / 256);
-    if (nb > KQT_MAX_SB || n_tok < KQT_TOKENS) return 0;
-    _Alignas(64) kq16_kt at[KQT_SLOTS];
+    if (!kern_k16_turned(n_cols, n_tok)) return 0;
+    const int nb = (int)(n_cols / 256), n_groups = n_tok / KQT_TOKENS, pass_groups = KQT_PASS_SB / nb;
+    const kq16_kt *turned = (const kq16_kt *)kern_amx_region(act, n_tok, act_stride);
     _Alignas(64) q4_k_wt wt[KQT_ROWS * KQT_MAX_SB];
-    const int n_groups = n_tok / KQT_TOKENS, pass_groups = KQT_SLOTS / nb;
     for (int g0 = 0; g0 < n_groups; g0 += pass_groups) {
         const int ng = n_groups - g0 < pass_groups ? n_groups - g0 : pass_groups;
-        for (int g = 0; g < ng; g++)
-            q4_k_turn(act + (size_t)(g0 + g) * KQT_TOKENS * act_stride, act_stride, nb, at + (size_t)g * nb);
         for (int r = 0; r < n_rows; r += KQT_ROWS) {
             const int nr = n_rows - r < KQT_ROWS ? n_rows - r : KQT_ROWS;
             for (int i = 0; i < nr; i++)
                 for (int b = 0; b < nb; b++) q4_k_scale_words(w + (size_t)(r + i) * row_bytes + (size_t)b * 144, wt + (size_t)i * nb + b);
-            for (int g = 0; g < ng; g++) {
+            for (int g = g0; g < g0 + ng; g++) {
 #define KQT_TILE(NR)                                                                                                    \
-    q4_k_tok_tile(NR, wt, w + (size_t)r * row_bytes, row_bytes, nb, at + (size_t)g * nb,                               \
-                  out + (size_t)(g0 + g) * KQT_TOKENS * out_stride + (size_t)r, out_stride)
+    q4_k_tok_tile(NR, wt, w + (size_t)r * row_bytes, row_bytes, nb, turned + (size_t)g * nb,                           \
+                  out + (size_t)g * KQT_TOKENS * out_stride + (size_t)r, out_stride)
                 switch (nr) {
                 case 4: KQT_TILE(4); break;
                 case 3: KQT_TILE(3); break;
@@ -1954,6 +1888,62 @@ DEFINE_PACKED_K_ROWS(packed_rows_x8_q5_k, tile_k8, GL_TYPE_Q5_K) /* packed_rows_
 #endif
 
 #if SIMD_EMITS(TABLE)
+/* r[i] lane j into r[j] lane i: a 16 x 16 dword transpose. */
+INLINE void transpose16_epi32(__m512i r[16]) {
+    __m512i t[16];
+#pragma GCC unroll 8
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+    }
+    /* then r[4 g + e], 128-bit chunk c: element 4 c + e of rows 4 g .. 4 g + 3 */
+#pragma GCC unroll 4
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_unpacklo_epi64(t[i], t[i + 2]);
+        r[i + 1] = _mm512_unpackhi_epi64(t[i], t[i + 2]);
+        r[i + 2] = _mm512_unpacklo_epi64(t[i + 1], t[i + 3]);
+        r[i + 3] = _mm512_unpackhi_epi64(t[i + 1], t[i + 3]);
+    }
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) t[e] = r[e], t[4 + e] = r[4 + e], t[8 + e] = r[8 + e], t[12 + e] = r[12 + e];
+#pragma GCC unroll 4
+    for (int e = 0; e < 4; e++) {
+        const __m512i ab_lo = _mm512_shuffle_i32x4(t[e], t[4 + e], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i ab_hi = _mm512_shuffle_i32x4(t[e], t[4 + e], _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512i cd_lo = _mm512_shuffle_i32x4(t[8 + e], t[12 + e], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512i cd_hi = _mm512_shuffle_i32x4(t[8 + e], t[12 + e], _MM_SHUFFLE(3, 2, 3, 2));
+        r[e] = _mm512_shuffle_i32x4(ab_lo, cd_lo, _MM_SHUFFLE(2, 0, 2, 0));
+        r[4 + e] = _mm512_shuffle_i32x4(ab_lo, cd_lo, _MM_SHUFFLE(3, 1, 3, 1));
+        r[8 + e] = _mm512_shuffle_i32x4(ab_hi, cd_hi, _MM_SHUFFLE(2, 0, 2, 0));
+        r[12 + e] = _mm512_shuffle_i32x4(ab_hi, cd_hi, _MM_SHUFFLE(3, 1, 3, 1));
+    }
+}
+
+/* kern_impl.turn_k16: 16 tokens' kq16_k rows (act_stride apart) of nb super-blocks into at. */
+static void FN(turn_k16)(const uint8_t *act, size_t act_stride, int nb, kq16_kt *at) {
+    const __m512i tok = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                           _mm512_set1_epi32((int)act_stride));
+    for (int b = 0; b < nb; b++) {
+        const uint8_t *base = act + (size_t)b * sizeof(kq16_k);
+        __m512i r[16];
+        for (int v = 0; v < 8; v++) {
+#pragma GCC unroll 16
+            for (int t = 0; t < 16; t++) r[t] = _mm512_loadu_si512(base + (size_t)t * act_stride + offsetof(kq16_k, q) + 64 * v);
+            transpose16_epi32(r);
+#pragma GCC unroll 16
+            for (int j = 0; j < 16; j++) _mm512_storeu_si512(at[b].q[16 * v + j], r[j]);
+        }
+#pragma GCC unroll 16
+        for (int t = 0; t < 16; t++) r[t] = _mm512_loadu_si512(base + (size_t)t * act_stride + offsetof(kq16_k, nbs));
+        transpose16_epi32(r);
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) /* words nbs & 255, nbs >> 8 (q4_k_wt's minimums) */
+            _mm512_storeu_si512(at[b].nbs[k], _mm512_or_si512(_mm512_and_si512(r[k], _mm512_set1_epi32(0xff)),
+                                                               _mm512_slli_epi32(_mm512_srai_epi32(r[k], 8), 16)));
+        _mm512_storeu_ps(at[b].unit, _mm512_i32gather_ps(tok, base + offsetof(kq16_k, d), 1));
+    }
+}
+
 /* ---- activation rows for the packed tiles, in one pass ---------------------------
  * quantize_32's arithmetic on 16 lanes, the same bits (its operations are
  * elementwise; the maximum and the integer sums are exact in any order),

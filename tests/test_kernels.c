@@ -133,9 +133,13 @@ static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, con
                     : kind == KERN_ACT_Q8_X8   ? kq8_x8_row_bytes(n_cols)
                     : kind == KERN_ACT_Q8_K    ? (size_t)(n_cols / 256) * sizeof(kq8_k)
                                                 : (size_t)n_cols * sizeof(float);
-    uint8_t *act = malloc(stride * (size_t)n_tok);
-    for (int t = 0; t < n_tok; t++) {
-        const float *xt = x + (size_t)t * (size_t)n_cols;
+    /* the call's tokens alone, as a matmul's buffer (with Q4_K's turned groups after the rows) */
+    const int nt = t1 - t0;
+    size_t rows_bytes = (stride * (size_t)nt + 63) & ~(size_t)63;
+    size_t act_bytes = rows_bytes + (kind == KERN_ACT_Q16_K ? kern_k16_turned_bytes(n_cols, nt) : 0);
+    uint8_t *act = aligned_alloc(64, (act_bytes + 63) & ~(size_t)63);
+    for (int t = 0; t < nt; t++) {
+        const float *xt = x + (size_t)(t0 + t) * (size_t)n_cols;
         if (kind == KERN_ACT_Q8_32) {
             impl->quantize_32(xt, (kq8_32 *)(act + t * stride), n_cols, KQ_RES16);
         } else if (kind == KERN_ACT_Q8_32_COARSE) kern_quantize_32_coarse(impl, xt, (kq8_32 *)(act + t * stride), n_cols);
@@ -147,12 +151,13 @@ static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, con
         else if (kind == KERN_ACT_Q8_256) impl->quantize_256(xt, (kq8_256 *)(act + t * stride), n_cols);
         else memcpy(act + t * stride, xt, stride);
     }
+    if (kind == KERN_ACT_Q16_K) kern_turn_k16(impl, act, nt, stride, n_cols);
     kern_rows_fn fn = form == PACKED_X8 ? impl->packed_rows_x8[type]
                       : form == PACKED  ? impl->packed_rows[type]
                       : form == PLAIN_X8 ? impl->rows_x8[type]
                                          : impl->rows[type];
-    fn((packed ? packed : w) + (size_t)r0 * row_bytes, row_bytes, r1 - r0, n_cols, act + (size_t)t0 * stride, stride,
-       t1 - t0, out + (size_t)t0 * (size_t)n_rows + r0, (size_t)n_rows);
+    fn((packed ? packed : w) + (size_t)r0 * row_bytes, row_bytes, r1 - r0, n_cols, act, stride, nt,
+       out + (size_t)t0 * (size_t)n_rows + r0, (size_t)n_rows);
     free(act);
 }
 
@@ -715,12 +720,15 @@ static void amx_case(uint32_t type, bool x8, int64_t n_rows, int64_t n_cols, int
     size_t vs = (size_t)nb * (x8 ? sizeof(kq8_k) : sizeof(kq16_k));
     size_t as = (size_t)nb * (x8 ? sizeof(kqa8_k) : sizeof(kqa16_k)) / KQA_GROUP;
     int n_groups = (n_tok + KQA_GROUP - 1) / KQA_GROUP;
-    uint8_t *av = malloc(vs * (size_t)n_tok), *aa = calloc((size_t)n_groups * KQA_GROUP, as);
+    size_t av_rows = (vs * (size_t)n_tok + 63) & ~(size_t)63;
+    size_t av_bytes = av_rows + (x8 ? 0 : kern_k16_turned_bytes(n_cols, n_tok));
+    uint8_t *av = aligned_alloc(64, (av_bytes + 63) & ~(size_t)63), *aa = calloc((size_t)n_groups * KQA_GROUP, as);
     for (int t = 0; t < n_tok; t++) {
         const float *xt = x + (size_t)t * (size_t)n_cols;
         if (x8) kern_quantize_k8(vnni, xt, (kq8_k *)(av + (size_t)t * vs), n_cols);
         else kern_quantize_k16(vnni, xt, (kq16_k *)(av + (size_t)t * vs), n_cols);
     }
+    if (!x8) kern_turn_k16(vnni, av, n_tok, vs, n_cols);
     for (int t = 0; t < n_tok; t += KQA_GROUP)
         kern_quantize_qa(vnni, x + (size_t)t * (size_t)n_cols, n_cols, n_tok - t < KQA_GROUP ? n_tok - t : KQA_GROUP,
                          aa + (size_t)t * as, x8);
