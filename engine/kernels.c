@@ -497,6 +497,10 @@ void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t
     for (int64_t b = 0; b < n / 256; b++, x += 256) {
         kq8_256 tmp;
         impl->quantize_256(x, &tmp, 256);
+        if (impl->k16_layout) {
+            impl->k16_layout(&tmp, &y[b]);
+            continue;
+        }
         int32_t pair_sum = 0; /* the even sub-block's, for the 32-element block's s */
         for (int j = 0; j < 16; j++) {
             int32_t sum = 0;

@@ -365,6 +365,8 @@ typedef struct kern_impl {
     void (*quantize_amx)(const float *x, size_t x_stride, int nt, int64_t na, uint8_t *group, int bits);
     /* kern_quantize_qa's group straight from the floats, the same bits; NULL = token by token */
     void (*quantize_qa)(const float *x, size_t x_stride, int nt, int64_t n_sb, uint8_t *group, bool x8);
+    /* kern_quantize_k16's layout of one super-block from quantize_256's, the same bits; NULL = in C */
+    void (*k16_layout)(const kq8_256 *a, kq16_k *y);
     /* 16 tokens' kq16_k rows (act_stride apart) of n_sb super-blocks turned into at (kq16_kt);
      * NULL = no rows of this implementation read them */
     void (*turn_k16)(const uint8_t *act, size_t act_stride, int n_sb, kq16_kt *at);

@@ -1919,6 +1919,36 @@ INLINE void transpose16_epi32(__m512i r[16]) {
     }
 }
 
+/* kern_impl.k16_layout: kern_quantize_k16's loop in vectors. Element
+ * 16 j + 2 v + e is word e of dword 8 j + v in element order, and dword j
+ * of q[v] in kq16_k's: a 16 x 8 dword transpose, by gathers. */
+static void FN(k16_layout)(const kq8_256 *a, kq16_k *y) {
+    _Alignas(64) int16_t e[256]; /* 256 q + q2, element order */
+#pragma GCC unroll 8
+    for (int c = 0; c < 8; c++) {
+        const __m512i q = _mm512_cvtepi8_epi16(load256(a->q + 32 * c)), q2 = _mm512_cvtepi8_epi16(load256(a->q2 + 32 * c));
+        _mm512_store_si512(e + 32 * c, _mm512_add_epi16(_mm512_slli_epi16(q, 8), q2));
+    }
+    const __m512i rows = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            _mm512_set1_epi32(8));
+    __m512i sum = _mm512_setzero_si512(); /* lane j: sub-block j's */
+#pragma GCC unroll 8
+    for (int v = 0; v < 8; v++) {
+        const __m512i w = _mm512_i32gather_epi32(_mm512_add_epi32(rows, _mm512_set1_epi32(v)), e, 4);
+        _mm512_storeu_si512(y->q[v], w);
+        sum = _mm512_add_epi32(sum, _mm512_madd_epi16(w, _mm512_set1_epi16(1)));
+    }
+    const __m512 d = _mm512_set1_ps(a->d);
+    _mm512_storeu_ps(y->d, d);
+    _mm512_storeu_si512(y->off, _mm512_mullo_epi32(sum, _mm512_set1_epi32(-32)));
+    /* even j: the 32-element block's sum, sub-blocks j and j + 1 */
+    const __m512i pair = _mm512_add_epi32(
+        sum, _mm512_permutexvar_epi32(_mm512_setr_epi32(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 15), sum));
+    _mm512_storeu_ps(y->s, _mm512_maskz_mul_ps(0x5555, d, _mm512_cvtepi32_ps(pair)));
+    _mm512_storeu_si512(y->nbs, _mm512_permutexvar_epi32(_mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 2, 4, 6, 8, 10, 12, 14),
+                                                          _mm512_sub_epi32(_mm512_setzero_si512(), pair)));
+}
+
 /* kern_impl.turn_k16: 16 tokens' kq16_k rows (act_stride apart) of nb super-blocks into at. */
 static void FN(turn_k16)(const uint8_t *act, size_t act_stride, int nb, kq16_kt *at) {
     const __m512i tok = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),

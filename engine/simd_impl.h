@@ -25,6 +25,7 @@ static const kern_impl FN(impl) = {
     .quantize_amx = FN(quantize_amx),
     .quantize_qa = FN(quantize_qa),
     .turn_k16 = FN(turn_k16),
+    .k16_layout = FN(k16_layout),
 #endif
     .rows = {
         [GL_TYPE_F32] = FN(rows_f32), [GL_TYPE_F16] = FN(rows_f16), [GL_TYPE_BF16] = FN(rows_bf16),

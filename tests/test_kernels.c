@@ -206,6 +206,7 @@ START_TEST(quantizers_match_reference) {
             kern_impl plain = *impls[k];
             plain.quantize_x16 = NULL;
             plain.quantize_x8 = NULL;
+            plain.k16_layout = NULL;
             plain.quantize_256 = kern_quantize_256_ref; /* the K-quants' rows from the scalar units */
             static kq16_chunk c1[2], c2[2];
             static kq16_k k1[N / 256], k2[N / 256];
