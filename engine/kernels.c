@@ -482,12 +482,15 @@ void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int
     }
 }
 
+void kern_turn_k16_group(const kern_impl *impl, uint8_t *act, int n_tok, size_t act_stride, int64_t n_cols, int g) {
+    kq16_kt *turned = (kq16_kt *)kern_amx_region(act, n_tok, act_stride);
+    impl->turn_k16(act + (size_t)g * KQT_TOKENS * act_stride, act_stride, (int)(n_cols / 256),
+                   turned + (size_t)g * (size_t)(n_cols / 256));
+}
+
 void kern_turn_k16(const kern_impl *impl, uint8_t *act, int n_tok, size_t act_stride, int64_t n_cols) {
     if (!impl->turn_k16 || !kern_k16_turned(n_cols, n_tok)) return;
-    kq16_kt *turned = (kq16_kt *)kern_amx_region(act, n_tok, act_stride);
-    for (int g = 0; g < n_tok / KQT_TOKENS; g++)
-        impl->turn_k16(act + (size_t)g * KQT_TOKENS * act_stride, act_stride, (int)(n_cols / 256),
-                       turned + (size_t)g * (size_t)(n_cols / 256));
+    for (int g = 0; g < n_tok / KQT_TOKENS; g++) kern_turn_k16_group(impl, act, n_tok, act_stride, n_cols, g);
 }
 
 /* The K-quants' activations take one unit per super-block (quantize_256),
@@ -859,8 +862,8 @@ static bool is_amx_kind(kern_act_kind kind) { return amx_bits(kind) || is_qa_kin
  * K-quants' AMX form alone, in whole groups of tokens. */
 static size_t act_bytes(kern_act_kind kind, int64_t n_cols, int n_tokens) {
     if (is_qa_kind(kind)) return (size_t)((n_tokens + KQA_GROUP - 1) / KQA_GROUP * KQA_GROUP) * act_row_bytes(kind, n_cols);
+    if (kind == KERN_ACT_Q16_K) return kern_k16_act_bytes(act_row_bytes(kind, n_cols), n_cols, n_tokens);
     size_t rows = ((size_t)n_tokens * act_row_bytes(kind, n_cols) + 63) & ~(size_t)63;
-    if (kind == KERN_ACT_Q16_K) return rows + kern_k16_turned_bytes(n_cols, n_tokens);
     return rows + amx_region_bytes(kind, n_cols, n_tokens);
 }
 
@@ -1050,12 +1053,8 @@ static void quantize_rows(matmul_job *job) {
             kern_quantize_x16(job->impl, x, (kq16_chunk *)dst, n, act_res(job->act_kind));
         } else if (job->act_kind == KERN_ACT_Q16_K) {
             kern_quantize_k16(job->impl, x, (kq16_k *)dst, n);
-            if (job->turn_k16 && t % KQT_TOKENS == KQT_TOKENS - 1 && t < job->n_tokens / KQT_TOKENS * KQT_TOKENS) {
-                /* this thread's whole group is in: turned here, for every rows call */
-                kq16_kt *turned = (kq16_kt *)kern_amx_region(job->act, job->n_tokens, job->act_stride);
-                job->impl->turn_k16(dst - (KQT_TOKENS - 1) * job->act_stride, job->act_stride, (int)(n / 256),
-                                    turned + (size_t)(t / KQT_TOKENS) * (size_t)(n / 256));
-            }
+            if (job->turn_k16 && t % KQT_TOKENS == KQT_TOKENS - 1) /* this thread's group is whole: turned once, for every rows call */
+                kern_turn_k16_group(job->impl, (uint8_t *)job->act, job->n_tokens, job->act_stride, n, t / KQT_TOKENS);
         } else if (job->act_kind == KERN_ACT_Q8_X8) {
             kern_quantize_x8(job->impl, x, dst, n);
         } else if (job->act_kind == KERN_ACT_AMX_X8) { /* no AMX scratch: VNNI reads the rows alone */

@@ -209,6 +209,10 @@ static inline bool kern_k16_turned(int64_t n_cols, int n_tok) {
 static inline size_t kern_k16_turned_bytes(int64_t n_cols, int n_tok) {
     return kern_k16_turned(n_cols, n_tok) ? (size_t)(n_tok / KQT_TOKENS) * (size_t)(n_cols / 256) * sizeof(kq16_kt) : 0;
 }
+/* A whole KERN_ACT_Q16_K buffer: n_tok rows act_stride apart, then the turned groups. */
+static inline size_t kern_k16_act_bytes(size_t act_stride, int64_t n_cols, int n_tok) {
+    return (((size_t)n_tok * act_stride + 63) & ~(size_t)63) + kern_k16_turned_bytes(n_cols, n_tok);
+}
 
 /* Packed K-quants at 8 bits (kern_pool_set_act_bits): the coarse q of each
  * 32-element block alone, four elements of sub-block j in lane j, so one
@@ -447,8 +451,10 @@ void kern_quantize_256_coarse(const kern_impl *impl, const float *x, kq8_256 *y,
 /* Activation rows for packed weights, from quantize_32 (kernels.c). */
 void kern_quantize_x16(const kern_impl *impl, const float *x, kq16_chunk *y, int64_t n, int res);
 void kern_quantize_k16(const kern_impl *impl, const float *x, kq16_k *y, int64_t n); /* n % 256 == 0 */
-/* The turned groups of n_tok kq16_k rows at act (simd.h, kq16_kt), where impl turns them. */
+/* The turned groups of n_tok kq16_k rows at act (simd.h, kq16_kt), where impl turns them:
+ * every whole group, or group g alone (its rows written). */
 void kern_turn_k16(const kern_impl *impl, uint8_t *act, int n_tok, size_t act_stride, int64_t n_cols);
+void kern_turn_k16_group(const kern_impl *impl, uint8_t *act, int n_tok, size_t act_stride, int64_t n_cols, int g);
 /* One row into kq8_x8_row_bytes(n) bytes: chunks as kq8_chunk (a last one of more than KQ_SHORT_TAIL
  * blocks zero past the row), then a short tail as a kq8_tail. */
 void kern_quantize_x8(const kern_impl *impl, const float *x, uint8_t *y, int64_t n);

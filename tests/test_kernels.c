@@ -133,10 +133,9 @@ static void run_rows(const kern_impl *impl, uint32_t type, const uint8_t *w, con
                     : kind == KERN_ACT_Q8_X8   ? kq8_x8_row_bytes(n_cols)
                     : kind == KERN_ACT_Q8_K    ? (size_t)(n_cols / 256) * sizeof(kq8_k)
                                                 : (size_t)n_cols * sizeof(float);
-    /* the call's tokens alone, as a matmul's buffer (with Q4_K's turned groups after the rows) */
+    /* the call's tokens alone, as a matmul's buffer (room for Q4_K's turned groups after the rows) */
     const int nt = t1 - t0;
-    size_t rows_bytes = (stride * (size_t)nt + 63) & ~(size_t)63;
-    size_t act_bytes = rows_bytes + (kind == KERN_ACT_Q16_K ? kern_k16_turned_bytes(n_cols, nt) : 0);
+    size_t act_bytes = kern_k16_act_bytes(stride, n_cols, nt);
     uint8_t *act = aligned_alloc(64, (act_bytes + 63) & ~(size_t)63);
     for (int t = 0; t < nt; t++) {
         const float *xt = x + (size_t)(t0 + t) * (size_t)n_cols;
@@ -721,8 +720,7 @@ static void amx_case(uint32_t type, bool x8, int64_t n_rows, int64_t n_cols, int
     size_t vs = (size_t)nb * (x8 ? sizeof(kq8_k) : sizeof(kq16_k));
     size_t as = (size_t)nb * (x8 ? sizeof(kqa8_k) : sizeof(kqa16_k)) / KQA_GROUP;
     int n_groups = (n_tok + KQA_GROUP - 1) / KQA_GROUP;
-    size_t av_rows = (vs * (size_t)n_tok + 63) & ~(size_t)63;
-    size_t av_bytes = av_rows + (x8 ? 0 : kern_k16_turned_bytes(n_cols, n_tok));
+    size_t av_bytes = kern_k16_act_bytes(vs, n_cols, n_tok);
     uint8_t *av = aligned_alloc(64, (av_bytes + 63) & ~(size_t)63), *aa = calloc((size_t)n_groups * KQA_GROUP, as);
     for (int t = 0; t < n_tok; t++) {
         const float *xt = x + (size_t)t * (size_t)n_cols;
