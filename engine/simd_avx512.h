@@ -205,13 +205,20 @@ INLINE void q5_group_words(__m512i v, const __m512i fn[4], int g, __m512i *lo, _
  * _mm512_reduce_add_ps uses (lane i + lane i + 8, then + 4, + 2, + 1), with
  * the shuffles shared: about a third of the instructions of four reduces,
  * and bit for bit their results (checked on 400k random sums). */
-INLINE __m512 sum4_ps(__m512 a, __m512 b, __m512 c, __m512 d) {
+/* sum4_ps's first two rounds: 128-bit lane k holds input k's four
+ * partial sums P, (q0 + q2) + (q1 + q3) of its 128-bit quarters q. */
+INLINE __m512 sum4_partials(__m512 a, __m512 b, __m512 c, __m512 d) {
     __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
                               _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
     __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
                               _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
-    __m512 t = _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
-                             _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+    return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
+                         _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+INLINE __m512 sum4_ps(__m512 a, __m512 b, __m512 c, __m512 d) {
+    __m512 t = sum4_partials(a, b, c, d);
+    /* then (P0 + P2) + (P1 + P3) */
     t = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));
     return _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(2, 3, 0, 1)));
 }
@@ -243,6 +250,26 @@ INLINE void finish_outputs(const int NR, const int NT, __m512 acc[4][4], float *
         for (int r = 0; r < NR; r++)
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++) _mm512_store_ps(state + 64 * r + 16 * t, acc[r][t]);
+        return;
+    }
+    if (NT == 4) {
+        /* sum4_ps's tree for all outputs at once: a row's partials, then
+         * (P0 + P2) + (P1 + P3) of the four rows by unpacks, which leave
+         * token t's rows in 128-bit lane t, a store each */
+        __m512 part[4];
+#pragma GCC unroll 4
+        for (int r = 0; r < 4; r++)
+            part[r] = r < NR ? sum4_partials(acc[r][0], acc[r][1], acc[r][2], acc[r][3]) : _mm512_setzero_ps();
+        const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(part[0], part[1]), _mm512_unpackhi_ps(part[0], part[1]));
+        const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(part[2], part[3]), _mm512_unpackhi_ps(part[2], part[3]));
+        const __m512 lo = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23)));
+        const __m512 hi = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23)));
+        const __m512 sums = _mm512_add_ps(lo, hi);
+        const __mmask8 rows = (__mmask8)((1u << NR) - 1);
+        _mm_mask_storeu_ps(out, rows, _mm512_castps512_ps128(sums));
+        _mm_mask_storeu_ps(out + out_stride, rows, _mm512_extractf32x4_ps(sums, 1));
+        _mm_mask_storeu_ps(out + 2 * out_stride, rows, _mm512_extractf32x4_ps(sums, 2));
+        _mm_mask_storeu_ps(out + 3 * out_stride, rows, _mm512_extractf32x4_ps(sums, 3));
         return;
     }
     __m512 v[16];
@@ -754,35 +781,61 @@ INLINE void q5w_unpack(const int type, const uint8_t *w, int n_main, __m512i *wo
     }
 }
 
-/* A short tail of 4 blocks (Gemma's 640 columns) as words too: its packed
- * bytes and its kq16_tail activations share one order (tail lane L, four
- * elements of block L % 4 each), whose words one dword permute, the same
- * for both, moves so that 128-bit lane j holds block j alone. A tile then
- * dots 4 vectors per output and sums each block's four lanes for 4 tokens
- * at once (q5w_tail_sums), where add_short_tail took 2 x 2 byte dots and a
- * lane reduce per output. */
+/* A short tail of 4 blocks (Gemma's 640 columns) as words too, four tokens
+ * at once: lane 4 t + j of a vector is token t's block j. A row's tail
+ * words repeat dword v of its blocks 0..3 for the four tokens (vector v),
+ * a token quad's turned tails hold dword v of each token's four blocks, so
+ * 16 vpdpwssd a row leave each (token, block) pair's exact dot in a lane
+ * of its own, with no lane sums, and a row's float steps take its four
+ * tokens' lanes 0..3 in one vector. The packed bytes and the kq16_tail
+ * activations share one order (tail lane L, four elements of block L % 4
+ * each), whose words one dword permute, the same for both, moves so that
+ * 128-bit lane j holds block j alone (vector k, lane 4 j + i: dword 4 k + i
+ * of block j). */
 #define Q5W_TAIL 4
+#define Q5W_ROW_VECS 18 /* a row's tail: 16 word vectors, then its blocks' dw and mw */
 INLINE __m512i q5w_tail_lanes(void) { /* natural dword lanes 2j, 2j + 1, 2j + 8, 2j + 9 to 4j .. 4j + 3 */
     return _mm512_setr_epi32(0, 1, 8, 9, 2, 3, 10, 11, 4, 5, 12, 13, 6, 7, 14, 15);
 }
 
-/* Row w's tail (its packed short tail at tail) as 4 vectors of words. */
-INLINE void q5w_unpack_tail(const int type, const uint8_t *tail, __m512i *words) {
+/* Four tokens' tails as the tiles take them (lane 4 t + j: token t, block j). */
+typedef struct q5w_tail_quad {
+    int32_t x[16][16]; /* dword v (words 256 q + q2) */
+    int32_t start[16]; /* the dots' start: Q5_0's -16 times the block's sum, else 0 */
+    float d[16];       /* kq16_tail's d and s */
+    float s[16];
+} q5w_tail_quad;
+
+/* A row's tail rt from its packed short tail: its words, then chunk_f16's
+ * and chunk_offsets' scales, each repeated for the four tokens. */
+INLINE void q5w_unpack_tail(const int type, const uint8_t *tail, __m512i *rt) {
     const uint8_t *quants = tail + chunk_hdr(type) * Q5W_TAIL;
     const __m512i lanes = q5w_tail_lanes();
+    _Alignas(64) int32_t vk[4][16];
 #pragma GCC unroll 2
     for (int v = 0; v < 2; v++) {
         const __m512i u = short_tail_bytes(quants, Q5W_TAIL, v, true);
-        _mm512_store_si512(&words[2 * v], _mm512_permutexvar_epi32(lanes, _mm512_cvtepu8_epi16(_mm512_castsi512_si256(u))));
-        _mm512_store_si512(&words[2 * v + 1], _mm512_permutexvar_epi32(lanes, _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(u, 1))));
+        _mm512_store_si512(vk[2 * v], _mm512_permutexvar_epi32(lanes, _mm512_cvtepu8_epi16(_mm512_castsi512_si256(u))));
+        _mm512_store_si512(vk[2 * v + 1], _mm512_permutexvar_epi32(lanes, _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(u, 1))));
     }
+    _Alignas(64) int32_t piece[4];
+    for (int k = 0; k < 4; k++)
+        for (int i = 0; i < 4; i++) {
+            for (int j = 0; j < 4; j++) piece[j] = vk[k][4 * j + i];
+            _mm512_store_si512(&rt[4 * k + i], _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)piece)));
+        }
+    const __m512 d = chunk_f16(tail, Q5W_TAIL);
+    _mm512_store_si512(&rt[16], _mm512_castps_si512(_mm512_broadcast_f32x4(_mm512_castps512_ps128(d))));
+    _mm512_store_si512(&rt[17], _mm512_castps_si512(
+                                    _mm512_broadcast_f32x4(_mm512_castps512_ps128(chunk_offsets(type, tail, Q5W_TAIL, d)))));
 }
 
-/* A token's kq16_tail as the same 4 vectors of 256 q + q2, then the dots'
- * start: Q5_0's -16 times block j's sum in lane 4 j (add_short_tail's off,
- * summed over the block's lanes), else zero. */
-INLINE void q5w_turn_tail(const int type, const kq16_tail *a, __m512i *x) {
+/* Token t (0..3) of a quad from its kq16_tail: the words 256 q + q2 in
+ * the rows' order, and the dots' start (add_short_tail's off, summed over
+ * each block's lanes). */
+INLINE void q5w_turn_tail(const int type, const kq16_tail *a, int t, q5w_tail_quad *quad) {
     const __m512i lanes = q5w_tail_lanes();
+    _Alignas(64) int32_t vk[16];
 #pragma GCC unroll 2
     for (int v = 0; v < 2; v++) {
         const __m512i q = _mm512_loadu_si512(a->q[v]), q2 = _mm512_loadu_si512(a->q2[v]);
@@ -791,7 +844,10 @@ INLINE void q5w_turn_tail(const int type, const kq16_tail *a, __m512i *x) {
             const __m256i qh = h ? _mm512_extracti64x4_epi64(q, 1) : _mm512_castsi512_si256(q);
             const __m256i q2h = h ? _mm512_extracti64x4_epi64(q2, 1) : _mm512_castsi512_si256(q2);
             const __m512i w = _mm512_add_epi16(_mm512_slli_epi16(_mm512_cvtepi8_epi16(qh), 8), _mm512_cvtepi8_epi16(q2h));
-            x[2 * v + h] = _mm512_permutexvar_epi32(lanes, w);
+            _mm512_store_si512(vk, _mm512_permutexvar_epi32(lanes, w));
+            const int k = 2 * v + h;
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) quad->x[4 * k + i][4 * t + j] = vk[4 * j + i];
         }
     }
     __m512i off = _mm512_setzero_si512();
@@ -799,57 +855,53 @@ INLINE void q5w_turn_tail(const int type, const kq16_tail *a, __m512i *x) {
         off = _mm512_srai_epi32(_mm512_loadu_si512(a->off), 7 - offset_shift(type));
         off = _mm512_add_epi32(off, _mm512_shuffle_i32x4(off, off, _MM_SHUFFLE(1, 0, 3, 2))); /* lane L + 8 */
         off = _mm512_add_epi32(off, _mm512_shuffle_i32x4(off, off, _MM_SHUFFLE(2, 3, 0, 1))); /* + 4: block j in lane j */
-        off = _mm512_maskz_permutexvar_epi32((__mmask16)0x1111, _mm512_setr_epi32(0, 0, 0, 0, 1, 0, 0, 0, 2, 0, 0, 0, 3, 0, 0, 0), off);
     }
-    x[4] = off;
+    _mm_storeu_si128((__m128i *)&quad->start[4 * t], _mm512_castsi512_si128(off));
+    memcpy(&quad->d[4 * t], a->d, 4 * sizeof(float));
+    memcpy(&quad->s[4 * t], a->s, 4 * sizeof(float));
 }
 
-/* Each block's sum of its 4 lanes, 4 tokens' dots at once: lane 4 j + t of
- * the result is block j's dot for token t. */
-INLINE __m512i q5w_tail_sums(const __m512i d[4]) {
-    const __m512i a = _mm512_add_epi32(_mm512_unpacklo_epi32(d[0], d[1]), _mm512_unpackhi_epi32(d[0], d[1]));
-    const __m512i b = _mm512_add_epi32(_mm512_unpacklo_epi32(d[2], d[3]), _mm512_unpackhi_epi32(d[2], d[3]));
-    return _mm512_add_epi32(_mm512_unpacklo_epi64(a, b), _mm512_unpackhi_epi64(a, b));
-}
-
-/* acc += the NR rows' tails (words tw, a row row_vecs apart; packed scales
- * at tail) against 4 tokens' turned tails xt (5 vectors a token): the
- * integer dots as add_short_tail's, its float steps for block j in lane j. */
-INLINE void q5w_add_tail(const int type, const int NR, const __m512i *tw, int row_vecs, const uint8_t *tail,
-                         size_t row_bytes, const __m512i *xt, const kq16_tail *const a[4], __m512 acc[4][4]) {
-    const int NT = 4;
-    __m512i dot[4][4];
-    const __m512i *wr[4];
-    const uint8_t *x[4];
+/* acc += the NR rows' tails (rt, Q5W_ROW_VECS vectors a row) against a
+ * token quad's turned tails: add_short_tail's integer dots, and its float
+ * steps for block j in lane j of each output, here for a row's four
+ * tokens' lanes 0..3 in one vector (lane 4 t + j). */
+INLINE void q5w_add_tail(const int type, const int NR, const __m512i *rt, const q5w_tail_quad *quad, __m512 acc[4][4]) {
+    __m512i dot[4][2]; /* two chains a row: 16 deep, four rows would wait on the multiply-add's latency */
+    const __m512i start = _mm512_load_si512(quad->start);
 #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++) wr[r] = tw + (size_t)r * row_vecs;
+    for (int r = 0; r < NR; r++) dot[r][0] = start, dot[r][1] = _mm512_setzero_si512();
+#pragma GCC unroll 16
+    for (int v = 0; v < 16; v++) {
+        __m512i xv = _mm512_load_si512(quad->x[v]);
+        __asm__("" : "+v"(xv)); /* a register for the NR rows, not NR memory operands (dot_pairs says why) */
 #pragma GCC unroll 4
-    for (int t = 0; t < NT; t++) {
-        x[t] = (const uint8_t *)&xt[5 * t];
-#pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) dot[r][t] = _mm512_load_si512(&xt[5 * t + 4]);
+        for (int r = 0; r < NR; r++)
+            dot[r][v & 1] = _mm512_dpwssd_epi32(dot[r][v & 1], _mm512_load_si512(&rt[Q5W_ROW_VECS * r + v]), xv);
     }
-    words_dots(NR, Q5W_TAIL, wr, x, dot);
-    const __mmask16 km = (__mmask16)((1u << Q5W_TAIL) - 1);
+    const __m512 da = _mm512_load_ps(quad->d);
 #pragma GCC unroll 4
     for (int r = 0; r < NR; r++) {
-        const __m512i sums = q5w_tail_sums(dot[r]);
-        const uint8_t *scales = tail + (size_t)r * row_bytes;
-        const __m512 dw = chunk_f16(scales, Q5W_TAIL), mw = chunk_offsets(type, scales, Q5W_TAIL, dw);
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) {
-            const __m512i idot = _mm512_permutexvar_epi32(_mm512_setr_epi32(t, 4 + t, 8 + t, 12 + t, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), sums);
-            acc[r][t] = _mm512_mask3_fmadd_ps(_mm512_cvtepi32_ps(idot), _mm512_mul_ps(dw, _mm512_loadu_ps(a[t]->d)), acc[r][t], km);
-            if (!signed_dots(type)) acc[r][t] = _mm512_mask3_fmadd_ps(mw, _mm512_loadu_ps(a[t]->s), acc[r][t], km);
-        }
+        const __m512i *w = rt + Q5W_ROW_VECS * r;
+        /* the tokens' lanes 0..3 into 128-bit lanes 0..3 */
+        const __m512 a01 = _mm512_shuffle_f32x4(acc[r][0], acc[r][1], 0);
+        const __m512 a23 = _mm512_shuffle_f32x4(acc[r][2], acc[r][3], 0);
+        __m512 g = _mm512_shuffle_f32x4(a01, a23, _MM_SHUFFLE(2, 0, 2, 0));
+        const __m512 dw = _mm512_castsi512_ps(_mm512_load_si512(&w[16]));
+        g = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[r][0], dot[r][1])), _mm512_mul_ps(dw, da), g);
+        if (!signed_dots(type)) g = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_load_si512(&w[17])), _mm512_load_ps(quad->s), g);
+        acc[r][0] = _mm512_mask_shuffle_f32x4(acc[r][0], 0x000f, g, g, 0);
+        acc[r][1] = _mm512_mask_shuffle_f32x4(acc[r][1], 0x000f, g, g, 1);
+        acc[r][2] = _mm512_mask_shuffle_f32x4(acc[r][2], 0x000f, g, g, 2);
+        acc[r][3] = _mm512_mask_shuffle_f32x4(acc[r][3], 0x000f, g, g, 3);
     }
 }
 
 /* NR rows (words a row row_vecs vectors apart; w their packed rows) x 4
- * tokens, as tile_x16_panel. */
+ * tokens, as tile_x16_panel; a short tail of 4 blocks from the rows'
+ * tails rt and the tokens' turned quad. */
 INLINE void q5w_tile(const int type, const int NR, const __m512i *words, int row_vecs, const uint8_t *w,
-                     size_t row_bytes, int nb, const uint8_t *act, size_t act_stride, const __m512i *xt, float *out,
-                     size_t out_stride) {
+                     size_t row_bytes, int nb, const uint8_t *act, size_t act_stride, const __m512i *rt,
+                     const q5w_tail_quad *quad, float *out, size_t out_stride) {
     const int NT = 4, bb = block32_bytes(type), n_main = x16_main_blocks(nb);
     __m512 acc[4][4];
     start_outputs(NR, NT, acc, NULL, 0);
@@ -874,11 +926,8 @@ INLINE void q5w_tile(const int type, const int NR, const __m512i *words, int row
         words_dots(NR, 16, cw, x, dot);
         x16_chunk_scale(type, NR, NT, chunk, a, m, dot, acc);
     }
-    if (xt) {
-        const kq16_tail *a[4];
-#pragma GCC unroll 4
-        for (int t = 0; t < NT; t++) a[t] = (const kq16_tail *)(act + (size_t)t * act_stride + (size_t)(nb / 16) * sizeof(kq16_chunk));
-        q5w_add_tail(type, NR, words + (n_main + 15) / 16 * 16, row_vecs, w + (size_t)n_main * bb, row_bytes, xt, a, acc);
+    if (quad) {
+        q5w_add_tail(type, NR, rt, quad, acc);
     } else {
         x16_tails(type, w, row_bytes, nb, act, act_stride, NR, NT, 0, acc);
     }
@@ -1442,6 +1491,7 @@ INLINE void tile_kq(const int type, const bool x8, const uint8_t *w, size_t row_
  * the same integer as there; the float steps are the same, in the same
  * order. */
 #define KQT_PASS_SB 48 /* super-blocks of turned activations a pass takes for each row block (8.6 KiB each, in L2) */
+#define KQT_PASS_MIN_GROUPS 4 /* but at least this many groups: rows of 17-24 super-blocks made w' every 2 (4 take up to 825 KiB) */
 #define KQT_ROWS 4
 
 /* A row's super-block as the tiles take it: w' in kq16_k's dword order,
@@ -1539,12 +1589,14 @@ INLINE void q4_k_tok_tile(const int NR, const q4_k_wt *wt, const uint8_t *w, siz
 
 /* Whole 16-token groups of a call (16-bit activations, rows of at most
  * KQT_MAX_SB super-blocks; the groups turned after the rows, simd.h) as
- * above: KQT_PASS_SB super-blocks of them at a time, and for them each
+ * above: KQT_PASS_SB super-blocks of them (KQT_PASS_MIN_GROUPS groups at
+ * least) at a time, and for them each
  * block of KQT_ROWS rows made into w' once. Returns the tokens done. */
 INLINE int q4_k_tok_rows(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,
                          size_t act_stride, int n_tok, float *out, size_t out_stride) {
     if (!kern_k16_turned(n_cols, n_tok)) return 0;
-    const int nb = (int)(n_cols / 256), n_groups = n_tok / KQT_TOKENS, pass_groups = KQT_PASS_SB / nb;
+    const int nb = (int)(n_cols / 256), n_groups = n_tok / KQT_TOKENS;
+    const int pass_groups = KQT_PASS_SB / nb < KQT_PASS_MIN_GROUPS ? KQT_PASS_MIN_GROUPS : KQT_PASS_SB / nb;
     const kq16_kt *turned = (const kq16_kt *)kern_amx_region(act, n_tok, act_stride);
     _Alignas(64) q4_k_wt wt[KQT_ROWS * KQT_MAX_SB];
     for (int g0 = 0; g0 < n_groups; g0 += pass_groups) {
@@ -1621,21 +1673,22 @@ INLINE int words_rows(const int type, const uint8_t *w, size_t row_bytes, int n_
     const bool six = type == GL_TYPE_Q6_K;
     const int nb = (int)(n_cols / (six ? 256 : 32)), n_main = six ? nb : x16_main_blocks(nb);
     const bool tail4 = !six && nb % 16 == Q5W_TAIL;
-    const int row_vecs = six ? 8 * nb : (n_main + 15) / 16 * 16 + (tail4 ? 4 : 0);
+    const int row_vecs = six ? 8 * nb : (n_main + 15) / 16 * 16;
     if (n_tok < WORDS_MIN_TOKENS || n_main == 0 || 64 * 4 * row_vecs > WORDS_SCRATCH || act_stride == 0) return 0;
     if (six && nb < WORDS_Q6_K_MIN_SB) return 0;
     const int rb = WORDS_SCRATCH / (64 * row_vecs) / 4 * 4;
     int tb = (int)(WORDS_ACT_BYTES / act_stride) / 4 * 4;
     if (tb < WORDS_BLOCK_TOKENS) tb = WORDS_BLOCK_TOKENS;
     if (tail4 && tb > WORDS_TAIL_TOKENS) tb = WORDS_TAIL_TOKENS;
-    _Alignas(64) __m512i words[WORDS_SCRATCH / 64], xt[WORDS_TAIL_TOKENS * 5];
+    _Alignas(64) __m512i words[WORDS_SCRATCH / 64], tails[WORDS_SCRATCH / (64 * 16) * Q5W_ROW_VECS];
+    _Alignas(64) q5w_tail_quad quads[WORDS_TAIL_TOKENS / 4];
     const int n_done = n_tok / 4 * 4;
     for (int t0 = 0; t0 < n_done; t0 += tb) {
         const int t1 = t0 + tb < n_done ? t0 + tb : n_done;
         if (tail4) /* the block's tails turned once, for every row block */
             for (int t = t0; t < t1; t++)
                 q5w_turn_tail(type, (const kq16_tail *)(act + (size_t)t * act_stride + (size_t)(nb / 16) * sizeof(kq16_chunk)),
-                              xt + 5 * (t - t0));
+                              t % 4, quads + (t - t0) / 4);
         for (int r0 = 0; r0 < n_rows; r0 += rb) {
             const int nr = n_rows - r0 < rb ? n_rows - r0 : rb;
             const uint8_t *wr = w + (size_t)r0 * row_bytes;
@@ -1647,7 +1700,7 @@ INLINE int words_rows(const int type, const uint8_t *w, size_t row_bytes, int n_
                 q5w_unpack(type, wr + (size_t)r * row_bytes, n_main, words + (size_t)r * row_vecs);
                 if (tail4)
                     q5w_unpack_tail(type, wr + (size_t)r * row_bytes + (size_t)n_main * block32_bytes(type),
-                                    words + (size_t)r * row_vecs + (n_main + 15) / 16 * 16);
+                                    tails + (size_t)r * Q5W_ROW_VECS);
             }
             for (int t = t0; t < t1; t += 4) {
                 const uint8_t *at = act + (size_t)t * act_stride;
@@ -1660,7 +1713,8 @@ INLINE int words_rows(const int type, const uint8_t *w, size_t row_bytes, int n_
                      act_stride, o + r, out_stride);                                                                     \
         else                                                                                                             \
             q5w_tile(type, NR, words + (size_t)r * row_vecs, row_vecs, wr + (size_t)r * row_bytes, row_bytes, nb, at,    \
-                     act_stride, tail4 ? xt + 5 * (t - t0) : NULL, o + r, out_stride);                                                  \
+                     act_stride, tails + (size_t)r * Q5W_ROW_VECS, tail4 ? quads + (t - t0) / 4 : NULL, o + r,        \
+                     out_stride);                                                                                        \
     } while (0)
                 for (; r + 4 <= nr; r += 4) WORDS_TILE(4);
                 switch (nr - r) {

@@ -803,7 +803,8 @@ END_TEST
  * words once (words_rows): Q5 rows of whole chunks, of a padded last chunk
  * (896), of a half tail (768) and of short tails (640 as words; 608 and 544
  * odd), Q6_K rows of 19 super-blocks; 4-row tiles with 1 or 3 rows left,
- * token blocks (4864 columns: 32 tokens a block) with 1 or 2 tokens left.
+ * token blocks (4864 columns: 32 tokens a block; 640: 128) with 1 or 2
+ * tokens left.
  * Each token alone gives the batch's bits. */
 START_TEST(matmul_words_prompt_is_batch_invariant) {
     static const int64_t cols[] = {640, 896, 768, 2048, 608, 544, 4864};
@@ -813,6 +814,7 @@ START_TEST(matmul_words_prompt_is_batch_invariant) {
                                          ci == 6 ? 150 : 17 + (int)ci);
     check_packed_batch_invariant(GL_TYPE_Q6_K, 16, 39, 4864, 70);
     check_packed_batch_invariant(GL_TYPE_Q6_K, 16, 37, 4864, 17);
+    check_packed_batch_invariant(GL_TYPE_Q5_1, 16, 39, 640, 150); /* short tails turned in two token blocks */
 }
 END_TEST
 
