@@ -741,10 +741,11 @@ INLINE void tile_x16(const int type, const uint8_t *w, size_t row_bytes, int64_t
 #define WORDS_MIN_TOKENS 16
 #define WORDS_BLOCK_TOKENS 32         /* a token block's tokens at least: the unpack's share */
 #define WORDS_TAIL_TOKENS 128         /* a token block's tokens at most where short tails are turned (q5w_turn_tail) */
-/* Q6_K's float steps take a multiply-add per 8 vpdpwssd, on the same ports
- * as the dots: the words pay for their unpack on long rows only (the
- * commit that set this has the numbers) */
-#define WORDS_Q6_K_MIN_SB 16
+/* Q6_K rows shorter than this many super-blocks pay for their unpack from
+ * WORDS_Q6_K_SHORT_TOKENS tokens on (the commit that set these has the
+ * numbers) */
+#define WORDS_Q6_K_LONG_SB 16
+#define WORDS_Q6_K_SHORT_TOKENS 32
 
 /* dot[r][t] += the NV word vectors at w[r] . token t's at x[t] (64 bytes
  * apart): each activation a register across the NR rows, not NR memory
@@ -1622,17 +1623,26 @@ INLINE int q4_k_tok_rows(const uint8_t *w, size_t row_bytes, int n_rows, int64_t
     return n_groups * KQT_TOKENS;
 }
 
-/* Q6_K's super-blocks of row w as words, 8 vectors each (tile_kq's unpack). */
+/* Q6_K's super-blocks of row w as words, 8 vectors each (tile_kq's
+ * unpack), then its sub-blocks' scales d x scale (tile_kq's sd): a tile
+ * takes them for 4 tokens, where making them took a fifth of its float
+ * steps. */
+#define Q6W_SB_VECS 9
 INLINE void q6w_unpack(const uint8_t *w, int nb, __m512i *words) {
-    for (int b = 0; b < nb; b++, words += 8)
+    for (int b = 0; b < nb; b++, words += Q6W_SB_VECS) {
+        const uint8_t *blk = w + (size_t)b * 210;
 #pragma GCC unroll 4
-        for (int k = 0; k < 4; k++) q6_k_group_words(w + (size_t)b * 210, k, &words[k], &words[k + 4]);
+        for (int k = 0; k < 4; k++) q6_k_group_words(blk, k, &words[k], &words[k + 4]);
+        const __m512 sd = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)))),
+                                        _mm512_set1_ps(f16_at(blk)));
+        _mm512_store_si512(&words[8], _mm512_castps_si512(sd));
+    }
 }
 
-/* NR rows of Q6_K (words a row row_vecs vectors apart; w their packed rows)
- * x 4 tokens, with tile_kq's integer dots and float steps. */
-INLINE void q6w_tile(const int NR, const __m512i *words, int row_vecs, const uint8_t *w, size_t row_bytes, int nb,
-                     const uint8_t *act, size_t act_stride, float *out, size_t out_stride) {
+/* NR rows of Q6_K (words and scales a row row_vecs vectors apart) x 4
+ * tokens, with tile_kq's integer dots and float steps. */
+INLINE void q6w_tile(const int NR, const __m512i *words, int row_vecs, int nb, const uint8_t *act, size_t act_stride,
+                     float *out, size_t out_stride) {
     const int NT = 4;
     __m512 acc[4][4];
     start_outputs(NR, NT, acc, NULL, 0);
@@ -1650,13 +1660,11 @@ INLINE void q6w_tile(const int NR, const __m512i *words, int row_vecs, const uin
             for (int r = 0; r < NR; r++) dot[r][t] = start;
         }
 #pragma GCC unroll 4
-        for (int r = 0; r < NR; r++) wb[r] = words + (size_t)r * row_vecs + 8 * b;
+        for (int r = 0; r < NR; r++) wb[r] = words + (size_t)r * row_vecs + Q6W_SB_VECS * b;
         words_dots(NR, 8, wb, x, dot);
 #pragma GCC unroll 4
         for (int r = 0; r < NR; r++) {
-            const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * 210;
-            const __m512 sd = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)))),
-                                            _mm512_set1_ps(f16_at(blk)));
+            const __m512 sd = _mm512_castsi512_ps(_mm512_load_si512(&wb[r][8]));
 #pragma GCC unroll 4
             for (int t = 0; t < NT; t++)
                 acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]), _mm512_mul_ps(sd, _mm512_loadu_ps(a[t]->d)), acc[r][t]);
@@ -1673,9 +1681,9 @@ INLINE int words_rows(const int type, const uint8_t *w, size_t row_bytes, int n_
     const bool six = type == GL_TYPE_Q6_K;
     const int nb = (int)(n_cols / (six ? 256 : 32)), n_main = six ? nb : x16_main_blocks(nb);
     const bool tail4 = !six && nb % 16 == Q5W_TAIL;
-    const int row_vecs = six ? 8 * nb : (n_main + 15) / 16 * 16;
+    const int row_vecs = six ? Q6W_SB_VECS * nb : (n_main + 15) / 16 * 16;
     if (n_tok < WORDS_MIN_TOKENS || n_main == 0 || 64 * 4 * row_vecs > WORDS_SCRATCH || act_stride == 0) return 0;
-    if (six && nb < WORDS_Q6_K_MIN_SB) return 0;
+    if (six && nb < WORDS_Q6_K_LONG_SB && n_tok < WORDS_Q6_K_SHORT_TOKENS) return 0;
     const int rb = WORDS_SCRATCH / (64 * row_vecs) / 4 * 4;
     int tb = (int)(WORDS_ACT_BYTES / act_stride) / 4 * 4;
     if (tb < WORDS_BLOCK_TOKENS) tb = WORDS_BLOCK_TOKENS;
@@ -1709,8 +1717,7 @@ INLINE int words_rows(const int type, const uint8_t *w, size_t row_bytes, int n_
 #define WORDS_TILE(NR)                                                                                                   \
     do {                                                                                                                 \
         if (six)                                                                                                         \
-            q6w_tile(NR, words + (size_t)r * row_vecs, row_vecs, wr + (size_t)r * row_bytes, row_bytes, nb, at,          \
-                     act_stride, o + r, out_stride);                                                                     \
+            q6w_tile(NR, words + (size_t)r * row_vecs, row_vecs, nb, at, act_stride, o + r, out_stride);                 \
         else                                                                                                             \
             q5w_tile(type, NR, words + (size_t)r * row_vecs, row_vecs, wr + (size_t)r * row_bytes, row_bytes, nb, at,    \
                      act_stride, tails + (size_t)r * Q5W_ROW_VECS, tail4 ? quads + (t - t0) / 4 : NULL, o + r,        \
