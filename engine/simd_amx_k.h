@@ -91,8 +91,7 @@ INLINE void unpack_super_block(const int type, const uint8_t *blk, int8_t *dst, 
     }
 #undef SUB
     if (six) {
-        const __m512 s = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2))));
-        _mm512_store_ps(sc, _mm512_mul_ps(s, _mm512_set1_ps(_cvtsh_ss(*(const uint16_t *)blk))));
+        _mm512_store_ps(sc, q6_k_sub_scales(blk));
         return;
     }
     /* the 12 scale bytes: scale i and min i (6 bits) of block i < 4 in bytes i and 4 + i; of i >= 4 in byte

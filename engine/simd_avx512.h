@@ -807,24 +807,27 @@ typedef struct q5w_tail_quad {
     float s[16];
 } q5w_tail_quad;
 
+/* Words k (0..3) of a tail, natural lanes, into dst[(4 k + i) stride + j]:
+ * dword 4 k + i of block j (q5w_tail_lanes' order, then by dword). */
+INLINE void q5w_tail_by_dword(__m512i words, int k, int32_t *dst, int stride) {
+    _Alignas(64) int32_t lane[16];
+    _mm512_store_si512(lane, _mm512_permutexvar_epi32(q5w_tail_lanes(), words));
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) dst[(4 * k + i) * stride + j] = lane[4 * j + i];
+}
+
 /* A row's tail rt from its packed short tail: its words, then chunk_f16's
  * and chunk_offsets' scales, each repeated for the four tokens. */
 INLINE void q5w_unpack_tail(const int type, const uint8_t *tail, __m512i *rt) {
     const uint8_t *quants = tail + chunk_hdr(type) * Q5W_TAIL;
-    const __m512i lanes = q5w_tail_lanes();
-    _Alignas(64) int32_t vk[4][16];
+    _Alignas(64) int32_t x[16][4];
 #pragma GCC unroll 2
     for (int v = 0; v < 2; v++) {
         const __m512i u = short_tail_bytes(quants, Q5W_TAIL, v, true);
-        _mm512_store_si512(vk[2 * v], _mm512_permutexvar_epi32(lanes, _mm512_cvtepu8_epi16(_mm512_castsi512_si256(u))));
-        _mm512_store_si512(vk[2 * v + 1], _mm512_permutexvar_epi32(lanes, _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(u, 1))));
+        q5w_tail_by_dword(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(u)), 2 * v, &x[0][0], 4);
+        q5w_tail_by_dword(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(u, 1)), 2 * v + 1, &x[0][0], 4);
     }
-    _Alignas(64) int32_t piece[4];
-    for (int k = 0; k < 4; k++)
-        for (int i = 0; i < 4; i++) {
-            for (int j = 0; j < 4; j++) piece[j] = vk[k][4 * j + i];
-            _mm512_store_si512(&rt[4 * k + i], _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)piece)));
-        }
+    for (int v = 0; v < 16; v++) _mm512_store_si512(&rt[v], _mm512_broadcast_i32x4(_mm_load_si128((const __m128i *)x[v])));
     const __m512 d = chunk_f16(tail, Q5W_TAIL);
     _mm512_store_si512(&rt[16], _mm512_castps_si512(_mm512_broadcast_f32x4(_mm512_castps512_ps128(d))));
     _mm512_store_si512(&rt[17], _mm512_castps_si512(
@@ -835,8 +838,6 @@ INLINE void q5w_unpack_tail(const int type, const uint8_t *tail, __m512i *rt) {
  * the rows' order, and the dots' start (add_short_tail's off, summed over
  * each block's lanes). */
 INLINE void q5w_turn_tail(const int type, const kq16_tail *a, int t, q5w_tail_quad *quad) {
-    const __m512i lanes = q5w_tail_lanes();
-    _Alignas(64) int32_t vk[16];
 #pragma GCC unroll 2
     for (int v = 0; v < 2; v++) {
         const __m512i q = _mm512_loadu_si512(a->q[v]), q2 = _mm512_loadu_si512(a->q2[v]);
@@ -845,10 +846,7 @@ INLINE void q5w_turn_tail(const int type, const kq16_tail *a, int t, q5w_tail_qu
             const __m256i qh = h ? _mm512_extracti64x4_epi64(q, 1) : _mm512_castsi512_si256(q);
             const __m256i q2h = h ? _mm512_extracti64x4_epi64(q2, 1) : _mm512_castsi512_si256(q2);
             const __m512i w = _mm512_add_epi16(_mm512_slli_epi16(_mm512_cvtepi8_epi16(qh), 8), _mm512_cvtepi8_epi16(q2h));
-            _mm512_store_si512(vk, _mm512_permutexvar_epi32(lanes, w));
-            const int k = 2 * v + h;
-            for (int i = 0; i < 4; i++)
-                for (int j = 0; j < 4; j++) quad->x[4 * k + i][4 * t + j] = vk[4 * j + i];
+            q5w_tail_by_dword(w, 2 * v + h, &quad->x[0][4 * t], 16);
         }
     }
     __m512i off = _mm512_setzero_si512();
@@ -1258,6 +1256,13 @@ INLINE __m512 q4_k_sums(const bool x8, const int NR, const int NT, const uint8_t
     return _mm512_fmadd_ps(mf, dmu, acc);
 }
 
+/* A Q6_K super-block's 16 sub-block scales times its d (packed: d, then
+ * the int8 scales), the float steps' sd on every path. */
+INLINE __m512 q6_k_sub_scales(const uint8_t *blk) {
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)))),
+                         _mm512_set1_ps(f16_at(blk)));
+}
+
 /* A packed Q6_K super-block's groups k and k + 4 (k < 4) as words, 6-bit
  * quants: the low 4 bits' nibbles, the high 2 bits (group v's at 2 (v / 2)
  * in piece v % 2) moved to bits 4, 5. */
@@ -1398,9 +1403,7 @@ INLINE void tile_kq_panel(const int type, const bool x8, const uint8_t *w, size_
 #pragma GCC unroll 2
         for (int r = 0; r < NR; r++) {
             if (six) {
-                __m512 sd = _mm512_mul_ps(
-                    _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk[r] + 2)))),
-                    _mm512_set1_ps(f16_at(blk[r])));
+                const __m512 sd = q6_k_sub_scales(blk[r]);
 #pragma GCC unroll 8
                 for (int t = 0; t < NT; t++)
                     acc[r][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot[r][t]),
@@ -1633,9 +1636,7 @@ INLINE void q6w_unpack(const uint8_t *w, int nb, __m512i *words) {
         const uint8_t *blk = w + (size_t)b * 210;
 #pragma GCC unroll 4
         for (int k = 0; k < 4; k++) q6_k_group_words(blk, k, &words[k], &words[k + 4]);
-        const __m512 sd = _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128((const __m128i *)(blk + 2)))),
-                                        _mm512_set1_ps(f16_at(blk)));
-        _mm512_store_si512(&words[8], _mm512_castps_si512(sd));
+        _mm512_store_si512(&words[8], _mm512_castps_si512(q6_k_sub_scales(blk)));
     }
 }
 
