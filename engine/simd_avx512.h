@@ -207,13 +207,16 @@ INLINE void q5_group_words(__m512i v, const __m512i fn[4], int g, __m512i *lo, _
  * and bit for bit their results (checked on 400k random sums). */
 /* sum4_ps's first two rounds: 128-bit lane k holds input k's four
  * partial sums P, (q0 + q2) + (q1 + q3) of its 128-bit quarters q. */
-INLINE __m512 sum4_partials(__m512 a, __m512 b, __m512 c, __m512 d) {
-    __m512 ab = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)),
-                              _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)));
-    __m512 cd = _mm512_add_ps(_mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)),
-                              _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
+INLINE __m512 sum4_quarters(__m512 lo_ab, __m512 hi_ab, __m512 lo_cd, __m512 hi_cd) {
+    const __m512 ab = _mm512_add_ps(lo_ab, hi_ab), cd = _mm512_add_ps(lo_cd, hi_cd);
     return _mm512_add_ps(_mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(2, 0, 2, 0)),
                          _mm512_shuffle_f32x4(ab, cd, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+
+INLINE __m512 sum4_partials(__m512 a, __m512 b, __m512 c, __m512 d) {
+    /* quarters a0 a1 b0 b1 and a2 a3 b2 b3, c's and d's alike (sum4_quarters) */
+    return sum4_quarters(_mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 2, 3, 2)),
+                         _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(1, 0, 1, 0)), _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 2, 3, 2)));
 }
 
 INLINE __m512 sum4_ps(__m512 a, __m512 b, __m512 c, __m512 d) {
@@ -221,6 +224,23 @@ INLINE __m512 sum4_ps(__m512 a, __m512 b, __m512 c, __m512 d) {
     /* then (P0 + P2) + (P1 + P3) */
     t = _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(1, 0, 3, 2)));
     return _mm512_add_ps(t, _mm512_permute_ps(t, _MM_SHUFFLE(2, 3, 0, 1)));
+}
+
+/* A 4-token tile's outputs from its rows' partials (sum4_partials, zero
+ * past NR): sum4_ps's tree for all of them at once, (P0 + P2) + (P1 + P3)
+ * of the four rows by unpacks, which leave token t's rows in 128-bit lane
+ * t, a store each. */
+INLINE void finish_partials(const int NR, const __m512 part[4], float *out, size_t out_stride) {
+    const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(part[0], part[1]), _mm512_unpackhi_ps(part[0], part[1]));
+    const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(part[2], part[3]), _mm512_unpackhi_ps(part[2], part[3]));
+    const __m512 lo = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23)));
+    const __m512 hi = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23)));
+    const __m512 sums = _mm512_add_ps(lo, hi);
+    const __mmask8 rows = (__mmask8)((1u << NR) - 1);
+    _mm_mask_storeu_ps(out, rows, _mm512_castps512_ps128(sums));
+    _mm_mask_storeu_ps(out + out_stride, rows, _mm512_extractf32x4_ps(sums, 1));
+    _mm_mask_storeu_ps(out + 2 * out_stride, rows, _mm512_extractf32x4_ps(sums, 2));
+    _mm_mask_storeu_ps(out + 3 * out_stride, rows, _mm512_extractf32x4_ps(sums, 3));
 }
 
 /* A tile may cover one panel of a long row (see prompt_panels): state
@@ -253,23 +273,11 @@ INLINE void finish_outputs(const int NR, const int NT, __m512 acc[4][4], float *
         return;
     }
     if (NT == 4) {
-        /* sum4_ps's tree for all outputs at once: a row's partials, then
-         * (P0 + P2) + (P1 + P3) of the four rows by unpacks, which leave
-         * token t's rows in 128-bit lane t, a store each */
         __m512 part[4];
 #pragma GCC unroll 4
         for (int r = 0; r < 4; r++)
             part[r] = r < NR ? sum4_partials(acc[r][0], acc[r][1], acc[r][2], acc[r][3]) : _mm512_setzero_ps();
-        const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(part[0], part[1]), _mm512_unpackhi_ps(part[0], part[1]));
-        const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(part[2], part[3]), _mm512_unpackhi_ps(part[2], part[3]));
-        const __m512 lo = _mm512_castpd_ps(_mm512_unpacklo_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23)));
-        const __m512 hi = _mm512_castpd_ps(_mm512_unpackhi_pd(_mm512_castps_pd(s01), _mm512_castps_pd(s23)));
-        const __m512 sums = _mm512_add_ps(lo, hi);
-        const __mmask8 rows = (__mmask8)((1u << NR) - 1);
-        _mm_mask_storeu_ps(out, rows, _mm512_castps512_ps128(sums));
-        _mm_mask_storeu_ps(out + out_stride, rows, _mm512_extractf32x4_ps(sums, 1));
-        _mm_mask_storeu_ps(out + 2 * out_stride, rows, _mm512_extractf32x4_ps(sums, 2));
-        _mm_mask_storeu_ps(out + 3 * out_stride, rows, _mm512_extractf32x4_ps(sums, 3));
+        finish_partials(NR, part, out, out_stride);
         return;
     }
     __m512 v[16];
@@ -860,11 +868,15 @@ INLINE void q5w_turn_tail(const int type, const kq16_tail *a, int t, q5w_tail_qu
     memcpy(&quad->s[4 * t], a->s, 4 * sizeof(float));
 }
 
-/* acc += the NR rows' tails (rt, Q5W_ROW_VECS vectors a row) against a
- * token quad's turned tails: add_short_tail's integer dots, and its float
+/* The NR rows' tails (rt, Q5W_ROW_VECS vectors a row) against a token
+ * quad's turned tails, added into acc as the last step of a tile, which it
+ * finishes (finish_outputs): add_short_tail's integer dots, and its float
  * steps for block j in lane j of each output, here for a row's four
- * tokens' lanes 0..3 in one vector (lane 4 t + j). */
-INLINE void q5w_add_tail(const int type, const int NR, const __m512i *rt, const q5w_tail_quad *quad, __m512 acc[4][4]) {
+ * tokens' lanes 0..3 in one vector (lane 4 t + j), gathered from and put
+ * back into the quarters sum4_partials takes, so that no lane sees another
+ * operation than in finish_outputs. */
+INLINE void q5w_finish_tail(const int type, const int NR, const __m512i *rt, const q5w_tail_quad *quad,
+                            __m512 acc[4][4], float *out, size_t out_stride) {
     __m512i dot[4][2]; /* two chains a row: 16 deep, four rows would wait on the multiply-add's latency */
     const __m512i start = _mm512_load_si512(quad->start);
 #pragma GCC unroll 4
@@ -878,21 +890,27 @@ INLINE void q5w_add_tail(const int type, const int NR, const __m512i *rt, const 
             dot[r][v & 1] = _mm512_dpwssd_epi32(dot[r][v & 1], _mm512_load_si512(&rt[Q5W_ROW_VECS * r + v]), xv);
     }
     const __m512 da = _mm512_load_ps(quad->d);
+    __m512 part[4];
 #pragma GCC unroll 4
-    for (int r = 0; r < NR; r++) {
+    for (int r = 0; r < 4; r++) {
+        if (r >= NR) {
+            part[r] = _mm512_setzero_ps();
+            continue;
+        }
         const __m512i *w = rt + Q5W_ROW_VECS * r;
-        /* the tokens' lanes 0..3 into 128-bit lanes 0..3 */
-        const __m512 a01 = _mm512_shuffle_f32x4(acc[r][0], acc[r][1], 0);
-        const __m512 a23 = _mm512_shuffle_f32x4(acc[r][2], acc[r][3], 0);
-        __m512 g = _mm512_shuffle_f32x4(a01, a23, _MM_SHUFFLE(2, 0, 2, 0));
+        __m512 lo01 = _mm512_shuffle_f32x4(acc[r][0], acc[r][1], _MM_SHUFFLE(1, 0, 1, 0));
+        __m512 lo23 = _mm512_shuffle_f32x4(acc[r][2], acc[r][3], _MM_SHUFFLE(1, 0, 1, 0));
+        const __m512 hi01 = _mm512_shuffle_f32x4(acc[r][0], acc[r][1], _MM_SHUFFLE(3, 2, 3, 2));
+        const __m512 hi23 = _mm512_shuffle_f32x4(acc[r][2], acc[r][3], _MM_SHUFFLE(3, 2, 3, 2));
+        __m512 g = _mm512_shuffle_f32x4(lo01, lo23, _MM_SHUFFLE(2, 0, 2, 0)); /* token t's lanes 0..3 in quarter t */
         const __m512 dw = _mm512_castsi512_ps(_mm512_load_si512(&w[16]));
         g = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(dot[r][0], dot[r][1])), _mm512_mul_ps(dw, da), g);
         if (!signed_dots(type)) g = _mm512_fmadd_ps(_mm512_castsi512_ps(_mm512_load_si512(&w[17])), _mm512_load_ps(quad->s), g);
-        acc[r][0] = _mm512_mask_shuffle_f32x4(acc[r][0], 0x000f, g, g, 0);
-        acc[r][1] = _mm512_mask_shuffle_f32x4(acc[r][1], 0x000f, g, g, 1);
-        acc[r][2] = _mm512_mask_shuffle_f32x4(acc[r][2], 0x000f, g, g, 2);
-        acc[r][3] = _mm512_mask_shuffle_f32x4(acc[r][3], 0x000f, g, g, 3);
+        lo01 = _mm512_mask_shuffle_f32x4(lo01, 0x0f0f, g, g, _MM_SHUFFLE(0, 1, 0, 0)); /* quarters 0, 1 of g back */
+        lo23 = _mm512_mask_shuffle_f32x4(lo23, 0x0f0f, g, g, _MM_SHUFFLE(0, 3, 0, 2));
+        part[r] = sum4_quarters(lo01, hi01, lo23, hi23);
     }
+    finish_partials(NR, part, out, out_stride);
 }
 
 /* NR rows (words a row row_vecs vectors apart; w their packed rows) x 4
@@ -926,10 +944,10 @@ INLINE void q5w_tile(const int type, const int NR, const __m512i *words, int row
         x16_chunk_scale(type, NR, NT, chunk, a, m, dot, acc);
     }
     if (quad) {
-        q5w_add_tail(type, NR, rt, quad, acc);
-    } else {
-        x16_tails(type, w, row_bytes, nb, act, act_stride, NR, NT, 0, acc);
+        q5w_finish_tail(type, NR, rt, quad, acc, out, out_stride);
+        return;
     }
+    x16_tails(type, w, row_bytes, nb, act, act_stride, NR, NT, 0, acc);
     finish_outputs(NR, NT, acc, out, out_stride, NULL, 0);
 }
 
