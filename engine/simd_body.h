@@ -330,6 +330,198 @@ INLINE void tile_q32(const int kind, const uint8_t *w, size_t row_bytes, int64_t
 
 
 
+#if !SIMD_AVX512
+/* ---- AVX2 prompts: 32-element blocks as 16-bit words ----------------------------
+ * vpmaddubsw takes unsigned bytes against signed ones, so tile_q32 pays two
+ * byte dots (vpmaddubsw and vpmaddwd each), a shift and an add a block and
+ * output for a 16-bit activation 256 q + q2. A prompt instead turns a block
+ * of rows into 16-bit words once, and a pass's tokens once a call: two
+ * vpmaddwd and an add make the same integers. A block's words go in dword
+ * order 0, 2, ..., 14, then 1, 3, ..., 15 (w16_order), so that lane k of
+ * the pair's sum holds elements 4k..4k+3 as dot_u8s8's lane k does, and the
+ * float steps are tile_q32's: the same bits as the decode tiles. */
+#define W16_ROW_BYTES (96 << 10) /* a row block's words (L2) */
+#define W16_ACT_BYTES (256 << 10) /* a pass's token words (L2) */
+#define W16_MIN_TOKENS 16       /* fewer: a row block's unpack costs more than it saves */
+#define W16_NT 4                /* tokens a tile */
+
+/* A block's natural words 0..15 (lo) and 16..31 (hi) into w16 order. */
+INLINE void w16_order(__m256i lo, __m256i hi, __m256i *dst) {
+    const __m256i split = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+    lo = _mm256_permutevar8x32_epi32(lo, split);
+    hi = _mm256_permutevar8x32_epi32(hi, split);
+    dst[0] = _mm256_permute2x128_si256(lo, hi, 0x20);
+    dst[1] = _mm256_permute2x128_si256(lo, hi, 0x31);
+}
+
+/* Weight block blk as words: tile_q32's unsigned quants u, or Q8_0's
+ * signed values (its |w| . sign(x, w) is the same integer). */
+INLINE void w16_weights(const int type, const uint8_t *blk, __m256i *dst) {
+    if (type == GL_TYPE_Q8_0) {
+        const __m256i v = load256(blk + 2);
+        w16_order(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(v)), _mm256_cvtepi8_epi16(_mm256_extracti128_si256(v, 1)),
+                  dst);
+        return;
+    }
+    const uint8_t *qs = blk + (type == GL_TYPE_Q4_0 ? 2 : type == GL_TYPE_Q4_1 ? 4 : type == GL_TYPE_Q5_0 ? 6 : 8);
+    const __m128i raw = _mm_loadu_si128((const __m128i *)qs);
+    __m256i u = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(raw, 4), raw), _mm256_set1_epi8(0x0f));
+    if (type == GL_TYPE_Q5_0 || type == GL_TYPE_Q5_1) {
+        uint32_t qh;
+        memcpy(&qh, blk + (type == GL_TYPE_Q5_0 ? 2 : 4), 4);
+        u = _mm256_or_si256(u, expand_bits_0x10(qh));
+    }
+    w16_order(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(u)), _mm256_cvtepu8_epi16(_mm256_extracti128_si256(u, 1)), dst);
+}
+
+/* An activation block as words 256 q + q2 (|.| <= 32639). */
+INLINE void w16_acts(const kq8_32 *a, __m256i *dst) {
+    const __m256i q = load256(a->q), q2 = load256(a->q2);
+    const __m256i lo = _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)), 8),
+                                        _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q2)));
+    const __m256i hi = _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1)), 8),
+                                        _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q2, 1)));
+    w16_order(lo, hi, dst);
+}
+
+/* A tile's running sums between column panels (w16_rows). */
+typedef struct w16_state {
+    __m256 acc[2][W16_NT];
+    __m128 accm[2];
+} w16_state;
+
+/* NR rows x W16_NT tokens as tile_q32 over blocks b0..b1 - 1: the rows'
+ * words ww (row_vecs apart) and scales sc (dw, mw a block, row_vecs
+ * apart), the tokens' words xw (row_vecs apart), kq8_32 rows (for d) and
+ * sums s by block (st, s_stride apart). Sums start at zero (b0 == 0) or
+ * from *state, and end in out (b1 == nb) or in *state. Each scale dw * d
+ * is a multiply of two broadcasts, and the offset terms fmaf(mw, s, accm)
+ * go four tokens a vector: the same operations on each output, with no
+ * scalar state to spill. */
+INLINE void tile_w16(const int type, const int NR, const __m256i *ww, int row_vecs, const float *sc, int b0, int b1,
+                     int nb, const __m256i *xw, const uint8_t *act, size_t act_stride, const float *st, int s_stride,
+                     w16_state *state, float *out, size_t out_stride) {
+    const int sc_stride = 2 * nb;
+    const int NT = W16_NT;
+    const bool has_min = type != GL_TYPE_Q8_0;
+    __m256 acc[2][W16_NT];
+    __m128 accm[2];
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++) {
+        accm[r] = b0 ? state->accm[r] : _mm_setzero_ps();
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[r][t] = b0 ? state->acc[r][t] : _mm256_setzero_ps();
+    }
+    for (int b = b0; b < b1; b++) {
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) {
+            const kq8_32 *a = (const kq8_32 *)(act + (size_t)t * act_stride) + b;
+            const __m256i x0 = _mm256_load_si256(&xw[(size_t)t * row_vecs + 2 * b]);
+            const __m256i x1 = _mm256_load_si256(&xw[(size_t)t * row_vecs + 2 * b + 1]);
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++) {
+                const __m256i *wr = ww + (size_t)r * row_vecs + 2 * b;
+                const __m256i dot = _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(wr), x0),
+                                                     _mm256_madd_epi16(_mm256_load_si256(wr + 1), x1));
+                const __m256 scale =
+                    _mm256_mul_ps(_mm256_broadcast_ss(&sc[(size_t)r * sc_stride + 2 * b]), _mm256_broadcast_ss(&a->d));
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), scale, acc[r][t]);
+            }
+        }
+        if (has_min) {
+            const __m128 sv = _mm_load_ps(st + (size_t)b * s_stride);
+#pragma GCC unroll 2
+            for (int r = 0; r < NR; r++)
+                accm[r] = _mm_fmadd_ps(_mm_broadcast_ss(&sc[(size_t)r * sc_stride + 2 * b + 1]), sv, accm[r]);
+        }
+    }
+    if (b1 < nb) {
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++) {
+            state->accm[r] = accm[r];
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) state->acc[r][t] = acc[r][t];
+        }
+        return;
+    }
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++) {
+        _Alignas(16) float m[4];
+        _mm_store_ps(m, accm[r]);
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = hsum_ps(acc[r][t]) + m[t];
+    }
+}
+
+/* A prompt's whole W16_NT-token groups as above: passes of tokens (their
+ * words in L2), in them blocks of rows (theirs too, unpacked once a pass),
+ * and for rows longer than W16_PANEL blocks, panels of W16_PANEL blocks
+ * for W16_GROUPS token groups at a time, so that a tile's rows and tokens
+ * stay in L1 (a 2048-column tile's are 24 KiB). Returns the tokens done. */
+#define W16_PANEL 16
+#define W16_GROUPS 4
+INLINE int w16_rows(const int type, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,
+                    size_t act_stride, int n_tok, float *out, size_t out_stride) {
+    /* a row's or token's words one line more than its blocks: 4 KiB apart, six streams would share an L1 set */
+    const int nb = (int)(n_cols / 32), vecs = 2 * nb + 2, bb = block32_bytes(type);
+    if (n_tok < W16_MIN_TOKENS || nb == 0 || (size_t)vecs * 32 * 4 > W16_ACT_BYTES) return 0;
+    int rb = W16_ROW_BYTES / (32 * vecs);
+    const int tb = W16_ACT_BYTES / (32 * vecs) / W16_NT * W16_NT;
+    if (rb > n_rows) rb = n_rows;
+    if (rb < 1) return 0;
+    const int panel = nb > 2 * W16_PANEL ? W16_PANEL : nb;
+    _Alignas(32) __m256i words[W16_ROW_BYTES / 32], xs[W16_ACT_BYTES / 32];
+    _Alignas(32) float sc[W16_ROW_BYTES / 32]; /* dw, mw of each block: 8 bytes to the words' 64 */
+    _Alignas(32) float st[W16_ACT_BYTES / 64]; /* the pass's s by block, then token */
+    _Alignas(32) w16_state state[(W16_ROW_BYTES / (64 * 2 * W16_PANEL) + 1) / 2 + 1][W16_GROUPS];
+    const int n_done = n_tok / W16_NT * W16_NT;
+    for (int t0 = 0; t0 < n_done; t0 += tb) {
+        const int t1 = t0 + tb < n_done ? t0 + tb : n_done;
+        for (int t = t0; t < t1; t++)
+            for (int b = 0; b < nb; b++) {
+                const kq8_32 *a = (const kq8_32 *)(act + (size_t)t * act_stride) + b;
+                w16_acts(a, &xs[(size_t)(t - t0) * vecs + 2 * b]);
+                st[(size_t)b * tb + (t - t0)] = a->s;
+            }
+        for (int r0 = 0; r0 < n_rows; r0 += rb) {
+            const int nr = n_rows - r0 < rb ? n_rows - r0 : rb;
+            for (int r = 0; r < nr; r++)
+                for (int b = 0; b < nb; b++) {
+                    const uint8_t *blk = w + (size_t)(r0 + r) * row_bytes + (size_t)b * bb;
+                    const float dw = f16_at(blk);
+                    w16_weights(type, blk, &words[(size_t)r * vecs + 2 * b]);
+                    sc[(size_t)r * 2 * nb + 2 * b] = dw;
+                    sc[(size_t)r * 2 * nb + 2 * b + 1] = type == GL_TYPE_Q4_0 ? -8.0f * dw
+                                                       : type == GL_TYPE_Q5_0 ? -16.0f * dw
+                                                       : type == GL_TYPE_Q8_0 ? 0.0f
+                                                                              : f16_at(blk + 2);
+                }
+            for (int g0 = t0; g0 < t1; g0 += W16_NT * W16_GROUPS) {
+                const int g1 = g0 + W16_NT * W16_GROUPS < t1 ? g0 + W16_NT * W16_GROUPS : t1;
+                for (int b0 = 0; b0 < nb; b0 += panel) {
+                    const int b1 = b0 + panel < nb ? b0 + panel : nb;
+                    for (int t = g0; t < g1; t += W16_NT) {
+                        const uint8_t *at = act + (size_t)t * act_stride;
+                        const __m256i *xt = xs + (size_t)(t - t0) * vecs;
+                        const float *stt = st + (t - t0);
+                        w16_state *gs = &state[0][(t - g0) / W16_NT];
+                        float *o = out + (size_t)t * out_stride + r0;
+                        int r = 0;
+                        for (; r + 2 <= nr; r += 2)
+                            tile_w16(type, 2, words + (size_t)r * vecs, vecs, sc + (size_t)r * 2 * nb, b0, b1, nb, xt, at,
+                                     act_stride, stt, tb, gs + (r / 2) * W16_GROUPS, o + r, out_stride);
+                        if (r < nr)
+                            tile_w16(type, 1, words + (size_t)r * vecs, vecs, sc + (size_t)r * 2 * nb, b0, b1, nb, xt, at,
+                                     act_stride, stt, tb, gs + (r / 2) * W16_GROUPS, o + r, out_stride);
+                    }
+                }
+            }
+        }
+    }
+    return n_done;
+}
+#endif
+
 /* ---- K-quants: 256-element super-blocks against kq8_256 --------------------------
  * Integer sums of scale * dot per sub-block stay exact in 32 bits; the
  * minimums come from the activation sums of 16. */
@@ -637,11 +829,25 @@ INLINE void tile_float(const int type, const uint8_t *w, size_t row_bytes, int64
 #define DEFINE_ROWS(name, TILE, TYPE) ROWS_FN(name, TILE, TYPE, 1, TT, ROWS_REST)
 
 #if SIMD_EMITS(ROWS)
-DEFINE_ROWS(rows_q4_0, tile_q32, GL_TYPE_Q4_0) /* rows_q4_0_avx2, rows_q4_0_avx512 */
-DEFINE_ROWS(rows_q4_1, tile_q32, GL_TYPE_Q4_1) /* rows_q4_1_avx2, rows_q4_1_avx512 */
-DEFINE_ROWS(rows_q8_0, tile_q32, GL_TYPE_Q8_0) /* rows_q8_0_avx2, rows_q8_0_avx512 */
-DEFINE_ROWS(rows_q5_0, tile_q32, GL_TYPE_Q5_0) /* rows_q5_0_avx2, rows_q5_0_avx512 */
-DEFINE_ROWS(rows_q5_1, tile_q32, GL_TYPE_Q5_1) /* rows_q5_1_avx2, rows_q5_1_avx512 */
+#if SIMD_AVX512
+#define DEFINE_ROWS_Q32(name, TYPE) DEFINE_ROWS(name, tile_q32, TYPE)
+#else
+/* A prompt's whole token groups from words (w16_rows), the rest as tile_q32. */
+#define DEFINE_ROWS_W16(name, TYPE)                                                                              \
+    ROWS_FN_AS(INLINE, CAT(name, tiles), tile_q32, TYPE, 1, TT, ROWS_REST)                                       \
+    SIMD_DEF void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,   \
+                           size_t act_stride, int n_tok, float *out, size_t out_stride) {                        \
+        const int done = w16_rows(TYPE, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride);  \
+        FN(CAT(name, tiles))(w, row_bytes, n_rows, n_cols, act + (size_t)done * act_stride, act_stride,         \
+                             n_tok - done, out + (size_t)done * out_stride, out_stride);                         \
+    }
+#define DEFINE_ROWS_Q32 DEFINE_ROWS_W16
+#endif
+DEFINE_ROWS_Q32(rows_q4_0, GL_TYPE_Q4_0) /* rows_q4_0_avx2, rows_q4_0_avx512 */
+DEFINE_ROWS_Q32(rows_q4_1, GL_TYPE_Q4_1) /* rows_q4_1_avx2, rows_q4_1_avx512 */
+DEFINE_ROWS_Q32(rows_q8_0, GL_TYPE_Q8_0) /* rows_q8_0_avx2, rows_q8_0_avx512 */
+DEFINE_ROWS_Q32(rows_q5_0, GL_TYPE_Q5_0) /* rows_q5_0_avx2, rows_q5_0_avx512 */
+DEFINE_ROWS_Q32(rows_q5_1, GL_TYPE_Q5_1) /* rows_q5_1_avx2, rows_q5_1_avx512 */
 DEFINE_ROWS(rows_q4_k, tile_q45_k, GL_TYPE_Q4_K) /* rows_q4_k_avx2, rows_q4_k_avx512 */
 DEFINE_ROWS(rows_q5_k, tile_q45_k, GL_TYPE_Q5_K) /* rows_q5_k_avx2, rows_q5_k_avx512 */
 DEFINE_ROWS(rows_q6_k, tile_q6_k, GL_TYPE_Q6_K) /* rows_q6_k_avx2, rows_q6_k_avx512 */

@@ -454,19 +454,33 @@ static void assert_alone_is_batch(const char *backend, int act_bits, const gl_te
 
 /* A packed random n_rows x n_cols tensor of type through the pool at
  * act_bits: each of n_tok tokens alone gives the batch's bits. */
-static void check_packed_batch_invariant(uint32_t type, int act_bits, int64_t n_rows, int64_t n_cols, int n_tok) {
+/* Whether backend runs here; if not, the test's SKIP line says why. */
+static bool backend_or_skip(const char *backend, const char *test, const char *why) {
+    const bool ok = kern_set_backend(backend) == 0;
+    kern_set_backend("auto");
+    if (!ok) printf("SKIP %s: %s\n", test, why);
+    return ok;
+}
+
+static void check_batch_invariant_on(const char *backend, uint32_t type, int act_bits, int64_t n_rows, int64_t n_cols,
+                                     int n_tok) {
     uint8_t *data;
     gl_tensor w = random_tensor(type, n_rows, n_cols, &data);
     ck_assert_int_eq(kern_pack(&w), 0);
     float *x = malloc((size_t)n_tok * (size_t)n_cols * sizeof *x);
     fill_acts(x, (int64_t)n_tok * n_cols);
     float *all = malloc((size_t)n_tok * (size_t)n_rows * sizeof *all);
-    matmul_bits("auto", 2, act_bits, &w, x, n_tok, all);
-    char what[64];
-    snprintf(what, sizeof what, "%s %lld columns %d-bit", gl_type_get(type)->name, (long long)n_cols, act_bits);
-    assert_alone_is_batch("auto", act_bits, &w, x, n_tok, all, what);
+    matmul_bits(backend, 2, act_bits, &w, x, n_tok, all);
+    char what[80];
+    snprintf(what, sizeof what, "%s %s %lld columns %d-bit", backend, gl_type_get(type)->name, (long long)n_cols,
+             act_bits);
+    assert_alone_is_batch(backend, act_bits, &w, x, n_tok, all, what);
     kern_unpack(&w);
     free(data), free(x), free(all);
+}
+
+static void check_packed_batch_invariant(uint32_t type, int act_bits, int64_t n_rows, int64_t n_cols, int n_tok) {
+    check_batch_invariant_on("auto", type, act_bits, n_rows, n_cols, n_tok);
 }
 
 START_TEST(matmul_is_batch_and_thread_invariant) {
@@ -818,6 +832,23 @@ START_TEST(matmul_words_prompt_is_batch_invariant) {
 }
 END_TEST
 
+/* AVX2 prompts of block-32 types turn row blocks and token passes into
+ * 16-bit words (w16_rows) from 16 tokens on; a token alone runs tile_q32.
+ * Both widths, short rows (one block, 5, SmolLM2's 18) and long ones
+ * (TinyLlama's 176 blocks: 20-token passes, so 70 tokens take four), odd
+ * row counts (a last single-row tile), tokens past whole groups. */
+START_TEST(avx2_words_prompt_is_batch_invariant) {
+    if (!backend_or_skip("avx2", "avx2_words_prompt_is_batch_invariant", "no AVX2 on this CPU")) return;
+    static const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q5_0, GL_TYPE_Q5_1, GL_TYPE_Q8_0};
+    static const int64_t cols[] = {32, 160, 576, 2048, 5632};
+    for (size_t ti = 0; ti < sizeof types / sizeof types[0]; ti++)
+        for (size_t ci = 0; ci < sizeof cols / sizeof cols[0]; ci++) {
+            const int bits = ti < 2 && ci % 2 ? 12 : 16;
+            check_batch_invariant_on("avx2", types[ti], bits, ci % 2 ? 37 : 40, cols[ci], ci == 4 ? 70 : 16 + (int)ci);
+        }
+}
+END_TEST
+
 /* The AMX prompt tiles give the avx512 VNNI tiles' bits exactly, for every
  * block-32 type at both activation widths: rows of whole chunks, of a last
  * chunk of m < 16 blocks, of a half tail (x16: 5-8 blocks) and of a short
@@ -826,12 +857,7 @@ END_TEST
  * 16; else 32) and past whole groups,
  * row counts no multiple of 16 (whole 16-row tiles of Q4_0, Q4_1, Q8_0 take amx_unpack_16). */
 START_TEST(amx_matches_avx512_bit_for_bit) {
-    bool ok = kern_set_backend("amx") == 0;
-    kern_set_backend("auto");
-    if (!ok) {
-        printf("SKIP amx_matches_avx512_bit_for_bit: no AMX on this CPU/OS (or GENLOOP_AMX=0)\n");
-        return;
-    }
+    if (!backend_or_skip("amx", "amx_matches_avx512_bit_for_bit", "no AMX on this CPU/OS (or GENLOOP_AMX=0)")) return;
     static const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q5_0, GL_TYPE_Q5_1, GL_TYPE_Q8_0};
     static const int64_t cols[] = {576, 640, 896, 768, 2048, 4864, 5632, 1056, 608, 64, 288};
     /* 300 tokens of 4864 and 5632 columns go in token blocks (kernels.c amx_token_block) */
@@ -1328,6 +1354,7 @@ static Suite *kernels_suite(void) {
     tcase_add_test(tc, amx_k_rows_match_vnni);
     tcase_add_test(tc, matmul_k_prompt_is_batch_invariant);
     tcase_add_test(tc, matmul_words_prompt_is_batch_invariant);
+    tcase_add_test(tc, avx2_words_prompt_is_batch_invariant);
     tcase_add_test(tc, amx_matches_avx512_bit_for_bit);
     tcase_add_test(tc, twelve_bits_close_to_sixteen);
     tcase_add_test(tc, pack_into_shared_buffer_and_decode_tiles);
