@@ -374,14 +374,39 @@ INLINE void w16_weights(const int type, const uint8_t *blk, __m256i *dst) {
     w16_order(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(u)), _mm256_cvtepu8_epi16(_mm256_extracti128_si256(u, 1)), dst);
 }
 
-/* An activation block as words 256 q + q2 (|.| <= 32639). */
-INLINE void w16_acts(const kq8_32 *a, __m256i *dst) {
-    const __m256i q = load256(a->q), q2 = load256(a->q2);
+/* 32 activations as words 256 q + q2 (|.| <= 32639) in w16 order. */
+INLINE void w16_words(const int8_t *q8, const int8_t *q28, __m256i *dst) {
+    const __m256i q = load256(q8), q2 = load256(q28);
     const __m256i lo = _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm256_castsi256_si128(q)), 8),
                                         _mm256_cvtepi8_epi16(_mm256_castsi256_si128(q2)));
     const __m256i hi = _mm256_add_epi16(_mm256_slli_epi16(_mm256_cvtepi8_epi16(_mm256_extracti128_si256(q, 1)), 8),
                                         _mm256_cvtepi8_epi16(_mm256_extracti128_si256(q2, 1)));
     w16_order(lo, hi, dst);
+}
+
+#define W16K_VECS 16 /* word vectors a super-block */
+
+/* Tokens t0..t1 - 1 of a pass as words (xs, vecs a token) and by block,
+ * then token (tb a block): a block-32 type's s (in per_block), a K-quant's
+ * d (per_block) and 16 block sums (bst). */
+INLINE void w16_turn_tokens(const int type, const uint8_t *act, size_t act_stride, int t0, int t1, int nb, int vecs,
+                            int tb, __m256i *xs, float *per_block, int32_t *bst) {
+    const bool k = type == GL_TYPE_Q4_K || type == GL_TYPE_Q5_K;
+    for (int t = t0; t < t1; t++)
+        for (int b = 0; b < nb; b++) {
+            const uint8_t *row = act + (size_t)t * act_stride;
+            float *pb = &per_block[(size_t)b * tb + (t - t0)];
+            if (!k) {
+                const kq8_32 *a = (const kq8_32 *)row + b;
+                w16_words(a->q, a->q2, &xs[(size_t)(t - t0) * vecs + 2 * b]);
+                *pb = a->s;
+                continue;
+            }
+            const kq8_256 *a = (const kq8_256 *)row + b;
+            for (int j = 0; j < 8; j++) w16_words(a->q + 32 * j, a->q2 + 32 * j, &xs[(size_t)(t - t0) * vecs + W16K_VECS * b + 2 * j]);
+            *pb = a->d;
+            for (int i = 0; i < 16; i++) bst[((size_t)b * 16 + i) * tb + (t - t0)] = a->bsums[i];
+        }
 }
 
 /* A tile's running sums between column panels (w16_rows). */
@@ -453,73 +478,6 @@ INLINE void tile_w16(const int type, const int NR, const __m256i *ww, int row_ve
     }
 }
 
-/* A prompt's whole W16_NT-token groups as above: passes of tokens (their
- * words in L2), in them blocks of rows (theirs too, unpacked once a pass),
- * and for rows longer than W16_PANEL blocks, panels of W16_PANEL blocks
- * for W16_GROUPS token groups at a time, so that a tile's rows and tokens
- * stay in L1 (a 2048-column tile's are 24 KiB). Returns the tokens done. */
-#define W16_PANEL 16
-#define W16_GROUPS 4
-INLINE int w16_rows(const int type, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,
-                    size_t act_stride, int n_tok, float *out, size_t out_stride) {
-    /* a row's or token's words one line more than its blocks: 4 KiB apart, six streams would share an L1 set */
-    const int nb = (int)(n_cols / 32), vecs = 2 * nb + 2, bb = block32_bytes(type);
-    if (n_tok < W16_MIN_TOKENS || nb == 0 || (size_t)vecs * 32 * 4 > W16_ACT_BYTES) return 0;
-    int rb = W16_ROW_BYTES / (32 * vecs);
-    const int tb = W16_ACT_BYTES / (32 * vecs) / W16_NT * W16_NT;
-    if (rb > n_rows) rb = n_rows;
-    if (rb < 1) return 0;
-    const int panel = nb > 2 * W16_PANEL ? W16_PANEL : nb;
-    _Alignas(32) __m256i words[W16_ROW_BYTES / 32], xs[W16_ACT_BYTES / 32];
-    _Alignas(32) float sc[W16_ROW_BYTES / 32]; /* dw, mw of each block: 8 bytes to the words' 64 */
-    _Alignas(32) float st[W16_ACT_BYTES / 64]; /* the pass's s by block, then token */
-    _Alignas(32) w16_state state[(W16_ROW_BYTES / (64 * 2 * W16_PANEL) + 1) / 2 + 1][W16_GROUPS];
-    const int n_done = n_tok / W16_NT * W16_NT;
-    for (int t0 = 0; t0 < n_done; t0 += tb) {
-        const int t1 = t0 + tb < n_done ? t0 + tb : n_done;
-        for (int t = t0; t < t1; t++)
-            for (int b = 0; b < nb; b++) {
-                const kq8_32 *a = (const kq8_32 *)(act + (size_t)t * act_stride) + b;
-                w16_acts(a, &xs[(size_t)(t - t0) * vecs + 2 * b]);
-                st[(size_t)b * tb + (t - t0)] = a->s;
-            }
-        for (int r0 = 0; r0 < n_rows; r0 += rb) {
-            const int nr = n_rows - r0 < rb ? n_rows - r0 : rb;
-            for (int r = 0; r < nr; r++)
-                for (int b = 0; b < nb; b++) {
-                    const uint8_t *blk = w + (size_t)(r0 + r) * row_bytes + (size_t)b * bb;
-                    const float dw = f16_at(blk);
-                    w16_weights(type, blk, &words[(size_t)r * vecs + 2 * b]);
-                    sc[(size_t)r * 2 * nb + 2 * b] = dw;
-                    sc[(size_t)r * 2 * nb + 2 * b + 1] = type == GL_TYPE_Q4_0 ? -8.0f * dw
-                                                       : type == GL_TYPE_Q5_0 ? -16.0f * dw
-                                                       : type == GL_TYPE_Q8_0 ? 0.0f
-                                                                              : f16_at(blk + 2);
-                }
-            for (int g0 = t0; g0 < t1; g0 += W16_NT * W16_GROUPS) {
-                const int g1 = g0 + W16_NT * W16_GROUPS < t1 ? g0 + W16_NT * W16_GROUPS : t1;
-                for (int b0 = 0; b0 < nb; b0 += panel) {
-                    const int b1 = b0 + panel < nb ? b0 + panel : nb;
-                    for (int t = g0; t < g1; t += W16_NT) {
-                        const uint8_t *at = act + (size_t)t * act_stride;
-                        const __m256i *xt = xs + (size_t)(t - t0) * vecs;
-                        const float *stt = st + (t - t0);
-                        w16_state *gs = &state[0][(t - g0) / W16_NT];
-                        float *o = out + (size_t)t * out_stride + r0;
-                        int r = 0;
-                        for (; r + 2 <= nr; r += 2)
-                            tile_w16(type, 2, words + (size_t)r * vecs, vecs, sc + (size_t)r * 2 * nb, b0, b1, nb, xt, at,
-                                     act_stride, stt, tb, gs + (r / 2) * W16_GROUPS, o + r, out_stride);
-                        if (r < nr)
-                            tile_w16(type, 1, words + (size_t)r * vecs, vecs, sc + (size_t)r * 2 * nb, b0, b1, nb, xt, at,
-                                     act_stride, stt, tb, gs + (r / 2) * W16_GROUPS, o + r, out_stride);
-                    }
-                }
-            }
-        }
-    }
-    return n_done;
-}
 #endif
 
 /* ---- K-quants: 256-element super-blocks against kq8_256 --------------------------
@@ -620,8 +578,13 @@ INLINE void tile_q45_k(const int kind, const uint8_t *w, size_t row_bytes, int64
                 int msum = hsum_epi32(_mm256_add_epi32(_mm256_mullo_epi32(bs_lo, mins_lo[r]),
                                                        _mm256_mullo_epi32(bs_hi, mins_hi[r])));
                 float dd = d[r] * a->d;
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(dd * 256.0f), acc[r][t]);
-                if (!x8) acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum2[r][t]), _mm256_set1_ps(dd), acc[r][t]);
+                if (x8) {
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r][t]), _mm256_set1_ps(dd * 256.0f), acc[r][t]);
+                } else {
+                    /* 256 isum + isum2, each lane's exact S (|S| <= 32 * 31 * 63 * 32639 < 2^31), as w16_rows */
+                    const __m256i sum = _mm256_add_epi32(_mm256_slli_epi32(isum[r][t], 8), isum2[r][t]);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum), _mm256_set1_ps(dd), acc[r][t]);
+                }
                 accm[r][t] = fmaf(-dmin[r] * a->d, (float)msum, accm[r][t]);
             }
         }
@@ -632,6 +595,204 @@ INLINE void tile_q45_k(const int kind, const uint8_t *w, size_t row_bytes, int64
         for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = hsum_ps(acc[r][t]) + accm[r][t];
 }
 
+
+#if !SIMD_AVX512
+/* AVX2 prompts of Q4_K and Q5_K from words, as w16_rows: a row's quants
+ * times their sub-block scales (w' <= 31 x 63) as words in w16 order a
+ * sub-block, a token's 256 q + q2 likewise, so that vpmaddwd pairs sum to
+ * tile_q45_k's lanes of S = 256 isum + isum2; the minimums' sums M for two
+ * rows and four tokens a vector (lane 4 r + t); tile_q45_k's float steps. */
+
+/* A tile's super-block constants of a row pair: d, -dmin and each of the
+ * 16 minimums (one per 16 quants) four times a row, rows in 128-bit halves. */
+typedef struct w16k_pair {
+    float d[2], neg_dmin[2];
+    int32_t mins[16][8];
+} w16k_pair;
+
+/* Row r's super-block blk as words (dst) and its half of a pair's constants. */
+INLINE void w16k_weights(const int type, const uint8_t *blk, int half, __m256i *dst, w16k_pair *pair) {
+    const bool five = type == GL_TYPE_Q5_K;
+    uint8_t sc[8], mn[8];
+    k4_scales(blk + 4, sc, mn);
+    const __m256i m4 = _mm256_set1_epi8(0x0f), m16 = _mm256_set1_epi8(0x10);
+    for (int k = 0; k < 4; k++) {
+        const __m256i raw = load256(blk + (five ? 48 : 16) + 32 * k);
+        __m256i lo = _mm256_and_si256(raw, m4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), m4);
+        if (five) {
+            const __m256i qh = load256(blk + 16);
+            lo = _mm256_or_si256(lo, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * k), 4), m16));
+            hi = _mm256_or_si256(hi, _mm256_and_si256(_mm256_slli_epi16(_mm256_srli_epi16(qh, 2 * k + 1), 4), m16));
+        }
+        const __m256i s_lo = _mm256_set1_epi16(sc[2 * k]), s_hi = _mm256_set1_epi16(sc[2 * k + 1]);
+        w16_order(_mm256_mullo_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(lo)), s_lo),
+                  _mm256_mullo_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(lo, 1)), s_lo), &dst[4 * k]);
+        w16_order(_mm256_mullo_epi16(_mm256_cvtepu8_epi16(_mm256_castsi256_si128(hi)), s_hi),
+                  _mm256_mullo_epi16(_mm256_cvtepu8_epi16(_mm256_extracti128_si256(hi, 1)), s_hi), &dst[4 * k + 2]);
+    }
+    pair->d[half] = f16_at(blk);
+    pair->neg_dmin[half] = -f16_at(blk + 2);
+    for (int i = 0; i < 16; i++)
+        for (int t = 0; t < 4; t++) pair->mins[i][4 * half + t] = mn[i / 2];
+}
+
+/* NR (1, 2) rows x W16_NT tokens over all nb super-blocks: the rows'
+ * words ww (row_vecs apart) and constants pr (one a super-block), the
+ * tokens' words xw (row_vecs apart), their d by super-block (dt, s_stride
+ * apart) and block sums by super-block and sum (bst, s_stride apart). */
+INLINE void tile_w16k(const int NR, const __m256i *ww, int row_vecs, const w16k_pair *pr, int nb, const __m256i *xw,
+                      const float *dt, const int32_t *bst, int s_stride, float *out, size_t out_stride) {
+    const int NT = W16_NT;
+    __m256 acc[2][W16_NT];
+    __m256 accm = _mm256_setzero_ps();
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) acc[r][t] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; b++, pr++) {
+        __m256i sum[2][W16_NT];
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) sum[r][t] = _mm256_setzero_si256();
+        for (int v = 0; v < W16K_VECS; v += 2) {
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++) {
+                const __m256i *x = xw + (size_t)t * row_vecs + W16K_VECS * b + v;
+                const __m256i x0 = _mm256_load_si256(x), x1 = _mm256_load_si256(x + 1);
+#pragma GCC unroll 2
+                for (int r = 0; r < NR; r++) {
+                    const __m256i *w = ww + (size_t)r * row_vecs + W16K_VECS * b + v;
+                    sum[r][t] = _mm256_add_epi32(sum[r][t], _mm256_add_epi32(_mm256_madd_epi16(_mm256_load_si256(w), x0),
+                                                                             _mm256_madd_epi16(_mm256_load_si256(w + 1), x1)));
+                }
+            }
+        }
+        const float *d = dt + (size_t)b * s_stride;
+#pragma GCC unroll 2
+        for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+            for (int t = 0; t < NT; t++)
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum[r][t]),
+                                            _mm256_mul_ps(_mm256_broadcast_ss(&pr->d[r]), _mm256_broadcast_ss(&d[t])), acc[r][t]);
+        const int32_t *bs = bst + (size_t)b * 16 * s_stride;
+        __m256i msum = _mm256_setzero_si256();
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++)
+            msum = _mm256_add_epi32(msum, _mm256_mullo_epi32(_mm256_load_si256((const __m256i *)pr->mins[i]),
+                                                             _mm256_broadcastsi128_si256(_mm_load_si128((const __m128i *)(bs + (size_t)i * s_stride)))));
+        const __m128 dv = _mm_load_ps(d);
+        const __m256 md = _mm256_mul_ps(_mm256_set_m128(_mm_broadcast_ss(&pr->neg_dmin[1]), _mm_broadcast_ss(&pr->neg_dmin[0])),
+                                        _mm256_set_m128(dv, dv));
+        accm = _mm256_fmadd_ps(md, _mm256_cvtepi32_ps(msum), accm);
+    }
+    _Alignas(32) float m[8];
+    _mm256_store_ps(m, accm);
+#pragma GCC unroll 2
+    for (int r = 0; r < NR; r++)
+#pragma GCC unroll 4
+        for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = hsum_ps(acc[r][t]) + m[4 * r + t];
+}
+
+/* A block of nr rows' tiles for tokens t0..t1 - 1 of a pass (block-32
+ * types): panels of W16_PANEL blocks for W16_GROUPS token groups at a
+ * time where rows are longer than 2 W16_PANEL blocks, so that a tile's
+ * rows and tokens stay in L1 (a 2048-column tile's are 24 KiB). */
+#define W16_PANEL 16
+#define W16_GROUPS 4
+INLINE void w16_q32_tiles(const int type, int nr, const __m256i *words, const float *sc, int nb, int vecs, int t0,
+                          int t1, int tb, const __m256i *xs, const float *st, const uint8_t *act, size_t act_stride,
+                          w16_state *state, float *out, size_t out_stride) {
+    const int panel = nb > 2 * W16_PANEL ? W16_PANEL : nb;
+    for (int g0 = t0; g0 < t1; g0 += W16_NT * W16_GROUPS) {
+        const int g1 = g0 + W16_NT * W16_GROUPS < t1 ? g0 + W16_NT * W16_GROUPS : t1;
+        for (int b0 = 0; b0 < nb; b0 += panel) {
+            const int b1 = b0 + panel < nb ? b0 + panel : nb;
+            for (int t = g0; t < g1; t += W16_NT) {
+                const uint8_t *at = act + (size_t)t * act_stride;
+                const __m256i *xt = xs + (size_t)(t - t0) * vecs;
+                w16_state *gs = state + (t - g0) / W16_NT;
+                float *o = out + (size_t)t * out_stride;
+                int r = 0;
+                for (; r + 2 <= nr; r += 2)
+                    tile_w16(type, 2, words + (size_t)r * vecs, vecs, sc + (size_t)r * 2 * nb, b0, b1, nb, xt, at,
+                             act_stride, st + (t - t0), tb, gs + (r / 2) * W16_GROUPS, o + r, out_stride);
+                if (r < nr)
+                    tile_w16(type, 1, words + (size_t)r * vecs, vecs, sc + (size_t)r * 2 * nb, b0, b1, nb, xt, at,
+                             act_stride, st + (t - t0), tb, gs + (r / 2) * W16_GROUPS, o + r, out_stride);
+            }
+        }
+    }
+}
+
+/* A prompt's whole W16_NT-token groups from words: passes of tokens (their
+ * words in L2) and in them blocks of rows (theirs too, unpacked once a
+ * pass). Returns the tokens done. */
+INLINE int w16_rows(const int type, const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,
+                    size_t act_stride, int n_tok, float *out, size_t out_stride) {
+    const bool k = type == GL_TYPE_Q4_K || type == GL_TYPE_Q5_K;
+    const int nb = (int)(n_cols / (k ? 256 : 32)), bb = k ? (type == GL_TYPE_Q5_K ? 176 : 144) : block32_bytes(type);
+    /* a row's or token's words one line more than its blocks: 4 KiB apart, six streams would share an L1 set */
+    const int vpb = k ? W16K_VECS : 2, vecs = vpb * nb + 2;
+    if (n_tok < W16_MIN_TOKENS || nb == 0 || (size_t)vecs * 32 * 4 > W16_ACT_BYTES) return 0;
+    int rb = W16_ROW_BYTES / (32 * vecs);
+    const int tb = W16_ACT_BYTES / (32 * vecs) / W16_NT * W16_NT;
+    if (rb > n_rows) rb = n_rows;
+    if (rb < 1) return 0;
+    _Alignas(32) __m256i words[W16_ROW_BYTES / 32], xs[W16_ACT_BYTES / 32];
+    _Alignas(32) float per_block[W16_ACT_BYTES / 64]; /* the pass's s (block-32) or d (K) by block, then token */
+    _Alignas(32) union {
+        struct {
+            float sc[W16_ROW_BYTES / 32]; /* dw, mw of each block: 8 bytes to the words' 64 */
+            w16_state state[(W16_ROW_BYTES / (64 * 2 * W16_PANEL) + 1) / 2 + 1][W16_GROUPS];
+        } q32;
+        struct {
+            w16k_pair pairs[W16_ROW_BYTES / (2 * 512)]; /* a row pair's super-block: 1 KiB of words */
+            int32_t bst[W16_ACT_BYTES / 512 * 16];      /* the pass's block sums by super-block, sum, token */
+        } k;
+    } u;
+    const int n_done = n_tok / W16_NT * W16_NT;
+    for (int t0 = 0; t0 < n_done; t0 += tb) {
+        const int t1 = t0 + tb < n_done ? t0 + tb : n_done;
+        w16_turn_tokens(type, act, act_stride, t0, t1, nb, vecs, tb, xs, per_block, k ? u.k.bst : NULL);
+        for (int r0 = 0; r0 < n_rows; r0 += rb) {
+            const int nr = n_rows - r0 < rb ? n_rows - r0 : rb;
+            for (int r = 0; r < nr; r++)
+                for (int b = 0; b < nb; b++) {
+                    const uint8_t *blk = w + (size_t)(r0 + r) * row_bytes + (size_t)b * bb;
+                    if (k) {
+                        w16k_weights(type, blk, r % 2, &words[(size_t)r * vecs + vpb * b], &u.k.pairs[(size_t)(r / 2) * nb + b]);
+                        continue;
+                    }
+                    const float dw = f16_at(blk);
+                    w16_weights(type, blk, &words[(size_t)r * vecs + 2 * b]);
+                    u.q32.sc[(size_t)r * 2 * nb + 2 * b] = dw;
+                    u.q32.sc[(size_t)r * 2 * nb + 2 * b + 1] = type == GL_TYPE_Q4_0 ? -8.0f * dw
+                                                             : type == GL_TYPE_Q5_0 ? -16.0f * dw
+                                                             : type == GL_TYPE_Q8_0 ? 0.0f
+                                                                                    : f16_at(blk + 2);
+                }
+            float *o = out + r0;
+            if (!k) {
+                w16_q32_tiles(type, nr, words, u.q32.sc, nb, vecs, t0, t1, tb, xs, per_block, act, act_stride,
+                              &u.q32.state[0][0], o, out_stride);
+                continue;
+            }
+            for (int t = t0; t < t1; t += W16_NT) {
+                const __m256i *xt = xs + (size_t)(t - t0) * vecs;
+                int r = 0;
+                for (; r + 2 <= nr; r += 2)
+                    tile_w16k(2, words + (size_t)r * vecs, vecs, u.k.pairs + (size_t)(r / 2) * nb, nb, xt,
+                              per_block + (t - t0), u.k.bst + (t - t0), tb, o + (size_t)t * out_stride + r, out_stride);
+                if (r < nr)
+                    tile_w16k(1, words + (size_t)r * vecs, vecs, u.k.pairs + (size_t)(r / 2) * nb, nb, xt,
+                              per_block + (t - t0), u.k.bst + (t - t0), tb, o + (size_t)t * out_stride + r, out_stride);
+            }
+        }
+    }
+    return n_done;
+}
+#endif
 
 /* Q6_K: value = d * scale_s * (q - 32), q = 4 low bits from ql, 2 high from qh. */
 INLINE void tile_q6_k(const int kind, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
@@ -833,23 +994,28 @@ INLINE void tile_float(const int type, const uint8_t *w, size_t row_bytes, int64
 #define DEFINE_ROWS_Q32(name, TYPE) DEFINE_ROWS(name, tile_q32, TYPE)
 #else
 /* A prompt's whole token groups from words (w16_rows), the rest as tile_q32. */
-#define DEFINE_ROWS_W16(name, TYPE)                                                                              \
-    ROWS_FN_AS(INLINE, CAT(name, tiles), tile_q32, TYPE, 1, TT, ROWS_REST)                                       \
+#define DEFINE_ROWS_WORDS(name, WORDS, TILE, TYPE)                                                              \
+    ROWS_FN_AS(INLINE, CAT(name, tiles), TILE, TYPE, 1, TT, ROWS_REST)                                           \
     SIMD_DEF void FN(name)(const uint8_t *w, size_t row_bytes, int n_rows, int64_t n_cols, const uint8_t *act,   \
                            size_t act_stride, int n_tok, float *out, size_t out_stride) {                        \
-        const int done = w16_rows(TYPE, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride);  \
+        const int done = WORDS(TYPE, w, row_bytes, n_rows, n_cols, act, act_stride, n_tok, out, out_stride);     \
         FN(CAT(name, tiles))(w, row_bytes, n_rows, n_cols, act + (size_t)done * act_stride, act_stride,         \
                              n_tok - done, out + (size_t)done * out_stride, out_stride);                         \
     }
-#define DEFINE_ROWS_Q32 DEFINE_ROWS_W16
+#define DEFINE_ROWS_Q32(name, TYPE) DEFINE_ROWS_WORDS(name, w16_rows, tile_q32, TYPE)
 #endif
 DEFINE_ROWS_Q32(rows_q4_0, GL_TYPE_Q4_0) /* rows_q4_0_avx2, rows_q4_0_avx512 */
 DEFINE_ROWS_Q32(rows_q4_1, GL_TYPE_Q4_1) /* rows_q4_1_avx2, rows_q4_1_avx512 */
 DEFINE_ROWS_Q32(rows_q8_0, GL_TYPE_Q8_0) /* rows_q8_0_avx2, rows_q8_0_avx512 */
 DEFINE_ROWS_Q32(rows_q5_0, GL_TYPE_Q5_0) /* rows_q5_0_avx2, rows_q5_0_avx512 */
 DEFINE_ROWS_Q32(rows_q5_1, GL_TYPE_Q5_1) /* rows_q5_1_avx2, rows_q5_1_avx512 */
-DEFINE_ROWS(rows_q4_k, tile_q45_k, GL_TYPE_Q4_K) /* rows_q4_k_avx2, rows_q4_k_avx512 */
-DEFINE_ROWS(rows_q5_k, tile_q45_k, GL_TYPE_Q5_K) /* rows_q5_k_avx2, rows_q5_k_avx512 */
+#if SIMD_AVX512
+DEFINE_ROWS(rows_q4_k, tile_q45_k, GL_TYPE_Q4_K) /* rows_q4_k_avx512 */
+DEFINE_ROWS(rows_q5_k, tile_q45_k, GL_TYPE_Q5_K) /* rows_q5_k_avx512 */
+#else
+DEFINE_ROWS_WORDS(rows_q4_k, w16_rows, tile_q45_k, GL_TYPE_Q4_K) /* rows_q4_k_avx2 */
+DEFINE_ROWS_WORDS(rows_q5_k, w16_rows, tile_q45_k, GL_TYPE_Q5_K) /* rows_q5_k_avx2 */
+#endif
 DEFINE_ROWS(rows_q6_k, tile_q6_k, GL_TYPE_Q6_K) /* rows_q6_k_avx2, rows_q6_k_avx512 */
 #if !SIMD_AVX512
 /* Against 8-bit activations (the *_COARSE kinds). AVX2 only: kernels.c
