@@ -484,14 +484,18 @@ INLINE void tile_w16(const int type, const int NR, const __m256i *ww, int row_ve
  * Integer sums of scale * dot per sub-block stay exact in 32 bits; the
  * minimums come from the activation sums of 16. */
 
-/* Q4_K/Q5_K: 6-bit scales and mins of the 8 sub-blocks. */
+/* Q4_K/Q5_K: 6-bit scales and mins of the 8 sub-blocks, four at a time in
+ * 32-bit words (byte by byte, GCC assembled them with shifts and ors, a
+ * fifth of a decode's time). */
 INLINE void k4_scales(const uint8_t s[12], uint8_t sc[8], uint8_t mn[8]) {
-    for (int j = 0; j < 4; j++) {
-        sc[j] = s[j] & 63;
-        mn[j] = s[j + 4] & 63;
-        sc[j + 4] = (uint8_t)((s[j + 8] & 0xf) | (s[j] >> 6) << 4);
-        mn[j + 4] = (uint8_t)((s[j + 8] >> 4) | (s[j + 4] >> 6) << 4);
-    }
+    uint32_t u[3];
+    memcpy(u, s, 12);
+    const uint32_t low6 = 0x3f3f3f3fu, low4 = 0x0f0f0f0fu, top2 = 0x03030303u;
+    const uint32_t sc_lo = u[0] & low6, mn_lo = u[1] & low6;
+    const uint32_t sc_hi = (u[2] & low4) | ((u[0] >> 6) & top2) << 4;
+    const uint32_t mn_hi = ((u[2] >> 4) & low4) | ((u[1] >> 6) & top2) << 4;
+    memcpy(sc, &sc_lo, 4), memcpy(sc + 4, &sc_hi, 4);
+    memcpy(mn, &mn_lo, 4), memcpy(mn + 4, &mn_hi, 4);
 }
 
 INLINE void tile_q45_k(const int kind, const uint8_t *w, size_t row_bytes, int64_t n_cols, const uint8_t *act,
