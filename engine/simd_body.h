@@ -261,28 +261,29 @@ INLINE void tile_q32(const int kind, const uint8_t *w, size_t row_bytes, int64_t
     const int bb = block32_bytes(type);
     const bool has_min = type != GL_TYPE_Q8_0;
     const __m256i m4 = _mm256_set1_epi8(0x0f);
+    /* a block's scale steps go the NR rows a vector (lane r: row r), each
+     * lane the scalar operation it replaces: dw and mw from one conversion,
+     * dw * d in one multiply, fmaf(mw, s, accm) in one multiply-add */
     __m256 acc[4][TT];
-    float accm[4][TT];
+    __m128 accm[TT];
 #pragma GCC unroll 8
-    for (int r = 0; r < NR; r++)
+    for (int t = 0; t < NT; t++) {
+        accm[t] = _mm_setzero_ps();
 #pragma GCC unroll 8
-        for (int t = 0; t < NT; t++) {
-            acc[r][t] = _mm256_setzero_ps();
-            accm[r][t] = 0;
-        }
+        for (int r = 0; r < NR; r++) acc[r][t] = _mm256_setzero_ps();
+    }
     int nb = (int)(n_cols / 32);
     for (int b = 0; b < nb; b++) {
         __m256i u[4], wq[4];
-        float dw[4], mw[4];
+        uint16_t hd[4] = {0, 0, 0, 0}, hm[4] = {0, 0, 0, 0};
 #pragma GCC unroll 8
         for (int r = 0; r < NR; r++) {
             const uint8_t *blk = w + (size_t)r * row_bytes + (size_t)b * bb;
             if (b % 2 == 0) prefetch_ahead(blk, 2 * bb, ahead, NR, NT);
-            dw[r] = f16_at(blk);
+            memcpy(&hd[r], blk, 2);
             if (type == GL_TYPE_Q8_0) {
                 wq[r] = load256(blk + 2);
                 u[r] = _mm256_sign_epi8(wq[r], wq[r]);
-                mw[r] = 0;
                 continue;
             }
             const uint8_t *qs = blk + (type == GL_TYPE_Q4_0 ? 2 : type == GL_TYPE_Q4_1 ? 4 : type == GL_TYPE_Q5_0 ? 6 : 8);
@@ -293,19 +294,25 @@ INLINE void tile_q32(const int kind, const uint8_t *w, size_t row_bytes, int64_t
                 memcpy(&qh, blk + (type == GL_TYPE_Q5_0 ? 2 : 4), 4);
                 u[r] = _mm256_or_si256(u[r], expand_bits_0x10(qh));
             }
-            mw[r] = type == GL_TYPE_Q4_0 ? -8.0f * dw[r] : type == GL_TYPE_Q5_0 ? -16.0f * dw[r] : f16_at(blk + 2);
+            if (type == GL_TYPE_Q4_1 || type == GL_TYPE_Q5_1) memcpy(&hm[r], blk + 2, 2);
         }
+        const __m128 dw = _mm_cvtph_ps(_mm_setr_epi16((short)hd[0], (short)hd[1], (short)hd[2], (short)hd[3], 0, 0, 0, 0));
+        const __m128 mw = type == GL_TYPE_Q4_0   ? _mm_mul_ps(_mm_set1_ps(-8.0f), dw)
+                          : type == GL_TYPE_Q5_0 ? _mm_mul_ps(_mm_set1_ps(-16.0f), dw)
+                                                 : _mm_cvtph_ps(_mm_setr_epi16((short)hm[0], (short)hm[1], (short)hm[2],
+                                                                               (short)hm[3], 0, 0, 0, 0));
 #pragma GCC unroll 8
         for (int t = 0; t < NT; t++) {
             const kq8_32 *a = (const kq8_32 *)(act + (size_t)t * act_stride) + b;
             __m256i s = load256(a->q);
+            const __m256 dd = _mm256_castps128_ps256(_mm_mul_ps(dw, _mm_set1_ps(x8 ? a->d * 256.0f : a->d)));
+            if (has_min) accm[t] = _mm_fmadd_ps(mw, _mm_set1_ps(a->s), accm[t]);
             if (x8) {
-                const float unit = a->d * 256.0f;
 #pragma GCC unroll 8
                 for (int r = 0; r < NR; r++) {
                     __m256i dot = dot_u8s8(u[r], type == GL_TYPE_Q8_0 ? _mm256_sign_epi8(s, wq[r]) : s);
-                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw[r] * unit), acc[r][t]);
-                    if (has_min) accm[r][t] = fmaf(mw[r], a->s, accm[r][t]);
+                    acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(dd, _mm256_set1_epi32(r)),
+                                                acc[r][t]);
                 }
                 continue;
             }
@@ -317,15 +324,18 @@ INLINE void tile_q32(const int kind, const uint8_t *w, size_t row_bytes, int64_t
                                   ? _mm256_add_epi32(_mm256_slli_epi32(dot_u8s8(u[r], _mm256_sign_epi8(s, wq[r])), 8),
                                                      dot_u8s8(u[r], _mm256_sign_epi8(s2, wq[r])))
                                   : _mm256_add_epi32(_mm256_slli_epi32(dot_u8s8(u[r], s), 8), dot_u8s8(u[r], s2));
-                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_set1_ps(dw[r] * a->d), acc[r][t]);
-                if (has_min) accm[r][t] = fmaf(mw[r], a->s, accm[r][t]);
+                acc[r][t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot), _mm256_permutevar8x32_ps(dd, _mm256_set1_epi32(r)),
+                                            acc[r][t]);
             }
         }
     }
 #pragma GCC unroll 8
-    for (int r = 0; r < NR; r++)
+    for (int t = 0; t < NT; t++) {
+        _Alignas(16) float m[4];
+        _mm_store_ps(m, accm[t]);
 #pragma GCC unroll 8
-        for (int t = 0; t < NT; t++) out[(size_t)t * out_stride + (size_t)r] = hsum_ps(acc[r][t]) + accm[r][t];
+        for (int r = 0; r < NR; r++) out[(size_t)t * out_stride + (size_t)r] = hsum_ps(acc[r][t]) + m[r];
+    }
 }
 
 
