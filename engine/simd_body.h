@@ -352,7 +352,7 @@ INLINE void tile_q32(const int kind, const uint8_t *w, size_t row_bytes, int64_t
  * float steps are tile_q32's: the same bits as the decode tiles. */
 #define W16_ROW_BYTES (96 << 10) /* a row block's words (L2) */
 #define W16_ACT_BYTES (256 << 10) /* a pass's token words (L2) */
-#define W16_MIN_TOKENS 16       /* fewer: a row block's unpack costs more than it saves */
+#define W16_MIN_TOKENS 8        /* fewer (a decode batch of 4 streamed from memory): the unpack costs more than it saves */
 #define W16_NT 4                /* tokens a tile */
 
 /* A block's natural words 0..15 (lo) and 16..31 (hi) into w16 order. */
