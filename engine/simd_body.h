@@ -621,7 +621,7 @@ INLINE void tile_q45_k(const int kind, const uint8_t *w, size_t row_bytes, int64
  * 16 minimums (one per 16 quants) four times a row, rows in 128-bit halves. */
 typedef struct w16k_pair {
     float d[2], neg_dmin[2];
-    int32_t mins[16][8];
+    _Alignas(32) int32_t mins[16][8]; /* aligned loads */
 } w16k_pair;
 
 /* Row r's super-block blk as words (dst) and its half of a pair's constants. */
@@ -749,7 +749,7 @@ INLINE int w16_rows(const int type, const uint8_t *w, size_t row_bytes, int n_ro
     /* a row's or token's words one line more than its blocks: 4 KiB apart, six streams would share an L1 set */
     const int vpb = k ? W16K_VECS : 2, vecs = vpb * nb + 2;
     if (n_tok < W16_MIN_TOKENS || nb == 0 || (size_t)vecs * 32 * 4 > W16_ACT_BYTES) return 0;
-    int rb = W16_ROW_BYTES / (32 * vecs);
+    int rb = W16_ROW_BYTES / (32 * vecs) / (k ? 2 : 1) * (k ? 2 : 1); /* K: whole row pairs, as pairs[] holds */
     const int tb = W16_ACT_BYTES / (32 * vecs) / W16_NT * W16_NT;
     if (rb > n_rows) rb = n_rows;
     if (rb < 1) return 0;

@@ -837,7 +837,7 @@ END_TEST
  * Both widths, short rows (one block, 5, SmolLM2's 18) and long ones
  * (TinyLlama's 176 blocks: 20-token passes, so 70 tokens take four), odd
  * row counts (a last single-row tile), tokens past whole groups; Q4_K and
- * Q5_K (w16k_rows) of 1 to 22 super-blocks likewise. */
+ * Q5_K of 1 to 22 super-blocks likewise (11: a row block of 16 rows). */
 START_TEST(avx2_words_prompt_is_batch_invariant) {
     if (!backend_or_skip("avx2", "avx2_words_prompt_is_batch_invariant", "no AVX2 on this CPU")) return;
     static const uint32_t types[] = {GL_TYPE_Q4_0, GL_TYPE_Q4_1, GL_TYPE_Q5_0, GL_TYPE_Q5_1, GL_TYPE_Q8_0};
@@ -847,11 +847,11 @@ START_TEST(avx2_words_prompt_is_batch_invariant) {
             const int bits = ti < 2 && ci % 2 ? 12 : 16;
             check_batch_invariant_on("avx2", types[ti], bits, ci % 2 ? 37 : 40, cols[ci], ci == 4 ? 70 : ci ? 16 + (int)ci : 9);
         }
-    static const int64_t k_cols[] = {256, 768, 2048, 5632};
+    static const int64_t k_cols[] = {256, 768, 2048, 2816, 5632};
     for (int ti = 0; ti < 2; ti++)
         for (size_t ci = 0; ci < sizeof k_cols / sizeof k_cols[0]; ci++)
             check_batch_invariant_on("avx2", ti ? GL_TYPE_Q5_K : GL_TYPE_Q4_K, 16, ci % 2 ? 37 : 40, k_cols[ci],
-                                     ci == 3 ? 70 : 17 + (int)ci);
+                                     ci == 4 ? 70 : 17 + (int)ci);
 }
 END_TEST
 
